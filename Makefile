@@ -1,0 +1,36 @@
+# steadax: `make demo` and `make test` work on a fresh machine with Python 3.11 and make.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTEST_WORKERS ?= auto
+
+.PHONY: demo test test-x64 test-fast bench clean
+
+$(VENV)/.created:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[dev]'
+	touch $@
+
+$(VENV)/.examples: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[examples]'
+	touch $@
+
+demo: $(VENV)/.examples
+	$(PY) examples/demo.py
+
+# The whole suite, in both x64 modes (x64 runs as a second pytest process).
+test: $(VENV)/.dev
+	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider
+	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not x32_only" tests/conformance tests/core
+
+bench: $(VENV)/.dev
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info

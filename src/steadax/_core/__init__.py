@@ -1,0 +1,1 @@
+"""steadax core: modules, transformations, the contract, the dtype policy and tree helpers."""

@@ -1,0 +1,382 @@
+"""Transformations: Optax's ``GradientTransformation`` interface as frozen pytree objects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ._contract import conform_init, conform_state, conform_updates
+from ._module import Module, static_field
+from ._policy import check_float_params, promote_types
+from ._types import OptState, Params, Updates
+
+__all__ = [
+    "GradientTransformation",
+    "GradientTransformationExtraArgs",
+    "Transformation",
+    "EmptyState",
+    "init_empty_state",
+    "identity",
+    "set_to_zero",
+    "stateless",
+    "stateless_with_tree_map",
+    "with_extra_args_support",
+    "apply_updates",
+    "incremental_update",
+    "periodic_update",
+    "TransformInitFn",
+    "TransformUpdateFn",
+    "TransformUpdateExtraArgsFn",
+]
+
+TransformInitFn = Callable[[Params], OptState]
+TransformUpdateFn = Callable[..., tuple[Updates, OptState]]
+TransformUpdateExtraArgsFn = TransformUpdateFn
+
+
+class EmptyState(NamedTuple):
+  """The state of a stateless transformation."""
+
+
+def init_empty_state(params: Params) -> EmptyState:
+  """Init function of stateless transformations: returns ``EmptyState()``.
+
+  Example:
+    >>> init_empty_state({"w": 1.0})
+    EmptyState()
+  """
+  del params
+  return EmptyState()
+
+
+class GradientTransformation(Module):
+  """A pair of pure functions ``init(params) -> state`` and ``update(updates, state, params)``.
+
+  ``GradientTransformation(init_fn, update_fn)`` builds one from two functions, exactly as in Optax,
+  and unpacks as a pair (``init, update = tx``). Every transformation steadax builds is an instance.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> tx = GradientTransformation(lambda p: EmptyState(), lambda u, s, p=None: (u, s))
+    >>> tx.update(jnp.ones(2), tx.init(jnp.zeros(2)))[0]
+    Array([1., 1.], dtype=float32)
+  """
+
+  def __new__(cls, *args: Any, **kwargs: Any):
+    if cls is GradientTransformation:
+      return object.__new__(_FunctionTransformation)
+    if cls is GradientTransformationExtraArgs:
+      return object.__new__(_FunctionTransformationExtraArgs)
+    return object.__new__(cls)
+
+  # The abstract interface; concrete subclasses override both.
+  def init(self, params: Params) -> OptState:  # pragma: no cover - abstract
+    raise NotImplementedError
+
+  def update(self, updates: Updates, state: OptState, params: Params | None = None):  # pragma: no cover
+    raise NotImplementedError
+
+  # Optax's transformations are NamedTuples (init, update); keep that unpacking working.
+  def __iter__(self):
+    return iter((self.init, self.update))
+
+  def __len__(self) -> int:
+    return 2
+
+  def __getitem__(self, index: int):
+    return (self.init, self.update)[index]
+
+
+class GradientTransformationExtraArgs(GradientTransformation):
+  """A transformation whose ``update`` accepts keyword extras (``value``, ``grad``, ``value_fn``...).
+
+  Every transformation steadax builds is one; unknown extras are ignored.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> tx = GradientTransformationExtraArgs(
+    ...     lambda p: EmptyState(), lambda u, s, p=None, **extra: (u, s))
+    >>> tx.update(jnp.ones(1), EmptyState(), value=3.0)[0]
+    Array([1.], dtype=float32)
+  """
+
+
+class _FunctionTransformation(GradientTransformation):
+  init_fn: Callable = static_field()
+  update_fn: Callable = static_field()
+
+  def init(self, params):
+    return self.init_fn(params)
+
+  def update(self, updates, state, params=None, **extra_args):
+    del extra_args
+    return self.update_fn(updates, state, params)
+
+
+class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
+  init_fn: Callable = static_field()
+  update_fn: Callable = static_field()
+
+  def init(self, params):
+    return self.init_fn(params)
+
+  def update(self, updates, state, params=None, **extra_args):
+    return self.update_fn(updates, state, params, **extra_args)
+
+
+class _WithExtraArgs(GradientTransformationExtraArgs):
+  inner: Any
+
+  def init(self, params):
+    return self.inner.init(params)
+
+  def update(self, updates, state, params=None, **extra_args):
+    del extra_args
+    return self.inner.update(updates, state, params)
+
+
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+  """Wrap ``tx`` so its ``update`` accepts (and ignores) keyword extras.
+
+  Args:
+    tx: any transformation.
+
+  Returns:
+    ``tx`` itself when it already accepts extras, else a wrapper.
+
+  Example:
+    >>> import steadax
+    >>> steadax.with_extra_args_support(steadax.identity()) is not None
+    True
+  """
+  if isinstance(tx, GradientTransformationExtraArgs):
+    return tx
+  if isinstance(tx, GradientTransformation):
+    return _WithExtraArgs(tx)
+  init, update = tx  # any (init, update) pair, e.g. an Optax transformation
+  return _WithExtraArgs(_FunctionTransformation(init, update))
+
+
+class Transformation(GradientTransformationExtraArgs):
+  """Base of every transformation steadax builds: ``init_fn``/``update_fn`` under the contract.
+
+  Subclasses implement ``init_fn(params)`` and ``update_fn(updates, state, params, **extra_args)``;
+  ``init``/``update`` wrap them with the checks of ``steadax._core._contract``.
+
+  Class attributes:
+    requires_float: ``init`` raises a TypeError naming the path of any integer parameter.
+    updates_follow_params: updates keep the incoming structure and take the parameters' dtypes.
+  """
+
+  requires_float: ClassVar[bool] = True
+  updates_follow_params: ClassVar[bool] = True
+  name: ClassVar[str] = ""
+
+  @property
+  def owner(self) -> str:
+    return self.name or type(self).__name__
+
+  def init_fn(self, params: Params) -> OptState:
+    del params
+    return EmptyState()
+
+  def update_fn(self, updates, state, params=None, **extra_args):  # pragma: no cover - abstract
+    raise NotImplementedError
+
+  def init(self, params: Params) -> OptState:
+    if self.requires_float:
+      check_float_params(self.owner, params)
+    return conform_init(self.owner, self.init_fn(params))
+
+  def update(self, updates: Updates, state: OptState, params: Params | None = None, **extra_args):
+    new_updates, new_state = self.update_fn(updates, state, params, **extra_args)
+    new_state = conform_state(self.owner, state, new_state)
+    if self.updates_follow_params:
+      new_updates = conform_updates(self.owner, updates, params, new_updates)
+    return new_updates, new_state
+
+
+class _Identity(Transformation):
+  name = "identity"
+  requires_float = False
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    return updates, state
+
+
+def identity() -> GradientTransformationExtraArgs:
+  """Leaves updates unchanged.
+
+  Returns:
+    A stateless transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.identity()
+    >>> tx.update(jnp.ones(2), tx.init(jnp.zeros(2)))[0]
+    Array([1., 1.], dtype=float32)
+  """
+  return _Identity()
+
+
+class _SetToZero(Transformation):
+  name = "set_to_zero"
+  requires_float = False
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    return jax.tree_util.tree_map(jnp.zeros_like, updates), state
+
+
+def set_to_zero() -> GradientTransformationExtraArgs:
+  """Replaces every update with zeros (freezes the parameters it is applied to).
+
+  Returns:
+    A stateless transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.set_to_zero()
+    >>> tx.update(jnp.ones(2), tx.init(jnp.zeros(2)))[0]
+    Array([0., 0.], dtype=float32)
+  """
+  return _SetToZero()
+
+
+class _Stateless(Transformation):
+  name = "stateless"
+  requires_float = False
+  fn: Callable = static_field()
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    return self.fn(updates, params), state
+
+
+def stateless(f: Callable[[Updates, Params | None], Updates]) -> GradientTransformationExtraArgs:
+  """A stateless transformation from ``f(updates, params) -> updates``.
+
+  Args:
+    f: maps the whole updates tree (and params, possibly None) to new updates.
+
+  Returns:
+    The transformation.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> tx = steadax.stateless(lambda u, p: jax.tree.map(lambda x: -x, u))
+    >>> tx.update(jnp.ones(1), tx.init(None))[0]
+    Array([-1.], dtype=float32)
+  """
+  return _Stateless(f)
+
+
+class _StatelessTreeMap(Transformation):
+  name = "stateless_with_tree_map"
+  requires_float = False
+  fn: Callable = static_field()
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      return jax.tree_util.tree_map(lambda g: self.fn(g, None), updates), state
+    return jax.tree_util.tree_map(self.fn, updates, params), state
+
+
+def stateless_with_tree_map(f: Callable[[jax.Array, jax.Array | None], jax.Array]):
+  """A stateless transformation applying ``f(update, param)`` leaf by leaf.
+
+  Args:
+    f: maps one update leaf and its parameter (None when params are not given) to a new leaf.
+
+  Returns:
+    The transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.stateless_with_tree_map(lambda g, p: 2 * g)
+    >>> tx.update(jnp.ones(1), tx.init(None))[0]
+    Array([2.], dtype=float32)
+  """
+  return _StatelessTreeMap(f)
+
+
+def _add_leaf(p, u):
+  if p is None:
+    return None
+  p = jnp.asarray(p)
+  u = jnp.asarray(u)
+  dtype = promote_types(p.dtype, u.dtype)
+  return (p.astype(dtype) + u.astype(dtype)).astype(p.dtype)
+
+
+def apply_updates(params: Params, updates: Updates) -> Params:
+  """``params + updates`` leaf by leaf, each result in its parameter's dtype.
+
+  The addition runs in the wider of the two dtypes, then is cast back, so bfloat16 parameters with
+  float32 updates stay bfloat16.
+
+  Args:
+    params: a tree of parameters.
+    updates: a tree of updates with the same structure (None leaves are kept).
+
+  Returns:
+    The updated parameters.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> steadax.apply_updates({"w": jnp.ones(2)}, {"w": jnp.ones(2)})
+    {'w': Array([2., 2.], dtype=float32)}
+  """
+  return jax.tree_util.tree_map(_add_leaf, params, updates, is_leaf=lambda x: x is None)
+
+
+def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
+  """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leaf by leaf.
+
+  Args:
+    new_tensors: the latest values.
+    old_tensors: the running average.
+    step_size: the weight of the new values, in [0, 1].
+
+  Returns:
+    The new running average, in each old tensor's dtype.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> steadax.incremental_update(jnp.ones(1), jnp.zeros(1), 0.25)
+    Array([0.25], dtype=float32)
+  """
+  def mix(new, old):
+    if new is None:
+      return None
+    dtype = promote_types(new.dtype, old.dtype, jnp.float32)
+    s = jnp.asarray(step_size).astype(dtype)
+    out = s * new.astype(dtype) + (jnp.asarray(1, dtype) - s) * old.astype(dtype)
+    return out.astype(old.dtype)
+
+  return jax.tree_util.tree_map(mix, new_tensors, old_tensors, is_leaf=lambda x: x is None)
+
+
+def periodic_update(new_tensors: Params, old_tensors: Params, steps: jax.Array, update_period: int):
+  """Takes ``new_tensors`` every ``update_period`` steps, else keeps ``old_tensors``.
+
+  Args:
+    new_tensors: the latest values.
+    old_tensors: the values kept in between.
+    steps: the current step (an integer scalar).
+    update_period: how many steps apart the copies happen.
+
+  Returns:
+    The selected tensors.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> steadax.periodic_update(jnp.ones(1), jnp.zeros(1), jnp.asarray(4), 2)
+    Array([1.], dtype=float32)
+  """
+  take_new = (steps % update_period) == 0
+  return jax.tree_util.tree_map(
+      lambda n, o: None if n is None else jnp.where(take_new, n, o).astype(o.dtype),
+      new_tensors, old_tensors, is_leaf=lambda x: x is None,
+  )

@@ -1,0 +1,91 @@
+"""chain and named_chain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import GradientTransformation, Transformation, with_extra_args_support
+
+__all__ = ["chain", "named_chain", "Chain", "NamedChain"]
+
+
+class Chain(Transformation):
+  """Applies transformations in sequence; the state is the tuple of their states."""
+
+  name = "chain"
+  requires_float = False
+  transforms: tuple
+
+  def init_fn(self, params):
+    return tuple(t.init(params) for t in self.transforms)
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if len(state) != len(self.transforms):
+      raise ValueError(
+          f"chain: the state holds {len(state)} entries for {len(self.transforms)} transformations."
+      )
+    new_state = []
+    for t, s in zip(self.transforms, state):
+      updates, s = t.update(updates, s, params, **extra_args)
+      new_state.append(s)
+    return updates, tuple(new_state)
+
+
+def chain(*args: GradientTransformation) -> Chain:
+  """Applies a sequence of transformations one after the other.
+
+  Args:
+    *args: transformations (any ``(init, update)`` pair is accepted).
+
+  Returns:
+    A transformation whose state is the tuple of the inner states.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.chain(steadax.clip(1.0), steadax.scale(-0.1))
+    >>> tx.update(jnp.array([3.0]), tx.init(jnp.zeros(1)))[0]
+    Array([-0.1], dtype=float32)
+  """
+  return Chain(tuple(with_extra_args_support(t) for t in args))
+
+
+class NamedChain(Transformation):
+  """Like ``Chain`` with a state dictionary keyed by name."""
+
+  name = "named_chain"
+  requires_float = False
+  names: tuple = ()
+  transforms: tuple = ()
+
+  def __post_init__(self):
+    if len(set(self.names)) != len(self.names):
+      raise ValueError(f"named_chain: names must be unique, got {self.names}.")
+
+  def init_fn(self, params):
+    return {n: t.init(params) for n, t in zip(self.names, self.transforms)}
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    new_state = {}
+    for n, t in zip(self.names, self.transforms):
+      updates, new_state[n] = t.update(updates, state[n], params, **extra_args)
+    return updates, new_state
+
+
+def named_chain(*transforms: tuple[str, GradientTransformation]) -> NamedChain:
+  """Chains transformations and keys their states by name.
+
+  Args:
+    *transforms: ``(name, transformation)`` pairs.
+
+  Returns:
+    A transformation whose state is ``{name: state}``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.named_chain(("clip", steadax.clip(1.0)), ("sgd", steadax.scale(-1.0)))
+    >>> sorted(tx.init(jnp.zeros(1)))
+    ['clip', 'sgd']
+  """
+  names = tuple(n for n, _ in transforms)
+  txs = tuple(with_extra_args_support(t) for _, t in transforms)
+  return NamedChain(names, txs)

@@ -1,0 +1,153 @@
+"""The type-stability contract, checked in one place for every transformation steadax builds.
+
+1. ``update`` returns a state with exactly the structure, shapes and dtypes (and no weak types) of
+   the state it was given.
+2. Updates have, leaf by leaf, the dtype of the corresponding parameter (of the incoming update
+   where ``params`` is None).
+3. ``init`` returns strongly typed arrays only.
+
+Structure and shape drift always raise. Dtype drift and weak-typed leaves raise in strict mode and
+are cast back otherwise. All checks look only at shapes and dtypes, so under ``jit`` they run once,
+at trace time, and cost nothing per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._config import is_strict
+from ._policy import key_path_str
+
+__all__ = ["ContractError", "conform_init", "conform_state", "conform_updates", "is_weak"]
+
+
+class ContractError(TypeError):
+  """A transformation broke the type-stability contract (names the transformation and path)."""
+
+
+def is_weak(x: Any) -> bool:
+  """Whether ``x`` is weakly typed (a Python scalar or a weak jax value)."""
+  if isinstance(x, (bool, int, float, complex)):
+    return True
+  aval = getattr(x, "aval", None)
+  if aval is not None:
+    return bool(getattr(aval, "weak_type", False))
+  return bool(getattr(x, "weak_type", False))
+
+
+def _is_array_like(x: Any) -> bool:
+  return hasattr(x, "dtype") and hasattr(x, "shape")
+
+
+def _strong(x: Any) -> Any:
+  if isinstance(x, (bool, int, float, complex)):
+    x = jnp.asarray(x)
+  if _is_array_like(x) and is_weak(x):
+    return x.astype(x.dtype)
+  return x
+
+
+def _structure_mismatch(owner: str, what: str, expected: Any, got: Any) -> ContractError:
+  exp_paths = [key_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
+  got_paths = [key_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(got)[0]]
+  missing = [p for p in exp_paths if p not in set(got_paths)]
+  extra = [p for p in got_paths if p not in set(exp_paths)]
+  detail = []
+  if missing:
+    detail.append(f"missing {missing[:5]}")
+  if extra:
+    detail.append(f"unexpected {extra[:5]}")
+  if not detail:
+    detail.append(
+        f"expected structure {jax.tree_util.tree_structure(expected)}, "
+        f"got {jax.tree_util.tree_structure(got)}"
+    )
+  return ContractError(f"{owner}: {what} changed structure: " + "; ".join(detail))
+
+
+def conform_init(owner: str, state: Any) -> Any:
+  """Check (strict) or normalise the leaves of a freshly initialised state: strong arrays only."""
+  def fix(path, leaf):
+    if isinstance(leaf, (bool, int, float, complex)) or (_is_array_like(leaf) and is_weak(leaf)):
+      if is_strict():
+        raise ContractError(
+            f"{owner}: init produced a weakly typed state leaf at {key_path_str(path)} "
+            f"({type(leaf).__name__}); state leaves must be strongly typed arrays."
+        )
+      return _strong(leaf)
+    return leaf
+
+  return jax.tree_util.tree_map_with_path(fix, state)
+
+
+def conform_state(owner: str, old_state: Any, new_state: Any) -> Any:
+  """Return ``new_state`` with exactly the types of ``old_state`` or raise a ContractError."""
+  old_leaves, old_def = jax.tree_util.tree_flatten(old_state)
+  new_leaves, new_def = jax.tree_util.tree_flatten(new_state)
+  if old_def != new_def:
+    raise _structure_mismatch(owner, "state", old_state, new_state)
+  fixed = []
+  paths = None
+  for i, (old, new) in enumerate(zip(old_leaves, new_leaves)):
+    if not _is_array_like(old) and not isinstance(old, (int, float, complex)):
+      fixed.append(new)
+      continue
+    old_shape, new_shape = np.shape(old), np.shape(new)
+    old_dtype = jnp.result_type(old) if not _is_array_like(old) else old.dtype
+    new_dtype = jnp.result_type(new) if not _is_array_like(new) else new.dtype
+    old_weak = False if _is_array_like(old) and not is_weak(old) else is_weak(old)
+    bad_dtype = old_dtype != new_dtype
+    bad_weak = is_weak(new) and not old_weak
+    if old_shape != new_shape or bad_dtype or bad_weak:
+      if paths is None:
+        paths = [key_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(old_state)[0]]
+      where = paths[i]
+      if old_shape != new_shape:
+        raise ContractError(
+            f"{owner}: state leaf at {where} changed shape from {old_shape} to {new_shape}."
+        )
+      if is_strict():
+        change = (
+            f"dtype from {np.dtype(old_dtype).name} to {np.dtype(new_dtype).name}"
+            if bad_dtype
+            else f"to a weak type ({np.dtype(new_dtype).name})"
+        )
+        raise ContractError(f"{owner}: state leaf at {where} changed {change}.")
+      new = jnp.asarray(new).astype(old_dtype)
+    fixed.append(new)
+  return jax.tree_util.tree_unflatten(new_def, fixed)
+
+
+def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any) -> Any:
+  """Check the updates' structure and shapes and give each leaf its parameter's dtype."""
+  old_leaves, old_def = jax.tree_util.tree_flatten(old_updates)
+  new_leaves, new_def = jax.tree_util.tree_flatten(new_updates)
+  if old_def != new_def:
+    raise _structure_mismatch(owner, "updates", old_updates, new_updates)
+  ref_leaves = old_leaves
+  if params is not None:
+    param_leaves, param_def = jax.tree_util.tree_flatten(params)
+    if param_def != old_def:
+      raise _structure_mismatch(owner, "params (compared with the updates)", old_updates, params)
+    ref_leaves = param_leaves
+  fixed = []
+  for i, (ref, old, new) in enumerate(zip(ref_leaves, old_leaves, new_leaves)):
+    if not _is_array_like(new):
+      fixed.append(new)
+      continue
+    if np.shape(new) != np.shape(old):
+      where = key_path_str(jax.tree_util.tree_flatten_with_path(old_updates)[0][i][0])
+      raise ContractError(
+          f"{owner}: update at {where} has shape {np.shape(new)}, expected {np.shape(old)}."
+      )
+    target = ref.dtype if _is_array_like(ref) else jnp.result_type(ref)
+    if new.dtype != target or is_weak(new):
+      if jnp.issubdtype(new.dtype, jnp.complexfloating) and not jnp.issubdtype(target, jnp.complexfloating):
+        new = jnp.real(new)
+      new = new.astype(target)
+    fixed.append(new)
+  return jax.tree_util.tree_unflatten(new_def, fixed)

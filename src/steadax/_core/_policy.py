@@ -1,0 +1,188 @@
+"""The one dtype policy of steadax (DESIGN.md, "The type-stability contract").
+
+* Counters are int32 in every mode and increment saturating.
+* Per-parameter accumulators take an explicit dtype or the parameter's dtype (real-valued statistics
+  of complex parameters take the real dtype); arithmetic runs in at least float32 and is cast back.
+* Scalar statistics (learning-rate-free estimates) take one dtype fixed at init: the widest floating
+  dtype among the parameters, at least float32.
+* Hyperparameters are cast to the computation dtype; they never widen state.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "COUNTER_DTYPE",
+    "zero_count",
+    "safe_increment",
+    "compute_dtype",
+    "promote_types",
+    "real_dtype",
+    "accumulator_dtype",
+    "scalar_stat_dtype",
+    "hyper",
+    "as_compute",
+    "check_float_params",
+    "hyperparam_dtype",
+    "key_path_str",
+    "is_inexact_dtype",
+]
+
+COUNTER_DTYPE = jnp.int32
+_COUNTER_MAX = np.iinfo(np.int32).max
+
+
+def zero_count() -> jax.Array:
+  """A fresh int32 step counter."""
+  return jnp.zeros([], COUNTER_DTYPE)
+
+
+def safe_increment(count: jax.Array) -> jax.Array:
+  """``count + 1`` that saturates at the int32 maximum instead of wrapping; keeps count's dtype.
+
+  Args:
+    count: an integer (or floating) scalar counter.
+
+  Returns:
+    The incremented counter with the same dtype.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> int(safe_increment(jnp.asarray(2147483647, jnp.int32)))
+    2147483647
+  """
+  count = jnp.asarray(count)
+  dtype = count.dtype
+  if jnp.issubdtype(dtype, jnp.integer):
+    top = jnp.asarray(jnp.iinfo(dtype).max, dtype)
+    return jnp.where(count < top, count + jnp.asarray(1, dtype), top)
+  one = jnp.asarray(1, dtype)
+  return count + one
+
+
+def is_inexact_dtype(dtype: Any) -> bool:
+  return jnp.issubdtype(dtype, jnp.inexact)
+
+
+@functools.lru_cache(maxsize=None)
+def _promote_pair(a: np.dtype, b: np.dtype) -> np.dtype:
+  with jax.numpy_dtype_promotion("standard"):
+    return np.dtype(jnp.promote_types(a, b))
+
+
+def promote_types(*dtypes: Any) -> np.dtype:
+  """JAX's standard promotion of ``dtypes``, explicit, so it works under strict promotion too."""
+  result = np.dtype(dtypes[0])
+  for d in dtypes[1:]:
+    result = _promote_pair(result, np.dtype(d))
+  return result
+
+
+def compute_dtype(*dtypes: Any) -> np.dtype:
+  """The arithmetic dtype for values of the given dtypes: their promotion, at least float32."""
+  result = np.dtype(jnp.float32)
+  for d in dtypes:
+    if d is None:
+      continue
+    d = np.dtype(d)
+    if not jnp.issubdtype(d, jnp.inexact):
+      continue
+    result = _promote_pair(result, d)
+  return result
+
+
+def real_dtype(dtype: Any) -> np.dtype:
+  """The real counterpart of a (possibly complex) floating dtype."""
+  dtype = np.dtype(dtype)
+  if jnp.issubdtype(dtype, jnp.complexfloating):
+    return np.dtype(jnp.finfo(dtype).dtype)
+  return dtype
+
+
+def accumulator_dtype(param_dtype: Any, override: Any = None, *, real: bool = False) -> np.dtype:
+  """Dtype of a per-parameter accumulator: ``override`` if given, else the parameter's.
+
+  Args:
+    param_dtype: the parameter's dtype.
+    override: an explicit dtype (``mu_dtype``, ``nu_dtype``, ...), or None.
+    real: the statistic is real-valued (a second moment): complex dtypes map to their real part.
+  """
+  dtype = np.dtype(override) if override is not None else np.dtype(param_dtype)
+  if real:
+    dtype = real_dtype(dtype)
+  return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def scalar_stat_dtype(params: Any) -> np.dtype:
+  """Dtype of scalar statistics: the widest real floating dtype among params, at least float32."""
+  leaves = [l for l in jax.tree_util.tree_leaves(params) if hasattr(l, "dtype")]
+  return np.dtype(real_dtype(compute_dtype(*[l.dtype for l in leaves])))
+
+
+def hyper(value: Any, dtype: Any) -> jax.Array:
+  """A hyperparameter (Python number, array or tracer) as a strong scalar of ``dtype``."""
+  dtype = np.dtype(dtype)
+  value = jnp.asarray(value)
+  if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+    value = jnp.real(value)
+  return value.astype(dtype)
+
+
+def as_compute(x: jax.Array, dtype: Any) -> jax.Array:
+  """``x`` cast to a computation dtype (a no-op when it already has it)."""
+  if x.dtype == dtype and not getattr(getattr(x, "aval", x), "weak_type", False):
+    return x
+  return x.astype(dtype)
+
+
+def hyperparam_dtype(value: Any) -> np.dtype:
+  """The dtype an injected hyperparameter keeps: the declared one, Python numbers as 32-bit."""
+  if isinstance(value, bool):
+    return np.dtype(jnp.bool_)
+  if isinstance(value, int):
+    return np.dtype(jnp.int32)
+  if isinstance(value, float):
+    return np.dtype(jnp.float32)
+  if isinstance(value, complex):
+    return np.dtype(jnp.complex64)
+  arr = jnp.asarray(value) if not hasattr(value, "dtype") else value
+  weak = getattr(getattr(arr, "aval", arr), "weak_type", False)
+  if weak:
+    if jnp.issubdtype(arr.dtype, jnp.floating):
+      return np.dtype(jnp.float32)
+    if jnp.issubdtype(arr.dtype, jnp.integer):
+      return np.dtype(jnp.int32)
+    if jnp.issubdtype(arr.dtype, jnp.complexfloating):
+      return np.dtype(jnp.complex64)
+  return np.dtype(arr.dtype)
+
+
+def key_path_str(path: Any) -> str:
+  """A readable tree path (``['layer']['w']``), or ``<root>`` for the whole tree."""
+  text = jax.tree_util.keystr(tuple(path))
+  return text if text else "<root>"
+
+
+def check_float_params(owner: str, params: Any) -> None:
+  """Raise a TypeError naming the tree path if any parameter leaf is not floating or complex."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None:
+      if isinstance(leaf, (bool, int)):
+        raise TypeError(
+            f"{owner}: parameter at {key_path_str(path)} is a Python {type(leaf).__name__}; "
+            "optimizers need floating or complex parameters."
+        )
+      continue
+    if not jnp.issubdtype(dtype, jnp.inexact):
+      raise TypeError(
+          f"{owner}: parameter at {key_path_str(path)} has dtype {np.dtype(dtype).name}; "
+          "optimizers need floating or complex parameters (mask integer leaves out with "
+          "`masked` or `set_to_zero`)."
+      )

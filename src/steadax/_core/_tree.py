@@ -1,0 +1,110 @@
+"""Internal tree math used by the transformations (the public `steadax.tree` builds on it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._policy import compute_dtype, real_dtype
+
+__all__ = [
+    "tree_map",
+    "tree_map_n",
+    "zeros_like",
+    "full_like",
+    "tree_sum_of_squares",
+    "global_norm",
+    "is_none",
+]
+
+
+def is_none(x: Any) -> bool:
+  return x is None
+
+
+def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
+  """``jax.tree.map`` that keeps None leaves of the first tree as None.
+
+  The single place where elementwise optimizers map over leaves, so a fused multi-tensor path can
+  replace it later without touching the optimizers.
+  """
+  return jax.tree_util.tree_map(
+      lambda x, *r: None if x is None else fn(x, *r), tree, *rest, is_leaf=is_none
+  )
+
+
+def zeros_like(tree: Any, dtype: Any = None, *, real: bool = False) -> Any:
+  """Zeros mirroring ``tree`` (shape and, for jax arrays, sharding), in ``dtype`` or the leaf's.
+
+  Args:
+    tree: the reference tree (arrays or ShapeDtypeStructs).
+    dtype: an explicit dtype, or None for each leaf's own.
+    real: complex leaves get their real dtype (for second-moment statistics).
+  """
+  def make(x):
+    d = np.dtype(dtype) if dtype is not None else np.dtype(x.dtype)
+    if real:
+      d = real_dtype(d)
+    d = jax.dtypes.canonicalize_dtype(d)
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+      return jnp.zeros_like(x, dtype=d)
+    return jnp.zeros(np.shape(x), d)
+
+  return tree_map(make, tree)
+
+
+def full_like(tree: Any, value: Any, dtype: Any = None) -> Any:
+  """Constant tree mirroring ``tree``."""
+  def make(x):
+    d = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else x.dtype)
+    return jnp.full(np.shape(x), value, d)
+
+  return tree_map(make, tree)
+
+
+def tree_sum_of_squares(tree: Any) -> jax.Array:
+  """Sum of ``|x|^2`` over all leaves, accumulated in the widest dtype present (at least f32)."""
+  leaves = [x for x in jax.tree_util.tree_leaves(tree) if x is not None]
+  dtype = real_dtype(compute_dtype(*[x.dtype for x in leaves]))
+  total = jnp.zeros([], dtype)
+  for x in leaves:
+    x = x.astype(compute_dtype(x.dtype))
+    sq = jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x
+    total = total + jnp.sum(sq).astype(dtype)
+  return total
+
+
+def global_norm(updates: Any) -> jax.Array:
+  """The l2 norm of all leaves together (float32 at least, exact for mixed-precision trees).
+
+  Args:
+    updates: a tree of arrays.
+
+  Returns:
+    A scalar.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> float(steadax.global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
+    5.0
+  """
+  return jnp.sqrt(tree_sum_of_squares(updates))
+
+
+def tree_map_n(fn: Callable, n: int, tree: Any, *rest: Any) -> tuple[Any, ...]:
+  """Map ``fn`` returning ``n`` values per leaf; returns ``n`` trees shaped like ``tree``.
+
+  None leaves of ``tree`` give None in every output. Used by optimizers that compute an update and
+  new state leaves in one fused per-leaf function.
+  """
+  treedef = jax.tree_util.tree_structure(tree, is_leaf=is_none)
+  leaves = treedef.flatten_up_to(tree)
+  others = [treedef.flatten_up_to(r) for r in rest]
+  outs = []
+  for args in zip(leaves, *others):
+    outs.append((None,) * n if args[0] is None else fn(*args))
+  return tuple(treedef.unflatten([o[i] for o in outs]) for i in range(n))

@@ -1,0 +1,25 @@
+"""Type aliases with Optax's names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, Union
+
+import jax
+import numpy as np
+
+__all__ = ["Params", "Updates", "OptState", "Schedule", "ScalarOrSchedule", "PyTree", "Numeric"]
+
+PyTree = Any
+Params = Any  # a pytree of arrays
+Updates = Params
+OptState = Any  # a pytree of arrays (NamedTuples of arrays)
+Numeric = Union[jax.Array, np.ndarray, float, int]
+
+
+class _ScheduleProtocol(Protocol):
+  def __call__(self, count: jax.Array) -> jax.Array: ...
+
+
+Schedule = Callable[[jax.Array], jax.Array]
+ScalarOrSchedule = Union[float, jax.Array, Schedule]

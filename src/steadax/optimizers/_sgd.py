@@ -1,0 +1,50 @@
+"""Stochastic gradient descent with optional (Nesterov) momentum."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core._base import identity
+from .._core._checks import check_range, check_schedule_or_scalar
+from .._core._combine import Chain, chain
+from .._core._types import ScalarOrSchedule
+from ..transforms._scaling import scale_by_learning_rate, trace
+
+__all__ = ["sgd"]
+
+
+def sgd(
+    learning_rate: ScalarOrSchedule,
+    momentum: Any = None,
+    nesterov: bool = False,
+    accumulator_dtype: Any = None,
+) -> Chain:
+  """Stochastic gradient descent, with heavy-ball or Nesterov momentum.
+
+  ``chain(trace(momentum, nesterov) or identity(), scale_by_learning_rate(learning_rate))``.
+
+  Args:
+    learning_rate: a scalar or a schedule.
+    momentum: the momentum coefficient, or None for plain SGD (no momentum buffer).
+    nesterov: use Nesterov momentum.
+    accumulator_dtype: dtype of the momentum buffer (default: each parameter's dtype).
+
+  Returns:
+    The optimizer.
+
+  References:
+    Sutskever et al., "On the importance of initialization and momentum in deep learning", ICML 2013.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.sgd(0.1, momentum=0.9)
+    >>> params = jnp.array([1.0])
+    >>> updates, state = opt.update(jnp.array([1.0]), opt.init(params), params)
+    >>> steadax.apply_updates(params, updates)
+    Array([0.9], dtype=float32)
+  """
+  check_schedule_or_scalar("sgd", "learning_rate", learning_rate)
+  if momentum is not None:
+    check_range("sgd", "momentum", momentum, 0.0, 1.0)
+  first = identity() if momentum is None else trace(momentum, nesterov, accumulator_dtype)
+  return chain(first, scale_by_learning_rate(learning_rate))

@@ -1,0 +1,263 @@
+"""Adam's preconditioner and its close relatives (AMSGrad, Adamax).
+
+References:
+  Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015 (Algorithm 1; Adamax in §7.1).
+  Dozat, "Incorporating Nesterov Momentum into Adam", ICLR workshop 2016 (NAdam).
+  Reddi et al., "On the Convergence of Adam and Beyond", ICLR 2018 (AMSGrad).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._core._base import Transformation
+from .._core._module import static_field
+from .._core._policy import (
+    accumulator_dtype,
+    as_compute,
+    compute_dtype,
+    hyper,
+    real_dtype,
+    safe_increment,
+    zero_count,
+)
+from .._core._tree import tree_map_n, zeros_like
+from ._moments import abs_sq
+
+__all__ = [
+    "ScaleByAdamState",
+    "ScaleByAmsgradState",
+    "scale_by_adam",
+    "scale_by_amsgrad",
+    "scale_by_adamax",
+]
+
+
+class ScaleByAdamState(NamedTuple):
+  """State of ``scale_by_adam`` (and ``scale_by_adamax``): int32 count, first and second moments."""
+
+  count: jax.Array
+  mu: Any
+  nu: Any
+
+
+class ScaleByAmsgradState(NamedTuple):
+  """State of ``scale_by_amsgrad``: Adam's state plus the running maximum of ``nu``."""
+
+  count: jax.Array
+  mu: Any
+  nu: Any
+  nu_max: Any
+
+
+def _corrections(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
+  """``1 - decay**count`` in ``dtype``."""
+  return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
+
+
+class ScaleByAdam(Transformation):
+  name = "scale_by_adam"
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-8
+  eps_root: Any = 0.0
+  mu_dtype: Any = static_field(default=None)
+  nu_dtype: Any = static_field(default=None)
+  nesterov: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    return ScaleByAdamState(
+        count=zero_count(),
+        mu=zeros_like(params, self.mu_dtype),
+        nu=zeros_like(params, self.nu_dtype, real=True),
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+
+    def leaf(g, m, v):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
+      gc = as_compute(g, cdt)
+      m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
+      v_new = b2 * as_compute(v, rdt) + (jnp.asarray(1, rdt) - b2) * abs_sq(gc).astype(rdt)
+      c1 = _corrections(self.b1, count, rdt).astype(cdt)
+      if self.nesterov:
+        c1_next = _corrections(self.b1, safe_increment(count), rdt).astype(cdt)
+        m_hat = b1 * m_new / c1_next + (jnp.asarray(1, cdt) - b1) * gc / c1
+      else:
+        m_hat = m_new / c1
+      v_hat = v_new / _corrections(self.b2, count, rdt)
+      denom = jnp.sqrt(v_hat + hyper(self.eps_root, rdt)) + hyper(self.eps, rdt)
+      return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+
+def scale_by_adam(
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-8,
+    eps_root: Any = 0.0,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = False,
+    nu_dtype: Any = None,
+) -> Transformation:
+  """Rescales updates by Adam's bias-corrected moment estimates.
+
+  ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) |g|^2``,
+  ``u = m_hat / (sqrt(v_hat + eps_root) + eps)`` (Kingma & Ba 2015, Algorithm 1). Arithmetic runs in
+  at least float32, so float16 gradients of 1e-7 give finite updates.
+
+  Args:
+    b1: decay of the first moment.
+    b2: decay of the second moment.
+    eps: added to the denominator outside the square root.
+    eps_root: added inside the square root (useful when differentiating through the optimizer).
+    mu_dtype: dtype of the first moment (default: each parameter's dtype).
+    nesterov: use Nesterov momentum (NAdam, Dozat 2016).
+    nu_dtype: dtype of the second moment (default: each parameter's real dtype). steadax extension.
+
+  Returns:
+    A transformation with ``ScaleByAdamState(count, mu, nu)``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_adam()
+    >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
+    Array([1.], dtype=float32)
+  """
+  return ScaleByAdam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov)
+
+
+class ScaleByAmsgrad(Transformation):
+  name = "scale_by_amsgrad"
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-8
+  eps_root: Any = 0.0
+  mu_dtype: Any = static_field(default=None)
+  bias_correction_mu: bool = static_field(default=True)
+  bias_correction_nu: bool = static_field(default=True)
+
+  def init_fn(self, params):
+    return ScaleByAmsgradState(
+        count=zero_count(),
+        mu=zeros_like(params, self.mu_dtype),
+        nu=zeros_like(params, real=True),
+        nu_max=zeros_like(params, real=True),
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+
+    def leaf(g, m, v, vmax):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
+      gc = as_compute(g, cdt)
+      m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
+      v_new = b2 * as_compute(v, rdt) + (jnp.asarray(1, rdt) - b2) * abs_sq(gc).astype(rdt)
+      m_hat = m_new / _corrections(self.b1, count, rdt).astype(cdt) if self.bias_correction_mu else m_new
+      v_hat = v_new / _corrections(self.b2, count, rdt) if self.bias_correction_nu else v_new
+      vmax_new = jnp.maximum(as_compute(vmax, rdt), v_hat)
+      denom = jnp.sqrt(vmax_new + hyper(self.eps_root, rdt)) + hyper(self.eps, rdt)
+      return (
+          (m_hat / denom.astype(cdt)).astype(g.dtype),
+          m_new.astype(m.dtype),
+          v_new.astype(v.dtype),
+          vmax_new.astype(vmax.dtype),
+      )
+
+    out, mu, nu, nu_max = tree_map_n(leaf, 4, updates, state.mu, state.nu, state.nu_max)
+    return out, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
+
+
+def scale_by_amsgrad(
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-8,
+    eps_root: Any = 0.0,
+    mu_dtype: Any = None,
+    bias_correction_mu: bool = True,
+    bias_correction_nu: bool = True,
+) -> Transformation:
+  """AMSGrad: Adam with the running maximum of the (bias-corrected) second moment.
+
+  Args:
+    b1: decay of the first moment.
+    b2: decay of the second moment.
+    eps: added to the denominator.
+    eps_root: added inside the square root.
+    mu_dtype: dtype of the first moment.
+    bias_correction_mu: bias-correct the first moment.
+    bias_correction_nu: bias-correct the second moment before taking the maximum.
+
+  Returns:
+    A transformation with ``ScaleByAmsgradState(count, mu, nu, nu_max)``.
+
+  References:
+    Reddi et al., "On the Convergence of Adam and Beyond", ICLR 2018.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_amsgrad()
+    >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
+    Array([1.], dtype=float32)
+  """
+  return ScaleByAmsgrad(
+      b1, b2, eps, eps_root, mu_dtype=mu_dtype,
+      bias_correction_mu=bias_correction_mu, bias_correction_nu=bias_correction_nu,
+  )
+
+
+class ScaleByAdamax(Transformation):
+  name = "scale_by_adamax"
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-8
+
+  def init_fn(self, params):
+    return ScaleByAdamState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+
+    def leaf(g, m, v):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      b1 = hyper(self.b1, cdt)
+      gc = as_compute(g, cdt)
+      m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
+      v_new = jnp.maximum(jnp.abs(gc).astype(rdt) + hyper(self.eps, rdt), hyper(self.b2, rdt) * as_compute(v, rdt))
+      step = m_new / (_corrections(self.b1, count, rdt) * v_new).astype(cdt)
+      return step.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+
+def scale_by_adamax(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8) -> Transformation:
+  """Adamax: Adam with the infinity norm, ``v = max(b2 v, |g| + eps)`` (Kingma & Ba 2015, §7.1).
+
+  Args:
+    b1: decay of the first moment.
+    b2: decay of the infinity-norm moment.
+    eps: added to ``|g|``.
+
+  Returns:
+    A transformation with ``ScaleByAdamState(count, mu, nu)``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_adamax(eps=0.0)
+    >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
+    Array([1.], dtype=float32)
+  """
+  return ScaleByAdamax(b1, b2, eps)

@@ -1,0 +1,74 @@
+"""Decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+
+from .._core._base import EmptyState, Transformation
+from .._core._policy import as_compute, compute_dtype, hyper, safe_increment, zero_count
+from .._core._tree import tree_map
+from .._core._types import ScalarOrSchedule
+
+__all__ = ["AddDecayedWeightsState", "WeightDecaySchedule", "add_decayed_weights"]
+
+AddDecayedWeightsState = EmptyState
+
+
+class WeightDecaySchedule(NamedTuple):
+  """State of ``add_decayed_weights`` with a scheduled weight decay: the int32 count."""
+
+  count: jax.Array
+
+
+class AddDecayedWeights(Transformation):
+  name = "add_decayed_weights"
+  weight_decay: Any = 0.0
+
+  def init_fn(self, params):
+    if callable(self.weight_decay):
+      return WeightDecaySchedule(count=zero_count())
+    return EmptyState()
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("add_decayed_weights: `params` must be passed to update().")
+    if callable(self.weight_decay):
+      wd = self.weight_decay(state.count)
+      state = WeightDecaySchedule(count=safe_increment(state.count))
+    else:
+      wd = self.weight_decay
+      if isinstance(wd, (int, float)) and wd == 0:
+        return updates, state
+
+    def leaf(g, p):
+      cdt = compute_dtype(g.dtype, p.dtype)
+      return (as_compute(g, cdt) + hyper(wd, cdt) * as_compute(p, cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates, params), state
+
+
+def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: Any = None) -> Transformation:
+  """Adds ``weight_decay * params`` to the updates (decoupled weight decay).
+
+  Args:
+    weight_decay: a scalar or a schedule of the step count.
+    mask: a tree of booleans (or a callable of the params returning one): decay only where True.
+
+  Returns:
+    A transformation (``masked`` around it when a mask is given).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.add_decayed_weights(0.1)
+    >>> p = jnp.array([2.0])
+    >>> tx.update(jnp.zeros(1), tx.init(p), p)[0]
+    Array([0.2], dtype=float32)
+  """
+  tx = AddDecayedWeights(weight_decay)
+  if mask is not None:
+    from ..wrappers._masked import masked
+
+    return masked(tx, mask)
+  return tx

@@ -1,0 +1,278 @@
+"""Scaling by constants, learning rates and schedules; sign; momentum (trace) and EMA."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._core._base import EmptyState, Transformation
+from .._core._module import static_field
+from .._core._policy import (
+    accumulator_dtype,
+    as_compute,
+    compute_dtype,
+    hyper,
+    safe_increment,
+    zero_count,
+)
+from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._types import ScalarOrSchedule
+from ._moments import bias_correction, moment_step
+
+__all__ = [
+    "ScaleState",
+    "ScaleByScheduleState",
+    "TraceState",
+    "EmaState",
+    "scale",
+    "scale_by_learning_rate",
+    "scale_by_schedule",
+    "scale_by_sign",
+    "trace",
+    "ema",
+    "scale_leaf",
+    "value_at",
+]
+
+ScaleState = EmptyState
+
+
+class ScaleByScheduleState(NamedTuple):
+  """State of ``scale_by_schedule``: the int32 step count."""
+
+  count: jax.Array
+
+
+class TraceState(NamedTuple):
+  """State of ``trace``: the momentum buffer."""
+
+  trace: Any
+
+
+class EmaState(NamedTuple):
+  """State of ``ema``: the int32 count and the running average."""
+
+  count: jax.Array
+  ema: Any
+
+
+def value_at(value: ScalarOrSchedule, count: jax.Array) -> Any:
+  """A scalar hyperparameter, or a schedule evaluated at ``count``."""
+  return value(count) if callable(value) else value
+
+
+def scale_leaf(g: jax.Array, factor: Any) -> jax.Array:
+  """``g * factor`` computed in at least float32 and returned in g's dtype."""
+  cdt = compute_dtype(g.dtype)
+  return (as_compute(g, cdt) * hyper(factor, cdt)).astype(g.dtype)
+
+
+class Scale(Transformation):
+  name = "scale"
+  step_size: Any
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    return tree_map(lambda g: scale_leaf(g, self.step_size), updates), state
+
+
+def scale(step_size: Any) -> Transformation:
+  """Multiplies updates by a fixed ``step_size``.
+
+  Args:
+    step_size: a scalar (a leaf of the transformation: changing it does not recompile).
+
+  Returns:
+    A stateless transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale(-0.5)
+    >>> tx.update(jnp.ones(2), tx.init(jnp.zeros(2)))[0]
+    Array([-0.5, -0.5], dtype=float32)
+  """
+  return Scale(step_size)
+
+
+class ScaleBySchedule(Transformation):
+  name = "scale_by_schedule"
+  step_size_fn: Any
+
+  def init_fn(self, params):
+    return ScaleByScheduleState(count=zero_count())
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    factor = self.step_size_fn(state.count)
+    updates = tree_map(lambda g: scale_leaf(g, factor), updates)
+    return updates, ScaleByScheduleState(count=safe_increment(state.count))
+
+
+def scale_by_schedule(step_size_fn: Any) -> Transformation:
+  """Multiplies updates by ``step_size_fn(count)``; the int32 count starts at 0.
+
+  Args:
+    step_size_fn: a schedule (any callable of the step count).
+
+  Returns:
+    A transformation with ``ScaleByScheduleState``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_schedule(lambda c: 1.0 / (c + 1))
+    >>> s = tx.init(jnp.zeros(1)); _, s = tx.update(jnp.ones(1), s)
+    >>> tx.update(jnp.ones(1), s)[0]
+    Array([0.5], dtype=float32)
+  """
+  return ScaleBySchedule(step_size_fn)
+
+
+class ScaleByLearningRate(Transformation):
+  name = "scale_by_learning_rate"
+  learning_rate: Any
+  flip_sign: bool = static_field(default=True)
+
+  def init_fn(self, params):
+    if callable(self.learning_rate):
+      return ScaleByScheduleState(count=zero_count())
+    return EmptyState()
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    sign = -1.0 if self.flip_sign else 1.0
+    if callable(self.learning_rate):
+      lr = self.learning_rate(state.count)
+      state = ScaleByScheduleState(count=safe_increment(state.count))
+    else:
+      lr = self.learning_rate
+
+    def leaf(g):
+      cdt = compute_dtype(g.dtype)
+      return (as_compute(g, cdt) * (hyper(lr, cdt) * jnp.asarray(sign, cdt))).astype(g.dtype)
+
+    return tree_map(leaf, updates), state
+
+
+def scale_by_learning_rate(learning_rate: ScalarOrSchedule = None, *, flip_sign: bool = True):
+  """Scales updates by the learning rate, negated by default (gradient descent).
+
+  Args:
+    learning_rate: a scalar or a schedule of the step count.
+    flip_sign: multiply by ``-learning_rate`` (the default) instead of ``learning_rate``.
+
+  Returns:
+    A transformation; its state is ``EmptyState`` for a scalar and ``ScaleByScheduleState`` for a
+    schedule, as in Optax.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_learning_rate(0.1)
+    >>> tx.update(jnp.ones(1), tx.init(jnp.zeros(1)))[0]
+    Array([-0.1], dtype=float32)
+  """
+  if learning_rate is None:
+    raise ValueError("scale_by_learning_rate: learning_rate is required (a scalar or a schedule).")
+  return ScaleByLearningRate(learning_rate, flip_sign=flip_sign)
+
+
+class ScaleBySign(Transformation):
+  name = "scale_by_sign"
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    return tree_map(jnp.sign, updates), state
+
+
+def scale_by_sign() -> Transformation:
+  """Replaces each update by its sign (signSGD, Bernstein et al. 2018).
+
+  Returns:
+    A stateless transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_sign()
+    >>> tx.update(jnp.array([-3.0, 0.0, 2.0]), tx.init(jnp.zeros(3)))[0]
+    Array([-1.,  0.,  1.], dtype=float32)
+  """
+  return ScaleBySign()
+
+
+class Trace(Transformation):
+  name = "trace"
+  decay: Any
+  nesterov: bool = static_field(default=False)
+  accumulator_dtype: Any = static_field(default=None)
+
+  def init_fn(self, params):
+    return TraceState(trace=zeros_like(params, self.accumulator_dtype))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    def leaf(g, t):
+      cdt = compute_dtype(g.dtype, t.dtype)
+      d = hyper(self.decay, cdt)
+      gc = as_compute(g, cdt)
+      new_t = gc + d * as_compute(t, cdt)
+      out = gc + d * new_t if self.nesterov else new_t
+      return out.astype(g.dtype), new_t.astype(t.dtype)
+
+    new_updates, new_trace = tree_map_n(leaf, 2, updates, state.trace)
+    return new_updates, TraceState(trace=new_trace)
+
+
+def trace(decay: Any, nesterov: bool = False, accumulator_dtype: Any = None) -> Transformation:
+  """Heavy-ball momentum: ``t = g + decay * t``; with ``nesterov``, returns ``g + decay * t``.
+
+  Args:
+    decay: the momentum coefficient.
+    nesterov: use Nesterov's look-ahead form (Sutskever et al. 2013).
+    accumulator_dtype: dtype of the buffer (default: each parameter's dtype).
+
+  Returns:
+    A transformation with ``TraceState``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.trace(0.5)
+    >>> s = tx.init(jnp.zeros(1)); u, s = tx.update(jnp.ones(1), s)
+    >>> tx.update(jnp.ones(1), s)[0]
+    Array([1.5], dtype=float32)
+  """
+  return Trace(decay, nesterov=nesterov, accumulator_dtype=accumulator_dtype)
+
+
+class Ema(Transformation):
+  name = "ema"
+  decay: Any
+  debias: bool = static_field(default=True)
+  accumulator_dtype: Any = static_field(default=None)
+
+  def init_fn(self, params):
+    return EmaState(count=zero_count(), ema=zeros_like(params, self.accumulator_dtype))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+    new_ema = tree_map(lambda g, e: moment_step(g, e, self.decay, 1), updates, state.ema)
+    if self.debias:
+      out = bias_correction(new_ema, self.decay, count)
+    else:
+      out = new_ema
+    return out, EmaState(count=count, ema=new_ema)
+
+
+def ema(decay: Any, debias: bool = True, accumulator_dtype: Any = None) -> Transformation:
+  """Exponential moving average of the updates, optionally debiased.
+
+  Args:
+    decay: the weight of the old average.
+    debias: divide by ``1 - decay**count`` (as Adam's first moment).
+    accumulator_dtype: dtype of the average (default: each parameter's dtype).
+
+  Returns:
+    A transformation with ``EmaState``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.ema(0.9)
+    >>> tx.update(jnp.ones(1), tx.init(jnp.zeros(1)))[0]
+    Array([1.], dtype=float32)
+  """
+  return Ema(decay, debias=debias, accumulator_dtype=accumulator_dtype)

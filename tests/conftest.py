@@ -1,0 +1,25 @@
+"""Strict test configuration: contract strict mode, strict dtype promotion, x64 from the env."""
+
+import os
+
+import jax
+import pytest
+
+import steadax
+
+X64 = os.environ.get("JAX_ENABLE_X64", "0").lower() in ("1", "true")
+jax.config.update("jax_enable_x64", X64)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+steadax.set_strict(True)
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "x32_only: run only with jax_enable_x64 off")
+  config.addinivalue_line("markers", "slow: a longer test (still part of make test)")
+
+
+@pytest.fixture(autouse=True)
+def _strict_everywhere():
+  with steadax.strict_mode(True):
+    yield
