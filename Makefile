@@ -26,8 +26,8 @@ demo: $(VENV)/.examples
 
 # The whole suite, in both x64 modes (x64 runs as a second pytest process).
 test: $(VENV)/.dev
-	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider
-	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not x32_only" tests/conformance tests/core
+	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --doctest-modules src tests
+	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not x32_only" tests
 
 bench: $(VENV)/.dev
 	$(PY) benchmarks/run.py

@@ -119,7 +119,7 @@ def scale_by_schedule(step_size_fn: Any) -> Transformation:
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.scale_by_schedule(lambda c: 1.0 / (c + 1))
+    >>> tx = steadax.scale_by_schedule(lambda c: 1.0 / (c.astype(jnp.float32) + 1))
     >>> s = tx.init(jnp.zeros(1)); _, s = tx.update(jnp.ones(1), s)
     >>> tx.update(jnp.ones(1), s)[0]
     Array([0.5], dtype=float32)
