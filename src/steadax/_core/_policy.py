@@ -113,9 +113,13 @@ def accumulator_dtype(param_dtype: Any, override: Any = None, *, real: bool = Fa
     override: an explicit dtype (``mu_dtype``, ``nu_dtype``, ...), or None.
     real: the statistic is real-valued (a second moment): complex dtypes map to their real part.
   """
-  dtype = np.dtype(override) if override is not None else np.dtype(param_dtype)
+  param_dtype = np.dtype(param_dtype)
+  dtype = np.dtype(override) if override is not None else param_dtype
   if real:
     dtype = real_dtype(dtype)
+  elif jnp.issubdtype(param_dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+    # A real override (mu_dtype=bfloat16) for a complex parameter keeps the imaginary part.
+    dtype = _promote_pair(dtype, np.dtype(jnp.complex64))
   return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 

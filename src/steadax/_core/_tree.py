@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._policy import compute_dtype, real_dtype
+from ._policy import accumulator_dtype, compute_dtype, real_dtype
 
 __all__ = [
     "tree_map",
@@ -46,10 +46,7 @@ def zeros_like(tree: Any, dtype: Any = None, *, real: bool = False) -> Any:
     real: complex leaves get their real dtype (for second-moment statistics).
   """
   def make(x):
-    d = np.dtype(dtype) if dtype is not None else np.dtype(x.dtype)
-    if real:
-      d = real_dtype(d)
-    d = jax.dtypes.canonicalize_dtype(d)
+    d = accumulator_dtype(x.dtype, dtype, real=real)
     if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
       return jnp.zeros_like(x, dtype=d)
     return jnp.zeros(np.shape(x), d)

@@ -1,0 +1,138 @@
+"""Shared machinery of the conformance tests: parameter trees, type comparisons, the forms program."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import steadax
+
+X64 = bool(jax.config.jax_enable_x64)
+
+
+def mixed_params(low_precision: bool = True) -> dict:
+  """One tree with every kind of leaf the contract covers."""
+  p = {
+      "f32": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32).reshape(3, 2),
+      "scalar": jnp.asarray(0.5, jnp.float32),
+      "zero": jnp.zeros((0, 3), jnp.float32),
+      "none": None,
+      "nested": {"row": jnp.asarray([[0.2, -0.4, 0.6]], jnp.float32)},
+  }
+  if low_precision:
+    p["bf16"] = jnp.asarray([0.5, -0.25, 1.0, -2.0], jnp.bfloat16)
+    p["f16"] = jnp.asarray([[0.3, -0.7], [1.5, 0.01]], jnp.float16)
+  if X64:
+    p["f64"] = jnp.asarray([0.9, -0.3, 0.2], jnp.float64)
+  return p
+
+
+def complex_params() -> dict:
+  p = {"c64": jnp.asarray([1 + 1j, -0.5 + 0.25j, 0.3 - 2j], jnp.complex64)}
+  if X64:
+    p["c128"] = jnp.asarray([[0.5 - 0.5j, 1j]], jnp.complex128)
+  return p
+
+
+def _abs_sq(x):
+  x = x.astype(steadax._core._policy.compute_dtype(x.dtype))
+  return jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x
+
+
+def matrix_loss(params):
+  """``sum 0.5 |x - 0.1|^2`` over leaves, in float32 (the matrix only checks types and finiteness)."""
+  total = jnp.zeros([], jnp.float32)
+  for x in jax.tree_util.tree_leaves(params):
+    shifted = x - jnp.asarray(0.1, x.dtype)
+    total = total + (0.5 * jnp.sum(_abs_sq(shifted))).astype(jnp.float32)
+  return total
+
+
+def matrix_grads(params):
+  """The gradient of ``matrix_loss`` written out (``x - 0.1`` in each leaf's dtype)."""
+  return jax.tree_util.tree_map(lambda x: x - jnp.asarray(0.1, x.dtype), params)
+
+
+def type_signature(tree):
+  """(treedef, [(path, shape, dtype, weak_type)]) of a tree of arrays or abstract values."""
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+  sig = []
+  for path, leaf in leaves:
+    aval = getattr(leaf, "aval", None)
+    weak = bool(getattr(aval, "weak_type", getattr(leaf, "weak_type", False)))
+    sig.append((jax.tree_util.keystr(path), tuple(np.shape(leaf)), np.dtype(leaf.dtype), weak))
+  return treedef, sig
+
+
+def assert_same_types(expected, got, what: str):
+  exp_def, exp_sig = type_signature(expected)
+  got_def, got_sig = type_signature(got)
+  assert exp_def == got_def, f"{what}: structure changed\n{exp_def}\n{got_def}"
+  for e, g in zip(exp_sig, got_sig):
+    assert e == g, f"{what}: leaf {e[0]} changed from {e[1:]} to {g[1:]}"
+  weak = [s[0] for s in got_sig if s[3]]
+  assert not weak, f"{what}: weakly typed leaves {weak}"
+
+
+def assert_updates_follow_params(params, updates, what: str):
+  p_leaves, p_def = jax.tree_util.tree_flatten(params)
+  u_leaves, u_def = jax.tree_util.tree_flatten(updates)
+  assert p_def == u_def, f"{what}: updates structure {u_def} differs from params {p_def}"
+  for p, u in zip(p_leaves, u_leaves):
+    assert u.dtype == p.dtype, f"{what}: update dtype {u.dtype} for a {p.dtype} parameter"
+    assert u.shape == p.shape
+
+
+def assert_finite(tree, what: str):
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+      arr = np.asarray(leaf.astype(jnp.complex128 if jnp.iscomplexobj(leaf) else jnp.float32)) if X64 else np.asarray(
+          leaf.astype(jnp.complex64 if jnp.iscomplexobj(leaf) else jnp.float32))
+      assert np.all(np.isfinite(arr)), f"{what}: non-finite values at {jax.tree_util.keystr(path)}"
+
+
+def make_step(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
+  """``step(tx, params, state) -> (updates, state)`` feeding the entry's extra arguments."""
+  def step(tx, params, state):
+    grads = grads_fn(params)
+    extra = entry.extra_args(loss_fn, params, grads) if entry.extra_args else {}
+    return tx.update(grads, state, params, **extra)
+
+  return step
+
+
+def make_forms_program(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
+  """One jitted program exercising lax.scan, lax.cond (both branches traced) and lax.while_loop."""
+  step = make_step(entry, loss_fn, grads_fn)
+
+  def forms(tx, params, state, pred):
+    def scan_body(carry, _):
+      p, s = carry
+      u, s = step(tx, p, s)
+      return (steadax.apply_updates(p, u), s), u
+
+    (p_scan, s_scan), _ = jax.lax.scan(scan_body, (params, state), None, length=3)
+
+    def skip():
+      grads = grads_fn(params)
+      return jax.tree_util.tree_map(lambda g, p: jnp.zeros_like(p), grads, params), state
+
+    u_cond, s_cond = jax.lax.cond(pred, lambda: step(tx, params, state), skip)
+
+    def while_body(carry):
+      i, p, s = carry
+      u, s = step(tx, p, s)
+      return i + jnp.asarray(1, jnp.int32), steadax.apply_updates(p, u), s
+
+    _, p_while, s_while = jax.lax.while_loop(
+        lambda c: c[0] < jnp.asarray(2, jnp.int32), while_body,
+        (jnp.asarray(0, jnp.int32), params, state))
+    return p_scan, s_scan, u_cond, s_cond, p_while, s_while
+
+  return jax.jit(forms)
+
+
+def perturb_hyperparameters(tx):
+  """The same transformation with every Python-float leaf scaled by 0.9 (new values, same types)."""
+  return jax.tree_util.tree_map(lambda x: x * 0.9 if isinstance(x, float) else x, tx)

@@ -1,0 +1,75 @@
+"""The conformance matrix: every registered entry x dtypes x execution forms (x64 via the env)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import steadax
+
+from . import _harness as h
+from .registry import all_entries, entry_ids
+
+ENTRIES = all_entries()
+
+
+def _check_forms(entry, params):
+  tx = entry.factory()
+  state = tx.init(params)
+  h.assert_same_types(state, state, f"{entry.name} init")  # no weak types at init
+  abstract = jax.eval_shape(tx.init, params)
+  h.assert_same_types(abstract, state, f"{entry.name} init from eval_shape")
+
+  program = h.make_forms_program(entry)
+  p_scan, s_scan, u_cond, s_cond, p_while, s_while = program(tx, params, state, jnp.asarray(True))
+  for what, s in (("scan", s_scan), ("cond", s_cond), ("while_loop", s_while)):
+    h.assert_same_types(state, s, f"{entry.name} state after {what}")
+    h.assert_finite(s, f"{entry.name} state after {what}")
+  h.assert_updates_follow_params(params, u_cond, f"{entry.name} updates")
+  for what, p in (("scan", p_scan), ("while_loop", p_while)):
+    h.assert_same_types(params, p, f"{entry.name} params after {what}")
+    h.assert_finite(p, f"{entry.name} params after {what}")
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_ids(ENTRIES))
+def test_mixed_tree_all_forms(entry):
+  _check_forms(entry, h.mixed_params(entry.low_precision_ok))
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.complex_ok],
+                         ids=entry_ids([e for e in ENTRIES if e.complex_ok]))
+def test_complex_all_forms(entry):
+  _check_forms(entry, h.complex_params())
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_ids(ENTRIES))
+def test_jit_loop_traces_once_and_keeps_types(entry):
+  params = h.mixed_params(entry.low_precision_ok)
+  tx = entry.factory()
+  state = tx.init(params)
+  traces = []
+  raw_step = h.make_step(entry)
+
+  def step(tx, params, state):
+    traces.append(1)
+    updates, state = raw_step(tx, params, state)
+    return steadax.apply_updates(params, updates), state, updates
+
+  jitted = jax.jit(step)
+  p, s = params, state
+  for i, t in enumerate((tx, h.perturb_hyperparameters(tx), tx)):
+    p, s, u = jitted(t, p, s)
+    h.assert_same_types(state, s, f"{entry.name} state after jit step {i}")
+    h.assert_updates_follow_params(params, u, f"{entry.name} updates at jit step {i}")
+  assert len(traces) == 1, f"{entry.name}: traced {len(traces)} times for new hyperparameter values"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_ids(ENTRIES))
+def test_empty_and_scalar_trees(entry):
+  tx = entry.factory()
+  for params in ({}, jnp.asarray(0.7, jnp.float32)):
+    state = tx.init(params)
+    updates, new_state = h.make_step(entry)(tx, params, state)
+    h.assert_same_types(state, new_state, f"{entry.name} state for {params!r}")
+    h.assert_updates_follow_params(params, updates, f"{entry.name} updates for {params!r}")
