@@ -1,0 +1,72 @@
+"""Shared helpers of the schedules: the evaluation dtype, the step count, argument checks."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._policy import compute_dtype, hyperparam_dtype
+
+__all__ = ["declared_dtype", "value_dtype", "as_count", "concrete_number", "static_steps"]
+
+
+def declared_dtype(value: Any) -> np.dtype:
+  """The dtype a value keeps: Python numbers 32-bit, arrays their own, canonical for the x64 mode."""
+  return np.dtype(jax.dtypes.canonicalize_dtype(hyperparam_dtype(value)))
+
+
+def value_dtype(*values: Any) -> np.dtype:
+  """The dtype a schedule evaluates in: float32, or wider when a declared (strong) argument is.
+
+  Python floats count as float32 and weakly typed values too, so the output dtype does not depend on
+  ``jax_enable_x64`` unless the user passed a float64 array.
+  """
+  dtypes = [hyperparam_dtype(v) for v in values if v is not None]
+  return np.dtype(jax.dtypes.canonicalize_dtype(compute_dtype(*dtypes)))
+
+
+def as_count(count: Any, *steps: Any) -> jax.Array:
+  """The step count as an array to combine with the (static) ``steps`` values.
+
+  Integer counts stay integers so offsets and clips are exact; they become float32 only when one of
+  ``steps`` is fractional (strict promotion forbids mixing an int32 array with a Python float).
+  """
+  count = jnp.asarray(count)
+  if count.dtype == jnp.bool_:
+    count = count.astype(jnp.int32)
+  if jnp.issubdtype(count.dtype, jnp.integer) and any(isinstance(s, float) for s in steps):
+    count = count.astype(jnp.float32)
+  return count
+
+
+def concrete_number(value: Any) -> float | None:
+  """``value`` as a Python float when it is a concrete real scalar (not a tracer), else None."""
+  if value is None or isinstance(value, jax.core.Tracer) or callable(value):
+    return None
+  try:
+    arr = np.asarray(value)
+  except Exception:
+    return None
+  if arr.shape != () or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+    return None
+  return float(arr)
+
+
+def static_steps(owner: str, name: str, value: Any) -> int | float:
+  """A step-count argument as a Python number (it is static: it shapes the computation).
+
+  Raises a TypeError naming ``owner`` and ``name`` for tracers, non-numbers and non-finite values.
+  """
+  if isinstance(value, jax.core.Tracer):
+    raise TypeError(
+        f"{owner}: {name} decides the schedule's structure and must be a concrete number of "
+        "steps, not a traced value."
+    )
+  v = concrete_number(value)
+  if v is None or isinstance(value, bool) or not math.isfinite(v):
+    raise TypeError(f"{owner}: {name} must be a finite number of steps, got {value!r}.")
+  return int(v) if v == int(v) else v

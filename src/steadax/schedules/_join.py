@@ -1,0 +1,74 @@
+"""join_schedules: run schedules one after another, each restarted at its boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._core._module import Module, static_field
+from .._core._policy import hyper, promote_types
+from ._common import as_count, declared_dtype, static_steps
+
+__all__ = ["join_schedules"]
+
+
+class JoinedSchedule(Module):
+  """``schedules[i](count - boundaries[i - 1])`` on ``[boundaries[i - 1], boundaries[i])``."""
+
+  schedules: tuple
+  boundaries: tuple = static_field(default=())
+
+  def __call__(self, count: Any) -> jax.Array:
+    count = as_count(count, *self.boundaries)
+    outputs = [self.schedules[0](count)]
+    for boundary, schedule in zip(self.boundaries, self.schedules[1:]):
+      outputs.append(schedule(count - boundary))
+    # One output dtype whatever each piece returns (a user's lambda may return a Python float).
+    dtype = promote_types(*(declared_dtype(o) for o in outputs))
+    value = hyper(outputs[0], dtype)
+    for boundary, output in zip(self.boundaries, outputs[1:]):
+      value = jnp.where(count < boundary, value, hyper(output, dtype))
+    return value
+
+
+def join_schedules(schedules: Sequence[Callable[[Any], Any]], boundaries: Sequence[int]) -> JoinedSchedule:
+  """Runs ``schedules`` in sequence, switching at ``boundaries``.
+
+  Schedule ``i > 0`` is evaluated at ``count - boundaries[i - 1]`` (it starts from 0 at its
+  boundary) and is used from ``boundaries[i - 1]`` on.
+
+  Args:
+    schedules: the schedules (callables of the step count); steadax schedules stay pytree leaves
+      of the result, so their values can change without recompiling.
+    boundaries: ``len(schedules) - 1`` sorted step counts (static).
+
+  Returns:
+    A schedule. Its output dtype is the promotion of the pieces' declared dtypes (float32 for
+    Python floats and for steadax schedules built from Python numbers).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> sched = steadax.join_schedules(
+    ...     [steadax.constant_schedule(1.0), steadax.linear_schedule(1.0, 0.0, 10)], [5])
+    >>> sched(10)
+    Array(0.5, dtype=float32)
+  """
+  owner = "join_schedules"
+  schedules = tuple(schedules)
+  boundaries = tuple(static_steps(owner, "boundaries", b) for b in boundaries)
+  if not schedules:
+    raise ValueError(f"{owner}: schedules must not be empty.")
+  for i, schedule in enumerate(schedules):
+    if not callable(schedule):
+      raise TypeError(f"{owner}: schedules[{i}] must be callable, got {type(schedule).__name__}.")
+  if len(boundaries) != len(schedules) - 1:
+    raise ValueError(
+        f"{owner}: boundaries must hold len(schedules) - 1 = {len(schedules) - 1} entries, "
+        f"got {len(boundaries)}."
+    )
+  if any(b > a for a, b in zip(boundaries[1:], boundaries[:-1])):
+    raise ValueError(f"{owner}: boundaries must be sorted in increasing order, got {boundaries}.")
+  return JoinedSchedule(schedules, boundaries)
