@@ -37,6 +37,8 @@ from ._core._types import (
     Updates as Updates,
 )
 from .optimizers import *  # noqa: F401,F403
+from .schedules import *  # noqa: F401,F403
+from . import schedules as schedules
 from .transforms import *  # noqa: F401,F403
 from .wrappers import *  # noqa: F401,F403
 
