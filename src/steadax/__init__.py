@@ -39,6 +39,7 @@ from ._core._types import (
 from .optimizers import *  # noqa: F401,F403
 from .schedules import *  # noqa: F401,F403
 from . import schedules as schedules
+from . import contrib as contrib
 from .transforms import *  # noqa: F401,F403
 from .wrappers import *  # noqa: F401,F403
 

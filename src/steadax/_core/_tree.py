@@ -16,6 +16,7 @@ __all__ = [
     "tree_map_n",
     "zeros_like",
     "full_like",
+    "copy_like",
     "tree_sum_of_squares",
     "global_norm",
     "is_none",
@@ -52,6 +53,12 @@ def zeros_like(tree: Any, dtype: Any = None, *, real: bool = False) -> Any:
     return jnp.zeros(np.shape(x), d)
 
   return tree_map(make, tree)
+
+
+def copy_like(tree: Any, dtype: Any = None) -> Any:
+  """A strongly typed copy of ``tree`` (distinct buffers, so both can be donated), in ``dtype`` or
+  each leaf's accumulator dtype."""
+  return tree_map(lambda x: jnp.array(x, dtype=accumulator_dtype(x.dtype, dtype), copy=True), tree)
 
 
 def full_like(tree: Any, value: Any, dtype: Any = None) -> Any:

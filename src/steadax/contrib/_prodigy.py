@@ -1,0 +1,179 @@
+"""Prodigy (Mishchenko & Defazio, "Prodigy: An Expeditiously Adaptive Parameter-Free Learner", 2023).
+
+Adam whose step size is scaled by an estimate ``d`` of the distance to the solution:
+``d_k = max(d_{k-1}, r_k / ||s_k||_1)`` with ``r_k`` the (β3-weighted) sum of
+``d_i^2 <g_i, x_0 - x_i>`` and ``s_k`` the weighted sum of ``d_i^2 g_i`` (Algorithm 3 of the paper,
+with Adam's bias correction folded into the step as in the reference implementation).
+
+Scalar statistics (``estim_lr``, ``numerator_weighted``) take one dtype fixed at init: the widest
+floating dtype among the parameters, at least float32. Optax 0.2.8 uses the lowest dtype (bfloat16
+for mixed trees) and lets float32 inputs widen it under x64; steadax does neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
+from .._core._module import static_field
+from .._core._policy import (
+    as_compute,
+    compute_dtype,
+    hyper,
+    real_dtype,
+    safe_increment,
+    scalar_stat_dtype,
+    zero_count,
+)
+from .._core._tree import copy_like, tree_map, tree_map_n, zeros_like
+from .._core._types import ScalarOrSchedule
+from ..transforms._moments import abs_sq
+
+__all__ = ["ProdigyState", "prodigy"]
+
+
+class ProdigyState(NamedTuple):
+  """State of ``prodigy`` (Optax's field names)."""
+
+  exp_avg: Any
+  exp_avg_sq: Any
+  grad_sum: Any
+  params0: Any
+  estim_lr: jax.Array
+  numerator_weighted: jax.Array
+  count: jax.Array
+
+
+def _real_dot(a: jax.Array, b: jax.Array, dtype: Any) -> jax.Array:
+  """Re<a, b> summed, in ``dtype``."""
+  cdt = compute_dtype(a.dtype, b.dtype)
+  prod = as_compute(a, cdt) * jnp.conj(as_compute(b, cdt))
+  return jnp.sum(jnp.real(prod)).astype(dtype)
+
+
+class Prodigy(Transformation):
+  name = "prodigy"
+  learning_rate: Any = 1.0
+  betas: Any = (0.9, 0.999)
+  beta3: Any = None
+  eps: Any = 1e-8
+  estim_lr0: Any = 1e-6
+  estim_lr_coef: Any = 1.0
+  weight_decay: Any = 0.0
+  safeguard_warmup: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    stat = scalar_stat_dtype(params)
+    return ProdigyState(
+        exp_avg=zeros_like(params),
+        exp_avg_sq=zeros_like(params, real=True),
+        grad_sum=zeros_like(params),
+        params0=copy_like(params),
+        estim_lr=hyper(self.estim_lr0, stat),
+        numerator_weighted=jnp.zeros([], stat),
+        count=zero_count(),
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("prodigy: `params` must be passed to update().")
+    stat = state.estim_lr.dtype
+    beta1, beta2 = hyper(self.betas[0], stat), hyper(self.betas[1], stat)
+    beta3 = jnp.sqrt(beta2) if self.beta3 is None else hyper(self.beta3, stat)
+    d0 = hyper(self.estim_lr0, stat)
+    count = safe_increment(state.count)
+    k = count.astype(stat)
+    lr = hyper(self.learning_rate(state.count) if callable(self.learning_rate) else self.learning_rate, stat)
+    d = state.estim_lr
+    correction = jnp.sqrt(1 - beta2**k) / (1 - beta1**k)
+    dlr = d * lr * correction
+
+    # r_k: the inner product <g, x0 - x> accumulated over all leaves in the statistics dtype.
+    leaves_g = jax.tree_util.tree_leaves(updates)
+    leaves_diff = jax.tree_util.tree_leaves(tree_map(lambda p0, p: (p0, p), state.params0, params),
+                                            is_leaf=lambda x: isinstance(x, tuple))
+    numerator_step = jnp.zeros([], stat)
+    for g, (p0, p) in zip(leaves_g, leaves_diff):
+      cdt = compute_dtype(p0.dtype, p.dtype)
+      numerator_step = numerator_step + _real_dot(g, as_compute(p0, cdt) - as_compute(p, cdt), stat)
+    numerator = beta3 * state.numerator_weighted + (d / d0) * dlr * numerator_step
+
+    grad_weight = (d if self.safeguard_warmup else dlr) / d0
+
+    def moments(g, m, v, s):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      dg = as_compute(g, cdt) * d.astype(cdt)
+      b1, b2, b3 = beta1.astype(cdt), beta2.astype(rdt), beta3.astype(cdt)
+      m_new = b1 * as_compute(m, cdt) + (1 - b1) * dg
+      v_new = b2 * as_compute(v, rdt) + (1 - b2) * abs_sq(dg).astype(rdt)
+      s_new = b3 * as_compute(s, cdt) + grad_weight.astype(cdt) * dg
+      return m_new.astype(m.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
+
+    exp_avg, exp_avg_sq, grad_sum = tree_map_n(
+        moments, 3, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum)
+    denominator = jnp.zeros([], stat)
+    for s in jax.tree_util.tree_leaves(grad_sum):
+      denominator = denominator + jnp.sum(jnp.abs(as_compute(s, compute_dtype(s.dtype)))).astype(stat)
+    safe_den = jnp.where(denominator > 0, denominator, jnp.ones_like(denominator))
+    estimate = jnp.where(denominator > 0, hyper(self.estim_lr_coef, stat) * numerator / safe_den, d)
+    new_d = jnp.maximum(d, estimate)
+
+    def step(m, v, p):
+      cdt = compute_dtype(m.dtype, p.dtype)
+      rdt = real_dtype(cdt)
+      denom = jnp.sqrt(as_compute(v, rdt)) + (d * hyper(self.eps, stat)).astype(rdt)
+      out = -(hyper(self.weight_decay, stat) * dlr).astype(cdt) * as_compute(p, cdt) \
+          - dlr.astype(cdt) * as_compute(m, cdt) / denom.astype(cdt)
+      return out.astype(p.dtype)
+
+    out = tree_map(step, exp_avg, exp_avg_sq, params)
+    return out, ProdigyState(exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, numerator, count)
+
+
+def prodigy(
+    learning_rate: ScalarOrSchedule = 1.0,
+    betas: tuple[Any, Any] = (0.9, 0.999),
+    beta3: Any = None,
+    eps: Any = 1e-8,
+    estim_lr0: Any = 1e-6,
+    estim_lr_coef: Any = 1.0,
+    weight_decay: Any = 0.0,
+    safeguard_warmup: bool = False,
+) -> Transformation:
+  """Prodigy: Adam with a learning rate estimated from the distance to the solution.
+
+  Args:
+    learning_rate: a multiplier of the estimated step size (scalar or schedule), usually 1.
+    betas: Adam's ``(b1, b2)``.
+    beta3: decay of the distance statistics (default ``sqrt(b2)``).
+    eps: added to the denominator (scaled by the estimate).
+    estim_lr0: initial distance estimate ``d_0``.
+    estim_lr_coef: multiplier of the estimate.
+    weight_decay: decoupled weight decay.
+    safeguard_warmup: exclude the learning rate from the gradient-sum weights (for warm-up).
+
+  Returns:
+    A transformation with ``ProdigyState``; its scalar statistics have the widest floating dtype
+    among the parameters (at least float32) in both x64 modes.
+
+  References:
+    Mishchenko & Defazio, "Prodigy: An Expeditiously Adaptive Parameter-Free Learner", ICML 2024.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.prodigy()
+    >>> opt.init({"w": jnp.zeros(2, jnp.bfloat16)}).estim_lr.dtype
+    dtype('float32')
+  """
+  check_schedule_or_scalar("prodigy", "learning_rate", learning_rate)
+  check_range("prodigy", "betas[0]", betas[0], 0.0, 1.0, high_open=True)
+  check_range("prodigy", "betas[1]", betas[1], 0.0, 1.0, high_open=True)
+  check_positive("prodigy", "estim_lr0", estim_lr0)
+  check_nonnegative("prodigy", "weight_decay", weight_decay)
+  return Prodigy(learning_rate, tuple(betas), beta3, eps, estim_lr0, estim_lr_coef, weight_decay,
+                 safeguard_warmup=safeguard_warmup)
