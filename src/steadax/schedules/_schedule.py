@@ -72,7 +72,9 @@ class PolynomialSchedule(Module):
     dtype = value_dtype(self.init_value, self.end_value, self.power)
     count = as_count(count, self.transition_steps, self.transition_begin)
     steps = jnp.clip(count - self.transition_begin, 0, self.transition_steps)
-    frac = 1 - steps.astype(dtype) / self.transition_steps
+    # (T - t) / T rather than 1 - t / T: exact 0 at the end even when XLA divides by multiplying
+    # with 1 / T, so a fractional power never sees a negative base.
+    frac = (self.transition_steps - steps).astype(dtype) / self.transition_steps
     init, end = hyper(self.init_value, dtype), hyper(self.end_value, dtype)
     return (init - end) * frac ** hyper(self.power, dtype) + end
 
