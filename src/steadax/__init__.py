@@ -42,6 +42,29 @@ from . import schedules as schedules
 from . import contrib as contrib
 from .transforms import *  # noqa: F401,F403
 from .wrappers import *  # noqa: F401,F403
+from . import losses as losses
+# The loss names Optax also keeps at its top level (optax 0.2.8).
+from .losses import (
+    convex_kl_divergence as convex_kl_divergence,
+    cosine_distance as cosine_distance,
+    cosine_similarity as cosine_similarity,
+    ctc_loss as ctc_loss,
+    ctc_loss_with_forward_probs as ctc_loss_with_forward_probs,
+    generalized_kl_divergence as generalized_kl_divergence,
+    hinge_loss as hinge_loss,
+    huber_loss as huber_loss,
+    kl_divergence as kl_divergence,
+    l2_loss as l2_loss,
+    log_cosh as log_cosh,
+    ntxent as ntxent,
+    safe_softmax_cross_entropy as safe_softmax_cross_entropy,
+    sigmoid_binary_cross_entropy as sigmoid_binary_cross_entropy,
+    sigmoid_focal_loss as sigmoid_focal_loss,
+    smooth_labels as smooth_labels,
+    softmax_cross_entropy as softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels,
+    squared_error as squared_error,
+)
 
 safe_int32_increment = safe_increment
 
