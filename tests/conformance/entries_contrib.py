@@ -5,7 +5,8 @@ import steadax
 from .registry import Entry
 
 ENTRIES = [
-    Entry("prodigy", lambda: steadax.contrib.prodigy(estim_lr0=1e-2), lambda o: o.contrib.prodigy(estim_lr0=1e-2)),
+    Entry("prodigy", lambda: steadax.contrib.prodigy(estim_lr0=1e-2), lambda o: o.contrib.prodigy(estim_lr0=1e-2),
+          optax_atol=1e-4, notes="the distance estimate amplifies float32 summation-order differences"),
     Entry("prodigy_weight_decay", lambda: steadax.contrib.prodigy(estim_lr0=1e-2, weight_decay=0.01, safeguard_warmup=True),
           lambda o: o.contrib.prodigy(estim_lr0=1e-2, weight_decay=0.01, safeguard_warmup=True)),
     Entry("schedule_free_sgd", lambda: steadax.contrib.schedule_free_sgd(0.2),

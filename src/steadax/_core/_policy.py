@@ -27,6 +27,7 @@ __all__ = [
     "accumulator_dtype",
     "scalar_stat_dtype",
     "hyper",
+    "per_dtype",
     "as_compute",
     "check_float_params",
     "hyperparam_dtype",
@@ -129,13 +130,35 @@ def scalar_stat_dtype(params: Any) -> np.dtype:
   return np.dtype(real_dtype(compute_dtype(*[l.dtype for l in leaves])))
 
 
-def hyper(value: Any, dtype: Any) -> jax.Array:
-  """A hyperparameter (Python number, array or tracer) as a strong scalar of ``dtype``."""
+def hyper(value: Any, dtype: Any) -> Any:
+  """A hyperparameter (Python number, array or tracer) as a strong scalar of ``dtype``.
+
+  Concrete numbers become numpy constants (folded at trace time: no per-leaf operations); traced
+  values are converted once per call.
+  """
   dtype = np.dtype(dtype)
+  if isinstance(value, (int, float, np.number, np.ndarray)) and not isinstance(value, bool):
+    arr = np.asarray(value)
+    if np.iscomplexobj(arr) and not jnp.issubdtype(dtype, jnp.complexfloating):
+      arr = arr.real
+    return arr.astype(dtype)
   value = jnp.asarray(value)
   if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
     value = jnp.real(value)
   return value.astype(dtype)
+
+
+def per_dtype(fn: Any) -> Any:
+  """Memoise ``fn(dtype)`` for one update call: scalar work is done once per dtype, not per leaf."""
+  cache: dict = {}
+
+  def get(dtype: Any) -> Any:
+    key = np.dtype(dtype)
+    if key not in cache:
+      cache[key] = fn(key)
+    return cache[key]
+
+  return get
 
 
 def as_compute(x: jax.Array, dtype: Any) -> jax.Array:

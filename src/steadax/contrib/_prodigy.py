@@ -73,7 +73,7 @@ class Prodigy(Transformation):
         exp_avg_sq=zeros_like(params, real=True),
         grad_sum=zeros_like(params),
         params0=copy_like(params),
-        estim_lr=hyper(self.estim_lr0, stat),
+        estim_lr=jnp.asarray(hyper(self.estim_lr0, stat)),
         numerator_weighted=jnp.zeros([], stat),
         count=zero_count(),
     )

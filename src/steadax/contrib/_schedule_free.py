@@ -76,7 +76,7 @@ class ScheduleFree(Transformation):
     # A copy, so that params and z can both be donated to a jitted step.
     z = copy_like(params, self.state_dtype)
     return ScheduleFreeState(
-        b1=hyper(self.b1, stat),
+        b1=jnp.asarray(hyper(self.b1, stat)),
         weight_sum=jnp.zeros([], stat),
         step_count=zero_count(),
         max_lr=jnp.zeros([], stat),

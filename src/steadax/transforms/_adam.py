@@ -12,14 +12,15 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._core._base import Transformation
 from .._core._module import static_field
 from .._core._policy import (
-    accumulator_dtype,
     as_compute,
     compute_dtype,
     hyper,
+    per_dtype,
     real_dtype,
     safe_increment,
     zero_count,
@@ -78,21 +79,32 @@ class ScaleByAdam(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      c1 = _corrections(self.b1, count, rdt)
+      c1_next = _corrections(self.b1, safe_increment(count), rdt) if self.nesterov else None
+      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
+      return dict(
+          b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=np.asarray(1, rdt) - b2,
+          c1=c1.astype(cdt),
+          c1_next=None if c1_next is None else c1_next.astype(cdt),
+          c2=_corrections(self.b2, count, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+
     def leaf(g, m, v):
       cdt = compute_dtype(g.dtype, m.dtype)
       rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
+      k = scalars(cdt)
+      b1, b2 = k["b1"], k["b2"]
       gc = as_compute(g, cdt)
-      m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
-      v_new = b2 * as_compute(v, rdt) + (jnp.asarray(1, rdt) - b2) * abs_sq(gc).astype(rdt)
-      c1 = _corrections(self.b1, count, rdt).astype(cdt)
+      m_new = b1 * as_compute(m, cdt) + k["one_minus_b1"] * gc
+      v_new = b2 * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
       if self.nesterov:
-        c1_next = _corrections(self.b1, safe_increment(count), rdt).astype(cdt)
-        m_hat = b1 * m_new / c1_next + (jnp.asarray(1, cdt) - b1) * gc / c1
+        m_hat = b1 * m_new / k["c1_next"] + k["one_minus_b1"] * gc / k["c1"]
       else:
-        m_hat = m_new / c1
-      v_hat = v_new / _corrections(self.b2, count, rdt)
-      denom = jnp.sqrt(v_hat + hyper(self.eps_root, rdt)) + hyper(self.eps, rdt)
+        m_hat = m_new / k["c1"]
+      v_hat = v_new / k["c2"]
+      denom = jnp.sqrt(v_hat + k["eps_root"]) + k["eps"]
       return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
     out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
@@ -157,17 +169,25 @@ class ScaleByAmsgrad(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      return dict(b1=hyper(self.b1, cdt), b2=hyper(self.b2, rdt),
+                  c1=_corrections(self.b1, count, rdt).astype(cdt), c2=_corrections(self.b2, count, rdt),
+                  eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+
     def leaf(g, m, v, vmax):
       cdt = compute_dtype(g.dtype, m.dtype)
       rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
+      k = scalars(cdt)
+      b1, b2 = k["b1"], k["b2"]
       gc = as_compute(g, cdt)
       m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
       v_new = b2 * as_compute(v, rdt) + (jnp.asarray(1, rdt) - b2) * abs_sq(gc).astype(rdt)
-      m_hat = m_new / _corrections(self.b1, count, rdt).astype(cdt) if self.bias_correction_mu else m_new
-      v_hat = v_new / _corrections(self.b2, count, rdt) if self.bias_correction_nu else v_new
+      m_hat = m_new / k["c1"] if self.bias_correction_mu else m_new
+      v_hat = v_new / k["c2"] if self.bias_correction_nu else v_new
       vmax_new = jnp.maximum(as_compute(vmax, rdt), v_hat)
-      denom = jnp.sqrt(vmax_new + hyper(self.eps_root, rdt)) + hyper(self.eps, rdt)
+      denom = jnp.sqrt(vmax_new + k["eps_root"]) + k["eps"]
       return (
           (m_hat / denom.astype(cdt)).astype(g.dtype),
           m_new.astype(m.dtype),
@@ -229,14 +249,21 @@ class ScaleByAdamax(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      return dict(b1=hyper(self.b1, cdt), b2=hyper(self.b2, rdt), eps=hyper(self.eps, rdt),
+                  c1=_corrections(self.b1, count, rdt))
+
     def leaf(g, m, v):
       cdt = compute_dtype(g.dtype, m.dtype)
       rdt = real_dtype(cdt)
-      b1 = hyper(self.b1, cdt)
+      k = scalars(cdt)
+      b1 = k["b1"]
       gc = as_compute(g, cdt)
       m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
-      v_new = jnp.maximum(jnp.abs(gc).astype(rdt) + hyper(self.eps, rdt), hyper(self.b2, rdt) * as_compute(v, rdt))
-      step = m_new / (_corrections(self.b1, count, rdt) * v_new).astype(cdt)
+      v_new = jnp.maximum(jnp.abs(gc).astype(rdt) + k["eps"], k["b2"] * as_compute(v, rdt))
+      step = m_new / (k["c1"] * v_new).astype(cdt)
       return step.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
     out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .._core._base import EmptyState, Transformation
-from .._core._policy import as_compute, compute_dtype, hyper, safe_increment, zero_count
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, zero_count
 from .._core._tree import tree_map
 from .._core._types import ScalarOrSchedule
 
@@ -42,9 +42,11 @@ class AddDecayedWeights(Transformation):
       if isinstance(wd, (int, float)) and wd == 0:
         return updates, state
 
+    decays = per_dtype(lambda cdt: hyper(wd, cdt))
+
     def leaf(g, p):
       cdt = compute_dtype(g.dtype, p.dtype)
-      return (as_compute(g, cdt) + hyper(wd, cdt) * as_compute(p, cdt)).astype(g.dtype)
+      return (as_compute(g, cdt) + decays(cdt) * as_compute(p, cdt)).astype(g.dtype)
 
     return tree_map(leaf, updates, params), state
 

@@ -14,6 +14,7 @@ from .._core._policy import (
     as_compute,
     compute_dtype,
     hyper,
+    per_dtype,
     safe_increment,
     zero_count,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "trace",
     "ema",
     "scale_leaf",
+    "scale_tree",
     "value_at",
 ]
 
@@ -69,12 +71,23 @@ def scale_leaf(g: jax.Array, factor: Any) -> jax.Array:
   return (as_compute(g, cdt) * hyper(factor, cdt)).astype(g.dtype)
 
 
+def scale_tree(updates: Any, factor: Any) -> Any:
+  """``updates * factor`` leaf by leaf, the factor converted once per dtype."""
+  factors = per_dtype(lambda cdt: hyper(factor, cdt))
+
+  def leaf(g):
+    cdt = compute_dtype(g.dtype)
+    return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
+
+  return tree_map(leaf, updates)
+
+
 class Scale(Transformation):
   name = "scale"
   step_size: Any
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    return tree_map(lambda g: scale_leaf(g, self.step_size), updates), state
+    return scale_tree(updates, self.step_size), state
 
 
 def scale(step_size: Any) -> Transformation:
@@ -103,8 +116,7 @@ class ScaleBySchedule(Transformation):
     return ScaleByScheduleState(count=zero_count())
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    factor = self.step_size_fn(state.count)
-    updates = tree_map(lambda g: scale_leaf(g, factor), updates)
+    updates = scale_tree(updates, self.step_size_fn(state.count))
     return updates, ScaleByScheduleState(count=safe_increment(state.count))
 
 
@@ -138,18 +150,12 @@ class ScaleByLearningRate(Transformation):
     return EmptyState()
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    sign = -1.0 if self.flip_sign else 1.0
     if callable(self.learning_rate):
       lr = self.learning_rate(state.count)
       state = ScaleByScheduleState(count=safe_increment(state.count))
     else:
       lr = self.learning_rate
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype)
-      return (as_compute(g, cdt) * (hyper(lr, cdt) * jnp.asarray(sign, cdt))).astype(g.dtype)
-
-    return tree_map(leaf, updates), state
+    return scale_tree(updates, -lr if self.flip_sign else lr), state
 
 
 def scale_by_learning_rate(learning_rate: ScalarOrSchedule = None, *, flip_sign: bool = True):
@@ -206,9 +212,11 @@ class Trace(Transformation):
     return TraceState(trace=zeros_like(params, self.accumulator_dtype))
 
   def update_fn(self, updates, state, params=None, **extra_args):
+    decays = per_dtype(lambda cdt: hyper(self.decay, cdt))
+
     def leaf(g, t):
       cdt = compute_dtype(g.dtype, t.dtype)
-      d = hyper(self.decay, cdt)
+      d = decays(cdt)
       gc = as_compute(g, cdt)
       new_t = gc + d * as_compute(t, cdt)
       out = gc + d * new_t if self.nesterov else new_t
