@@ -43,6 +43,11 @@ from . import contrib as contrib
 from .transforms import *  # noqa: F401,F403
 from .wrappers import *  # noqa: F401,F403
 from . import losses as losses
+from . import assignment as assignment
+from . import perturbations as perturbations
+from . import tree as tree
+from . import tree_utils as tree_utils
+from .tree_utils import tree_map_params as tree_map_params
 # The loss names Optax also keeps at its top level (optax 0.2.8).
 from .losses import (
     convex_kl_divergence as convex_kl_divergence,
