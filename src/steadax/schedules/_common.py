@@ -11,7 +11,15 @@ import numpy as np
 
 from .._core._policy import compute_dtype, hyperparam_dtype
 
-__all__ = ["declared_dtype", "value_dtype", "as_count", "concrete_number", "static_steps"]
+__all__ = ["cast", "declared_dtype", "value_dtype", "as_count", "concrete_number", "static_steps"]
+
+
+def cast(value: Any, dtype: Any) -> jax.Array:
+  """``value`` (number, array or tracer) as a jax array of ``dtype``; complex to real keeps the real part."""
+  value = jnp.asarray(value)
+  if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+    value = jnp.real(value)
+  return value.astype(dtype)
 
 
 def declared_dtype(value: Any) -> np.dtype:

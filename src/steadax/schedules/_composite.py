@@ -9,8 +9,7 @@ import jax.numpy as jnp
 
 from .._core._checks import check_positive
 from .._core._module import Module
-from .._core._policy import hyper
-from ._common import static_steps, value_dtype
+from ._common import cast, static_steps, value_dtype
 from ._join import JoinedSchedule, join_schedules
 from ._schedule import (
     PiecewiseInterpolate,
@@ -55,7 +54,7 @@ def _end_over_peak(end_value: Any, peak_value: Any) -> Any:
     return 0.0 if peak_value == 0 else end_value / peak_value
   # Arrays and tracers (a schedule built inside jit) cannot take the Python branch.
   dtype = value_dtype(peak_value, end_value)
-  peak, end = hyper(peak_value, dtype), hyper(end_value, dtype)
+  peak, end = cast(peak_value, dtype), cast(end_value, dtype)
   zero = peak == 0
   return jnp.where(zero, jnp.zeros([], dtype), end / jnp.where(zero, jnp.ones([], dtype), peak))
 

@@ -26,8 +26,8 @@ import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import Module, static_field
-from .._core._policy import hyper, safe_increment, zero_count
-from ._common import declared_dtype
+from .._core._policy import safe_increment, zero_count
+from ._common import cast, declared_dtype
 
 __all__ = [
     "InjectHyperparamsState",
@@ -156,7 +156,7 @@ class InjectHyperparams(Transformation):
     values = {}
     for name, schedule in zip(self.schedule_names, self.schedules):
       value = schedule(schedule_states[name], **extra_args)
-      values[name] = hyper(value, self._dtype_for(value))
+      values[name] = cast(value, self._dtype_for(value))
     return values
 
   def _inner(self, hyperparams: dict) -> GradientTransformation:
@@ -167,7 +167,7 @@ class InjectHyperparams(Transformation):
   def init_fn(self, params):
     schedule_states = {n: s.init() for n, s in zip(self.schedule_names, self.schedules)}
     hyperparams = {
-        n: hyper(v, d) for n, v, d in zip(self.numeric_names, self.numeric_values, self.numeric_dtypes)
+        n: cast(v, d) for n, v, d in zip(self.numeric_names, self.numeric_values, self.numeric_dtypes)
     }
     hyperparams.update(self._scheduled(schedule_states, {}))
     return InjectStatefulHyperparamsState(
@@ -217,7 +217,7 @@ class InjectHyperparams(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     hyperparams = {
-        n: hyper(state.hyperparams[n], d) for n, d in zip(self.numeric_names, self.numeric_dtypes)
+        n: cast(state.hyperparams[n], d) for n, d in zip(self.numeric_names, self.numeric_dtypes)
     }
     hyperparams.update(self._scheduled(state.hyperparams_states, extra_args))
     schedule_states = {

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from .._core._module import Module, static_field
-from .._core._policy import hyper, promote_types
-from ._common import as_count, declared_dtype, static_steps
+from .._core._policy import promote_types
+from ._common import as_count, cast, declared_dtype, static_steps
 
 __all__ = ["join_schedules"]
 
@@ -28,9 +28,9 @@ class JoinedSchedule(Module):
       outputs.append(schedule(count - boundary))
     # One output dtype whatever each piece returns (a user's lambda may return a Python float).
     dtype = promote_types(*(declared_dtype(o) for o in outputs))
-    value = hyper(outputs[0], dtype)
+    value = cast(outputs[0], dtype)
     for boundary, output in zip(self.boundaries, outputs[1:]):
-      value = jnp.where(count < boundary, value, hyper(output, dtype))
+      value = jnp.where(count < boundary, value, cast(output, dtype))
     return value
 
 

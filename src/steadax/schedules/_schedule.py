@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._module import Module, static_field
-from .._core._policy import hyper
-from ._common import as_count, concrete_number, declared_dtype, static_steps, value_dtype
+from ._common import as_count, cast, concrete_number, declared_dtype, static_steps, value_dtype
 
 __all__ = [
     "constant_schedule",
@@ -38,7 +37,7 @@ class ConstantSchedule(Module):
 
   def __call__(self, count: Any) -> jax.Array:
     del count
-    return hyper(self.value, declared_dtype(self.value))
+    return cast(self.value, declared_dtype(self.value))
 
 
 def constant_schedule(value: Any) -> ConstantSchedule:
@@ -75,8 +74,8 @@ class PolynomialSchedule(Module):
     # (T - t) / T rather than 1 - t / T: exact 0 at the end even when XLA divides by multiplying
     # with 1 / T, so a fractional power never sees a negative base.
     frac = (self.transition_steps - steps).astype(dtype) / self.transition_steps
-    init, end = hyper(self.init_value, dtype), hyper(self.end_value, dtype)
-    return (init - end) * frac ** hyper(self.power, dtype) + end
+    init, end = cast(self.init_value, dtype), cast(self.end_value, dtype)
+    return (init - end) * frac ** cast(self.power, dtype) + end
 
 
 def polynomial_schedule(
@@ -160,11 +159,11 @@ class ExponentialDecay(Module):
     exponent = shifted.astype(dtype) / self.transition_steps
     if self.staircase:
       exponent = jnp.floor(exponent)
-    init, rate = hyper(self.init_value, dtype), hyper(self.decay_rate, dtype)
+    init, rate = cast(self.init_value, dtype), cast(self.decay_rate, dtype)
     value = jnp.where(shifted <= 0, init, init * rate ** exponent)
     if self.end_value is not None:
       # end_value bounds the decay from below when decaying, from above when growing.
-      end = hyper(self.end_value, dtype)
+      end = cast(self.end_value, dtype)
       value = jnp.where(rate < 1, jnp.maximum(value, end), jnp.minimum(value, end))
     # A zero rate means "no decay" (Optax returns the constant init_value then).
     return jnp.where(rate == 0, init, value)
@@ -238,9 +237,9 @@ class CosineDecay(Module):
     cosine = 0.5 * (1 + jnp.cos(jnp.pi * t / self.decay_steps))
     # Rounding can leave cos(pi) a hair above -1; a negative base with a fractional exponent is NaN.
     cosine = jnp.maximum(cosine, 0)
-    alpha = hyper(self.alpha, dtype)
-    decayed = (1 - alpha) * cosine ** hyper(self.exponent, dtype) + alpha
-    return hyper(self.init_value, dtype) * decayed
+    alpha = cast(self.alpha, dtype)
+    decayed = (1 - alpha) * cosine ** cast(self.exponent, dtype) + alpha
+    return cast(self.init_value, dtype) * decayed
 
 
 def cosine_decay_schedule(
@@ -311,9 +310,9 @@ class PiecewiseConstant(Module):
   def __call__(self, count: Any) -> jax.Array:
     dtype = value_dtype(self.init_value, *self.scales)
     count = as_count(count, *self.boundaries)
-    value = hyper(self.init_value, dtype)
+    value = cast(self.init_value, dtype)
     for boundary, scale in zip(self.boundaries, self.scales):
-      value = jnp.where(count < boundary, value, value * hyper(scale, dtype))
+      value = jnp.where(count < boundary, value, value * cast(scale, dtype))
     return value
 
 
@@ -361,9 +360,9 @@ class PiecewiseInterpolate(Module):
   def __call__(self, count: Any) -> jax.Array:
     dtype = value_dtype(self.init_value, *self.scales)
     count = as_count(count, *self.boundaries)
-    values = [hyper(self.init_value, dtype)]
+    values = [cast(self.init_value, dtype)]
     for scale in self.scales:
-      values.append(values[-1] * hyper(scale, dtype))
+      values.append(values[-1] * cast(scale, dtype))
     bounds = (0, *self.boundaries)
     # Before step 0 the value is 0 and from the last boundary on it is the last product (Optax's).
     value = jnp.where(bounds[-1] <= count, values[-1], jnp.zeros([], dtype))
