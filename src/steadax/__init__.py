@@ -42,6 +42,8 @@ from . import schedules as schedules
 from . import contrib as contrib
 from .transforms import *  # noqa: F401,F403
 from .wrappers import *  # noqa: F401,F403
+from . import microbatching as microbatching
+from .microbatching import microbatch as microbatch
 from . import losses as losses
 from . import assignment as assignment
 from . import perturbations as perturbations

@@ -10,3 +10,32 @@ from ._scaling import *  # noqa: F401,F403
 from ._scaling import __all__ as _scaling_all
 
 __all__ = [*_adam_all, *_decay_all, *_moments_all, *_scaling_all]
+
+# Optax's `optax.transforms` namespace also carries the wrappers; they are defined in
+# steadax.wrappers (imported from its private modules, which depend only on the core, so the
+# import order of the two packages does not matter).
+from .._core._combine import chain as chain, named_chain as named_chain
+from ..wrappers._flatten import flatten as flatten
+from ..wrappers._masked import MaskedNode as MaskedNode, MaskedState as MaskedState, masked as masked
+from ..wrappers._partition import (
+    PartitionState as PartitionState,
+    freeze as freeze,
+    partition as partition,
+    selective_transform as selective_transform,
+)
+from ..wrappers._unitwise import (
+    NonNegativeParamsState as NonNegativeParamsState,
+    adaptive_grad_clip as adaptive_grad_clip,
+    keep_params_nonnegative as keep_params_nonnegative,
+    per_example_global_norm_clip as per_example_global_norm_clip,
+    per_example_layer_norm_clip as per_example_layer_norm_clip,
+    unitwise_clip as unitwise_clip,
+    unitwise_norm as unitwise_norm,
+)
+
+__all__ += [
+    "chain", "named_chain", "flatten", "MaskedNode", "MaskedState", "masked", "PartitionState",
+    "freeze", "partition", "selective_transform", "NonNegativeParamsState", "adaptive_grad_clip",
+    "keep_params_nonnegative", "per_example_global_norm_clip", "per_example_layer_norm_clip",
+    "unitwise_clip", "unitwise_norm",
+]

@@ -2,5 +2,18 @@
 
 from ._masked import *  # noqa: F401,F403
 from ._masked import __all__ as _masked_all
+from ._partition import *  # noqa: F401,F403
+from ._partition import __all__ as _partition_all
+from ._groups import *  # noqa: F401,F403
+from ._groups import __all__ as _groups_all
+from ._surgery import *  # noqa: F401,F403
+from ._surgery import __all__ as _surgery_all
+from ._flatten import *  # noqa: F401,F403
+from ._flatten import __all__ as _flatten_all
+from ._lookahead import *  # noqa: F401,F403
+from ._lookahead import __all__ as _lookahead_all
+from ._unitwise import *  # noqa: F401,F403
+from ._unitwise import __all__ as _unitwise_all
 
-__all__ = [*_masked_all]
+__all__ = [*_masked_all, *_partition_all, *_groups_all, *_surgery_all, *_flatten_all,
+           *_lookahead_all, *_unitwise_all]

@@ -1,14 +1,20 @@
-"""masked: apply a transformation to a subset of the parameters."""
+"""masked: apply a transformation to a subset of the parameters.
+
+Masks (and ``partition``'s labels) are *prefix trees* of the parameters: a leaf of the mask decides
+for the whole subtree below it. Mappings are matched by key, so a plain ``dict`` mask works for
+Flax ``FrozenDict`` parameters and the reverse; sequences are matched by position.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import static_field
+from .._core._policy import key_path_str
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
 
@@ -23,15 +29,106 @@ class MaskedState(NamedTuple):
   inner_state: Any
 
 
+def _is_none(x: Any) -> bool:
+  return x is None
+
+
+def _one_level(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
+  """The children of ``tree``'s root node with their key entries, and the root's treedef."""
+  children, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
+  return [(path[0], child) for path, child in children], treedef
+
+
+def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple = ()) -> Any:
+  """``prefix`` rebuilt with ``tree``'s container types wherever both are mappings or sequences.
+
+  A ``dict`` mask for ``FrozenDict`` parameters (or a list for a tuple) would otherwise fail JAX's
+  prefix matching on the container type alone. Other nodes are kept as they are.
+
+  Raises:
+    ValueError: naming ``owner``, ``argname`` and the tree path where the keys differ.
+  """
+  if isinstance(prefix, Mapping) and isinstance(tree, Mapping):
+    children, treedef = _one_level(tree)
+    if not all(isinstance(k, jax.tree_util.DictKey) for k, _ in children):
+      return prefix  # a custom mapping node: leave the matching to JAX
+    keys = [k.key for k, _ in children]
+    missing = [k for k in keys if k not in prefix]
+    extra = [k for k in prefix if k not in set(keys)]
+    if missing or extra:
+      detail = []
+      if missing:
+        detail.append("no entry for " + ", ".join(repr(k) for k in missing))
+      if extra:
+        detail.append("unexpected " + ", ".join(repr(k) for k in extra))
+      raise ValueError(
+          f"{owner}: `{argname}` does not match the parameters at {key_path_str(path)}: "
+          + "; ".join(detail)
+      )
+    return treedef.unflatten([
+        align_prefix(owner, argname, prefix[k.key], child, (*path, k)) for k, child in children
+    ])
+  if (isinstance(prefix, (list, tuple)) and isinstance(tree, (list, tuple))
+      and not hasattr(prefix, "_fields") and len(prefix) == len(tree)):
+    children, treedef = _one_level(tree)
+    if len(children) != len(prefix):
+      return prefix
+    return treedef.unflatten([
+        align_prefix(owner, argname, p, child, (*path, k))
+        for p, (k, child) in zip(prefix, children)
+    ])
+  return prefix
+
+
 def mask_tree(tree: Any, mask: Any) -> Any:
-  """Replace the leaves (or subtrees) of ``tree`` where ``mask`` is False by ``MaskedNode()``."""
+  """Replace the leaves (or subtrees) of ``tree`` where ``mask`` is False by ``MaskedNode()``.
+
+  Args:
+    tree: a pytree (parameters, updates or any tree with their structure).
+    mask: a prefix tree of ``tree`` with boolean leaves.
+
+  Returns:
+    ``tree`` with the masked-out parts replaced.
+
+  Example:
+    >>> import steadax
+    >>> steadax.mask_tree({"w": 1.0, "b": 2.0}, {"w": True, "b": False})
+    {'b': MaskedNode(), 'w': 1.0}
+  """
+  mask = align_prefix("mask_tree", "mask", mask, tree)
   return jax.tree_util.tree_map(
-      lambda m, sub: sub if m else MaskedNode(), mask, tree, is_leaf=lambda x: x is None
+      lambda m, sub: sub if m else MaskedNode(), mask, tree, is_leaf=_is_none
   )
 
 
-def _resolve(mask: Any, tree: Any) -> Any:
-  return mask(tree) if callable(mask) else mask
+def is_mask_callable(mask: Any) -> bool:
+  """Whether ``mask`` is a function of the parameters rather than a tree (Optax's rule)."""
+  flags = jax.tree_util.tree_leaves(jax.tree_util.tree_map(callable, mask))
+  return bool(flags) and all(flags)
+
+
+def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
+  """A mask or label tree (or the result of calling it on ``tree``) aligned with ``tree``."""
+  value = spec(tree) if is_mask_callable(spec) else spec
+  return align_prefix(owner, argname, value, tree)
+
+
+def is_params_marker(params: Any) -> bool:
+  """Whether ``params`` is the leafless stand-in ``tree_map_params`` initialises states with."""
+  try:  # steadax.tree sits above this module: import it on use
+    from ..tree._state import _ParamsMarker
+  except ImportError:  # pragma: no cover - no tree package, so no marker either
+    return False
+  return isinstance(params, _ParamsMarker)
+
+
+def _apply_mask(owner: str, tree: Any, mask: Any) -> Any:
+  try:
+    return jax.tree_util.tree_map(
+        lambda m, sub: sub if m else MaskedNode(), mask, tree, is_leaf=_is_none
+    )
+  except (ValueError, TypeError) as err:
+    raise ValueError(f"{owner}: the mask is not a prefix of the parameters/updates: {err}") from None
 
 
 class Masked(Transformation):
@@ -39,32 +136,54 @@ class Masked(Transformation):
   requires_float = False
   inner: Any
   mask: Any = static_field()
+  mask_compatible_extra_args: bool = static_field(default=False)
 
   def init_fn(self, params):
-    mask = _resolve(self.mask, params)
-    return MaskedState(inner_state=self.inner.init(mask_tree(params, mask)))
+    if is_params_marker(params):
+      return MaskedState(inner_state=self.inner.init(params))
+    mask = resolve_prefix(self.owner, "mask", self.mask, params)
+    return MaskedState(inner_state=self.inner.init(_apply_mask(self.owner, params, mask)))
+
+  def _mask_extra_args(self, updates: Any, mask: Any, extra_args: dict) -> dict:
+    if not self.mask_compatible_extra_args:
+      return extra_args
+    structure = jax.tree_util.tree_structure(updates)
+    return {
+        k: _apply_mask(self.owner, v, mask) if jax.tree_util.tree_structure(v) == structure else v
+        for k, v in extra_args.items()
+    }
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    mask = _resolve(self.mask, updates)
-    masked_updates = mask_tree(updates, mask)
-    masked_params = None if params is None else mask_tree(params, mask)
+    mask = resolve_prefix(self.owner, "mask", self.mask, updates)
+    masked_updates = _apply_mask(self.owner, updates, mask)
+    masked_params = None if params is None else _apply_mask(self.owner, params, mask)
     new_masked, inner_state = self.inner.update(
-        masked_updates, state.inner_state, masked_params, **extra_args
+        masked_updates, state.inner_state, masked_params,
+        **self._mask_extra_args(updates, mask, extra_args),
     )
     merged = jax.tree_util.tree_map(
-        lambda m, new, old: new if m else old, mask, new_masked, updates,
-        is_leaf=lambda x: isinstance(x, MaskedNode) or x is None,
+        lambda m, new, old: new if m else old, mask, new_masked, updates, is_leaf=_is_none,
     )
     return merged, MaskedState(inner_state=inner_state)
 
 
-def masked(inner: GradientTransformation, mask: Any | Callable[[Any], Any]) -> Transformation:
+def masked(
+    inner: GradientTransformation,
+    mask: Any | Callable[[Any], Any],
+    *,
+    mask_compatible_extra_args: bool = False,
+) -> Transformation:
   """Applies ``inner`` only where ``mask`` is True; other updates pass through unchanged.
 
   Args:
     inner: the transformation to apply.
-    mask: a tree of Python booleans with the parameters' structure (or a prefix of it), or a
-      callable returning one from the params/updates. Mappings of any kind (dict, FrozenDict) work.
+    mask: a tree of Python booleans with the parameters' structure or a prefix of it (one boolean
+      decides for a whole subtree; a single boolean for everything), or a callable returning one
+      from the params/updates. Mappings are matched by key whatever their type (``dict``,
+      Flax ``FrozenDict``), sequences by position. The mask is static: it is part of the compiled
+      program.
+    mask_compatible_extra_args: also mask the keyword extras (``grad``, ...) whose tree structure
+      is the updates'.
 
   Returns:
     A transformation with ``MaskedState(inner_state)``; the inner state holds ``MaskedNode()`` where
@@ -77,4 +196,4 @@ def masked(inner: GradientTransformation, mask: Any | Callable[[Any], Any]) -> T
     >>> tx.update(g, tx.init(g))[0]
     {'b': Array([1.], dtype=float32), 'w': Array([0.], dtype=float32)}
   """
-  return Masked(with_extra_args_support(inner), mask)
+  return Masked(with_extra_args_support(inner), mask, mask_compatible_extra_args)

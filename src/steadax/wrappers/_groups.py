@@ -1,0 +1,168 @@
+"""groups: parameter groups chosen by path patterns (PyTorch-style param groups), built on partition.
+
+A parameter's *path* is its ``jax.tree_util`` key path rendered as a dotted string by
+``dotted_path``: dict keys (``DictKey``) by ``str(key)``, attributes (``GetAttrKey``, NamedTuple
+fields, dataclass and Equinox module fields) by their name, sequence positions (``SequenceKey``,
+``FlattenedIndexKey``) by their index, joined with ``.``. So
+``{"encoder": {"layers": [{"w": ..., "bias": ...}]}}`` has the paths ``encoder.layers.0.w`` and
+``encoder.layers.0.bias``; a lone array has the empty path ``""``.
+
+A group key is one pattern or several separated by ``|``; each is an ``fnmatch`` pattern (``*`` any
+run of characters, dots included; ``?`` one character; ``[seq]`` a class), matched against the whole
+path, case-sensitively. The first group (in the mapping's order) with a matching alternative wins.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from .._core._base import GradientTransformation, with_extra_args_support
+from .._core._policy import key_path_str
+from ._partition import Partition
+
+__all__ = ["dotted_path", "groups", "group_labels"]
+
+
+def _entry_str(entry: Any) -> str:
+  if isinstance(entry, jax.tree_util.DictKey):
+    return str(entry.key)
+  if isinstance(entry, jax.tree_util.GetAttrKey):
+    return entry.name
+  if isinstance(entry, jax.tree_util.SequenceKey):
+    return str(entry.idx)
+  if isinstance(entry, jax.tree_util.FlattenedIndexKey):
+    return str(entry.key)
+  for attribute in ("name", "key", "idx"):  # key types of other libraries
+    if hasattr(entry, attribute):
+      return str(getattr(entry, attribute))
+  return str(entry).strip(".[]'\"")
+
+
+def dotted_path(key_path: Any) -> str:
+  """A ``jax.tree_util`` key path as the dotted string ``groups`` matches its patterns against.
+
+  Args:
+    key_path: a tuple of key entries (from ``jax.tree_util.tree_flatten_with_path``).
+
+  Returns:
+    The entries rendered (dict keys by ``str``, attributes by name, sequence positions by index)
+    and joined with ``.``; ``""`` for the root.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> params = {"layers": [{"w": jnp.ones(1)}]}
+    >>> [steadax.dotted_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    ['layers.0.w']
+  """
+  return ".".join(_entry_str(e) for e in key_path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _matches(pattern: str, path: str) -> bool:
+  return any(fnmatch.fnmatchcase(path, alternative) for alternative in pattern.split("|"))
+
+
+class _GroupLabels:
+  """``param_labels`` of ``groups``: each leaf's first matching pattern (hashable, so jit caches)."""
+
+  def __init__(self, patterns: tuple[str, ...]):
+    self.patterns = patterns
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, _GroupLabels) and other.patterns == self.patterns
+
+  def __hash__(self) -> int:
+    return hash(("groups", self.patterns))
+
+  def label(self, path: Any) -> str:
+    text = dotted_path(path)
+    for pattern in self.patterns:
+      if _matches(pattern, text):
+        return pattern
+    raise ValueError(
+        f"groups: the parameter {text!r} (at {key_path_str(path)}) matches no group; the patterns "
+        f"are {list(self.patterns)}. Add a catch-all group \"*\" last to cover the rest."
+    )
+
+  def __call__(self, tree: Any) -> Any:
+    return jax.tree_util.tree_map_with_path(lambda path, _: self.label(path), tree)
+
+
+class Groups(Partition):
+  """The transformation ``groups`` returns: a ``partition`` labelled by path patterns."""
+
+  name = "groups"
+
+
+def _check_patterns(patterns: tuple[Any, ...]) -> None:
+  for pattern in patterns:
+    if not isinstance(pattern, str):
+      raise TypeError(f"groups: group keys must be pattern strings, got {pattern!r}.")
+    if any(not alternative for alternative in pattern.split("|")):
+      raise ValueError(f"groups: the pattern {pattern!r} has an empty alternative.")
+
+
+def groups(transforms: Mapping[str, GradientTransformation]) -> Groups:
+  """Parameter groups: a transformation per path pattern, the first matching pattern wins.
+
+  ``groups({"*.bias|*norm*": adamw(lr, weight_decay=0.0), "*": adamw(lr)})`` gives biases and
+  normalisation parameters AdamW without weight decay and everything else AdamW with it. Paths are
+  rendered by ``dotted_path`` (see the module docstring: ``encoder.layers.0.bias``); patterns are
+  ``fnmatch`` patterns with ``|`` between alternatives.
+
+  Args:
+    transforms: ``{pattern: transformation}`` in priority order.
+
+  Returns:
+    A ``partition`` whose labels are the patterns: its state is
+    ``PartitionState(inner_states={pattern: MaskedState(...)})``.
+
+  Raises:
+    ValueError: at ``init``/``update`` when a parameter matches no pattern (the message names its
+      path); at construction for an empty alternative.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> params = {"dense": {"kernel": jnp.ones(2), "bias": jnp.ones(1)}}
+    >>> tx = steadax.groups({"*.bias": steadax.sgd(0.0), "*": steadax.sgd(1.0)})
+    >>> updates, _ = tx.update(params, tx.init(params), params)
+    >>> updates["dense"]["bias"], updates["dense"]["kernel"]
+    (Array([-0.], dtype=float32), Array([-1., -1.], dtype=float32))
+  """
+  items = list(transforms.items())
+  patterns = tuple(k for k, _ in items)
+  _check_patterns(patterns)
+  return Groups(
+      labels=patterns,
+      transforms=tuple(with_extra_args_support(t) for _, t in items),
+      param_labels=_GroupLabels(patterns),
+  )
+
+
+def group_labels(transforms_or_groups: Any, params: Any) -> Any:
+  """Which group each parameter falls in: a tree of patterns with the parameters' structure.
+
+  Args:
+    transforms_or_groups: the transformation ``groups`` returned, or the mapping given to it (or
+      just its patterns).
+    params: the parameters.
+
+  Returns:
+    A tree with ``params``' structure whose leaves are the winning patterns.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> steadax.group_labels(["*.bias", "*"], {"dense": {"kernel": jnp.ones(2), "bias": jnp.ones(1)}})
+    {'dense': {'bias': '*.bias', 'kernel': '*'}}
+  """
+  if isinstance(transforms_or_groups, Groups):
+    patterns = transforms_or_groups.labels
+  else:
+    patterns = tuple(transforms_or_groups)
+  _check_patterns(patterns)
+  return _GroupLabels(patterns)(params)
