@@ -218,16 +218,21 @@ def _replace(node: Any, path: KeyPath, values: dict[str, Any], filtering: Filter
   if _is_record(node):
     if _class_matches(node, values) and keep(path, node):
       return values[type(node).__name__]
-    children = {}
+    children, changed = {}, False
     for name, child_path, child in _record_children(path, node):
       if _hashable_in(name, values) and keep(child_path, child):
         children[name] = values[name]
       else:
         children[name] = _replace(child, child_path, values, filtering)
-    return _rebuild_record(node, children)
+      changed = changed or children[name] is not child
+    # Untouched subtrees are returned as they are (same objects), as in Optax.
+    return _rebuild_record(node, children) if changed else node
   if _is_container(node):
     children, treedef = _container_children(path, node)
-    return treedef.unflatten([_replace(c, p, values, filtering) for p, c in children])
+    new = [_replace(c, p, values, filtering) for p, c in children]
+    if all(n is c for n, (_, c) in zip(new, children)):
+      return node
+    return treedef.unflatten(new)
   return node
 
 
