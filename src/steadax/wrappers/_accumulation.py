@@ -1,0 +1,405 @@
+"""Gradient accumulation: MultiSteps (with skip functions) and apply_every."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._module import static_field
+from .._core._policy import (
+    COUNTER_DTYPE,
+    as_compute,
+    compute_dtype,
+    hyper,
+    safe_increment,
+    zero_count,
+)
+from .._core._tree import tree_map, tree_map_n, zeros_like
+from ._branching import (
+    cast_like,
+    check_predicate,
+    count_not_finite,
+    pinned_state,
+    pinned_updates,
+    strong,
+    sum_of_squares,
+    zero_updates,
+)
+
+__all__ = [
+    "ShouldSkipUpdateFunction",
+    "skip_not_finite",
+    "skip_large_updates",
+    "MultiStepsState",
+    "MultiSteps",
+    "ApplyEvery",
+    "apply_every",
+]
+
+
+class ShouldSkipUpdateFunction(Protocol):
+  """``fn(updates, gradient_step, params) -> (should_skip, skip_state)`` for ``MultiSteps``.
+
+  ``should_skip`` is a boolean scalar; ``skip_state`` is any tree of arrays, stored in
+  ``MultiStepsState.skip_state`` for monitoring. The function is called at ``init`` too (with zero
+  updates), which fixes the skip state's types.
+  """
+
+  def __call__(self, updates: Any, gradient_step: jax.Array, params: Any) -> tuple[jax.Array, Any]:
+    ...
+
+
+def skip_not_finite(updates: Any, gradient_step: Any, params: Any) -> tuple[jax.Array, dict]:
+  """Skips a mini-step whose updates hold a NaN or an infinity.
+
+  Args:
+    updates: the updates of the mini-step.
+    gradient_step: the gradient step (unused).
+    params: the parameters (unused).
+
+  Returns:
+    ``(should_skip, {"should_skip": should_skip, "num_not_finite": count})``: a bool scalar and the
+    number of non-finite elements as an int32 scalar (saturating; Optax uses the default integer
+    type, int64 under x64). Inside ``shard_map`` the count covers all shards of a sharded leaf.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> skip, info = steadax.skip_not_finite({"w": jnp.array([1.0, jnp.nan])}, 0, None)
+    >>> bool(skip), int(info["num_not_finite"])
+    (True, 1)
+  """
+  del gradient_step, params
+  count = count_not_finite(updates)
+  should_skip = count > 0
+  return should_skip, {"should_skip": should_skip, "num_not_finite": count}
+
+
+def skip_large_updates(
+    updates: Any, gradient_step: Any, params: Any, max_squared_norm: Any
+) -> tuple[jax.Array, dict]:
+  """Skips a mini-step whose updates have a squared global norm of at least ``max_squared_norm``.
+
+  Use it through ``functools.partial(skip_large_updates, max_squared_norm=...)``. A NaN norm is
+  skipped too (the comparison ``norm_sq < max_squared_norm`` fails).
+
+  Args:
+    updates: the updates of the mini-step.
+    gradient_step: the gradient step (unused).
+    params: the parameters (unused).
+    max_squared_norm: the largest squared norm accepted (exclusive).
+
+  Returns:
+    ``(should_skip, {"should_skip": should_skip, "norm_squared": norm_sq})``; the squared norm is
+    accumulated in the widest floating dtype of the updates, at least float32 (inside
+    ``shard_map``, over all shards of a sharded leaf).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> skip, info = steadax.skip_large_updates(jnp.array([3.0, 4.0]), 0, None, 10.0)
+    >>> bool(skip), float(info["norm_squared"])
+    (True, 25.0)
+  """
+  del gradient_step, params
+  norm_sq = sum_of_squares(updates)
+  should_skip = jnp.logical_not(norm_sq < hyper(max_squared_norm, norm_sq.dtype))
+  return should_skip, {"should_skip": should_skip, "norm_squared": norm_sq}
+
+
+class MultiStepsState(NamedTuple):
+  """State of ``MultiSteps``.
+
+  Attributes:
+    mini_step: int32, mini-steps accumulated since the last emitted update (0 to k - 1).
+    gradient_step: int32, updates emitted so far (the inner optimizer's step).
+    inner_opt_state: the wrapped optimizer's state.
+    acc_grads: the running mean (or sum) of this period's gradients in ``accumulator_dtype``;
+      ``()`` when ``every_k_schedule`` is the int 1 (nothing is accumulated).
+    skip_state: what ``should_skip_update_fn`` returned last (``()`` without one).
+  """
+
+  mini_step: jax.Array
+  gradient_step: jax.Array
+  inner_opt_state: Any
+  acc_grads: Any
+  skip_state: Any = ()
+
+
+def _no_skip(updates, gradient_step, params):
+  del updates, gradient_step, params
+  return jnp.asarray(False), ()
+
+
+class MultiSteps(Transformation):
+  """Accumulates gradients over ``k`` mini-steps and applies the inner optimizer once per ``k``.
+
+  Each call to ``update`` adds the gradient to an accumulator (a running mean by default, a sum with
+  ``use_grad_mean=False``) and returns zero updates, except on the ``k``-th call of a period, where
+  the accumulated gradient goes through the inner optimizer and its updates are returned. The inner
+  optimizer runs only on those calls (under ``lax.cond``), and its state changes only then, so
+  ``MultiSteps(opt, k)`` over ``k`` micro-batches equals ``opt`` over their mean gradient.
+
+  Type stability: both branches of the conditional return the same types for any inner optimizer
+  (steadax's or not): updates take the parameters' dtypes and the inner state is held to the state it
+  was given (strict mode raises on drift, otherwise it is cast back). Boolean states stay boolean.
+
+  Memory: with ``every_k_schedule`` the int 1, no accumulator is held (``acc_grads`` is ``()``) and
+  ``update`` calls the inner optimizer directly. Otherwise ``acc_grads`` is one tree shaped like the
+  parameters, in ``accumulator_dtype``.
+
+  Args:
+    opt: the inner optimizer.
+    every_k_schedule: mini-steps per update, an int, or a schedule ``fn(gradient_step) -> k``
+      (varying the effective batch size over training).
+    use_grad_mean: average the accumulated gradients (the default) instead of summing them.
+    should_skip_update_fn: a ``ShouldSkipUpdateFunction`` (``skip_not_finite``,
+      ``skip_large_updates``); a skipped mini-step changes nothing but ``skip_state`` and returns
+      zero updates.
+    accumulator_dtype: dtype of ``acc_grads`` (float32 by default; complex parameters get the
+      complex counterpart; None for each parameter's own dtype).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> ms = steadax.MultiSteps(steadax.sgd(1.0), every_k_schedule=2)
+    >>> params = jnp.zeros(1)
+    >>> state = ms.init(params)
+    >>> u, state = ms.update(jnp.array([1.0]), state, params)
+    >>> u, bool(ms.has_updated(state))
+    (Array([0.], dtype=float32), False)
+    >>> u, state = ms.update(jnp.array([3.0]), state, params)
+    >>> u, bool(ms.has_updated(state))
+    (Array([-2.], dtype=float32), True)
+  """
+
+  name = "MultiSteps"
+  requires_float = False
+  opt: Any
+  schedule: Any = None
+  k: int | None = static_field(default=None)
+  use_grad_mean: bool = static_field(default=True)
+  should_skip_update_fn: Callable | None = static_field(default=None)
+  accumulator_dtype: Any = static_field(default=jnp.float32)
+
+  def __init__(
+      self,
+      opt: GradientTransformation,
+      every_k_schedule: int | Callable[[jax.Array], Any],
+      use_grad_mean: bool = True,
+      should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
+      accumulator_dtype: Any = jnp.float32,
+  ):
+    if isinstance(every_k_schedule, (int, np.integer)) and not isinstance(every_k_schedule, bool):
+      if int(every_k_schedule) < 1:
+        raise ValueError(
+            f"MultiSteps: every_k_schedule must be at least 1, got {every_k_schedule}.")
+      k, schedule = int(every_k_schedule), None
+    elif callable(every_k_schedule):
+      k, schedule = None, every_k_schedule
+    else:
+      raise TypeError(
+          "MultiSteps: every_k_schedule must be an int or a callable of the gradient step, got "
+          f"{type(every_k_schedule).__name__}.")
+    set_ = object.__setattr__
+    set_(self, "opt", with_extra_args_support(opt))
+    set_(self, "schedule", schedule)
+    set_(self, "k", k)
+    set_(self, "use_grad_mean", bool(use_grad_mean))
+    set_(self, "should_skip_update_fn", should_skip_update_fn)
+    set_(self, "accumulator_dtype", accumulator_dtype)
+
+  def replace(self, **changes: Any) -> MultiSteps:
+    """A copy with some fields changed (the constructor takes Optax's arguments, not the fields)."""
+    new = object.__new__(type(self))
+    new.__dict__.update(self.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+  @property
+  def inner_opt(self) -> GradientTransformation:
+    """The wrapped optimizer."""
+    return self.opt
+
+  @property
+  def every_k_schedule(self) -> int | Callable:
+    """The int or schedule given at construction."""
+    return self.k if self.k is not None else self.schedule
+
+  def _k_at(self, gradient_step: jax.Array) -> jax.Array:
+    if self.k is not None:
+      return jnp.asarray(self.k, COUNTER_DTYPE)
+    k = jnp.asarray(self.schedule(gradient_step))
+    if k.shape != ():
+      raise ValueError(f"MultiSteps: every_k_schedule must return a scalar, got shape {k.shape}.")
+    return k.astype(COUNTER_DTYPE)
+
+  def _skip_fn(self) -> Callable:
+    return self.should_skip_update_fn if self.should_skip_update_fn is not None else _no_skip
+
+  def init_fn(self, params):
+    gradient_step = zero_count()
+    skip_state = ()
+    if self.should_skip_update_fn is not None:
+      _, skip_state = self.should_skip_update_fn(zeros_like(params), gradient_step, params)
+      skip_state = strong(skip_state)
+    acc_grads = () if self.k == 1 else zeros_like(params, self.accumulator_dtype)
+    return MultiStepsState(
+        mini_step=zero_count(),
+        gradient_step=gradient_step,
+        inner_opt_state=self.opt.init(params),
+        acc_grads=acc_grads,
+        skip_state=skip_state,
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    should_skip, skip_state = self._skip_fn()(updates, state.gradient_step, params)
+    should_skip = check_predicate(self.owner, "should_skip_update_fn", should_skip)
+    # The skip state is diagnostics: it keeps the types fixed at init whatever the updates' dtypes.
+    skip_state = cast_like(skip_state, state.skip_state)
+
+    def inner_step(grads):
+      new_updates, inner_state = self.opt.update(grads, state.inner_opt_state, params, **extra_args)
+      new_updates = pinned_updates(f"{self.owner} (inner optimizer)", updates, params, new_updates)
+      inner_state = pinned_state(f"{self.owner} (inner optimizer)", state.inner_opt_state, inner_state)
+      return new_updates, inner_state
+
+    def accept():
+      if self.k == 1:
+        new_updates, inner_state = inner_step(updates)
+        return new_updates, state._replace(
+            gradient_step=safe_increment(state.gradient_step), inner_opt_state=inner_state,
+            skip_state=skip_state)
+      return self._accumulate(updates, state, params, skip_state, inner_step)
+
+    if self.should_skip_update_fn is None:
+      return accept()
+
+    def reject():
+      return zero_updates(updates, params), state._replace(skip_state=skip_state)
+
+    return jax.lax.cond(should_skip, reject, accept)
+
+  def _accumulate(self, updates, state, params, skip_state, inner_step):
+    k = self._k_at(state.gradient_step)
+    n = state.mini_step
+
+    def add(g, acc):
+      cdt = compute_dtype(g.dtype, acc.dtype)
+      gc, ac = as_compute(g, cdt), as_compute(acc, cdt)
+      if self.use_grad_mean:
+        out = ac + (gc - ac) / (n + jnp.asarray(1, COUNTER_DTYPE)).astype(cdt)
+      else:
+        out = ac + gc
+      return out.astype(acc.dtype)
+
+    acc_grads = tree_map(add, updates, state.acc_grads)
+    emit = n >= k - jnp.asarray(1, COUNTER_DTYPE)
+
+    def emit_branch():
+      grads = cast_like(acc_grads, updates)
+      new_updates, inner_state = inner_step(grads)
+      return new_updates, MultiStepsState(
+          mini_step=zero_count(),
+          gradient_step=safe_increment(state.gradient_step),
+          inner_opt_state=inner_state,
+          acc_grads=jax.tree_util.tree_map(jnp.zeros_like, acc_grads),
+          skip_state=skip_state,
+      )
+
+    def hold_branch():
+      return zero_updates(updates, params), MultiStepsState(
+          mini_step=safe_increment(n),
+          gradient_step=state.gradient_step,
+          inner_opt_state=state.inner_opt_state,
+          acc_grads=acc_grads,
+          skip_state=skip_state,
+      )
+
+    return jax.lax.cond(emit, emit_branch, hold_branch)
+
+  def has_updated(self, state: MultiStepsState) -> jax.Array:
+    """Whether the last ``update`` emitted the inner optimizer's updates (a bool scalar).
+
+    Args:
+      state: a ``MultiStepsState``.
+
+    Returns:
+      ``mini_step == 0 and gradient_step > 0``.
+    """
+    return jnp.logical_and(state.mini_step == 0, state.gradient_step > 0)
+
+  def gradient_transformation(self) -> MultiSteps:
+    """This wrapper as a transformation (it already is one; kept for Optax's API).
+
+    Returns:
+      ``self``.
+    """
+    return self
+
+
+class ApplyEvery(NamedTuple):
+  """State of ``apply_every``: the int32 position in the period and the running sum.
+
+  Attributes:
+    count: int32, calls since the last emitted sum (0 to k - 1).
+    grad_acc: the sum of this period's updates (``()`` when ``k`` is 1).
+  """
+
+  count: jax.Array
+  grad_acc: Any
+
+
+class _ApplyEvery(Transformation):
+  name = "apply_every"
+  requires_float = False
+  k: int = static_field(default=1)
+  accumulator_dtype: Any = static_field(default=None)
+
+  def init_fn(self, params):
+    grad_acc = () if self.k == 1 else zeros_like(params, self.accumulator_dtype)
+    return ApplyEvery(count=zero_count(), grad_acc=grad_acc)
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if self.k == 1:
+      return updates, state
+    keep = state.count != 0
+    emit = state.count == jnp.asarray(self.k - 1, COUNTER_DTYPE)
+
+    def leaf(g, acc):
+      cdt = compute_dtype(g.dtype, acc.dtype)
+      total = jnp.where(keep, as_compute(acc, cdt), jnp.zeros((), cdt)) + as_compute(g, cdt)
+      return jnp.where(emit, total, jnp.zeros((), cdt)).astype(g.dtype), total.astype(acc.dtype)
+
+    out, grad_acc = tree_map_n(leaf, 2, updates, state.grad_acc)
+    count = safe_increment(state.count) % jnp.asarray(self.k, COUNTER_DTYPE)
+    return out, ApplyEvery(count=count, grad_acc=grad_acc)
+
+
+def apply_every(k: int = 1, *, accumulator_dtype: Any = None) -> Transformation:
+  """Sums updates over ``k`` calls and emits the sum on every ``k``-th call, zeros otherwise.
+
+  Unlike ``MultiSteps``, the transformations before it in a chain still run (and update their state)
+  on every call; use ``MultiSteps`` for an exact large-batch equivalent.
+
+  Args:
+    k: the period (a Python int, part of the compiled program).
+    accumulator_dtype: dtype of the running sum (keyword-only, beyond Optax; default: each
+      parameter's dtype, as Optax). With ``k == 1`` nothing is accumulated: ``grad_acc`` is ``()``.
+
+  Returns:
+    A transformation with state ``ApplyEvery(count, grad_acc)``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.apply_every(2)
+    >>> state = tx.init(jnp.zeros(1))
+    >>> u, state = tx.update(jnp.array([1.0]), state)
+    >>> tx.update(jnp.array([2.0]), state)[0]
+    Array([3.], dtype=float32)
+  """
+  if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+    raise ValueError(f"apply_every: k must be a positive int, got {k!r}.")
+  return _ApplyEvery(int(k), accumulator_dtype=accumulator_dtype)

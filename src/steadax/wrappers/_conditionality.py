@@ -1,0 +1,266 @@
+"""Conditional wrappers: conditionally_transform, conditionally_mask, apply_if_finite, zero_nans."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._module import static_field
+from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
+from ._branching import all_finite, check_predicate, pinned_state, pinned_updates, zero_updates
+
+__all__ = [
+    "ConditionFn",
+    "ConditionallyTransformState",
+    "ConditionallyMaskState",
+    "conditionally_transform",
+    "conditionally_mask",
+    "ApplyIfFiniteState",
+    "apply_if_finite",
+    "ZeroNansState",
+    "zero_nans",
+]
+
+
+class ConditionFn(Protocol):
+  """``fn(step, **extra_args) -> bool scalar``: whether the inner transformation runs this step."""
+
+  def __call__(self, step: jax.Array, **extra_args: Any) -> jax.Array:
+    ...
+
+
+class ConditionallyTransformState(NamedTuple):
+  """State of ``conditionally_transform``: the inner state and the int32 call count."""
+
+  inner_state: Any
+  step: jax.Array
+
+
+class ConditionallyMaskState(NamedTuple):
+  """State of ``conditionally_mask``: the int32 call count and the inner state."""
+
+  step: jax.Array
+  inner_state: Any
+
+
+def _run_inner(owner, inner, updates, state, params, extra_args):
+  """The inner update with its outputs pinned to the types a ``lax.cond`` branch must return."""
+  new_updates, new_state = inner.update(updates, state, params, **extra_args)
+  where = f"{owner} (inner transformation)"
+  return pinned_updates(where, updates, params, new_updates), pinned_state(where, state, new_state)
+
+
+class _Conditional(Transformation):
+  requires_float = False
+  inner: Any
+  should_transform_fn: Any = static_field()
+  forward_extra_args: bool = static_field(default=False)
+  zero_when_skipped: bool = static_field(default=False)
+
+  @property
+  def owner(self) -> str:
+    return "conditionally_mask" if self.zero_when_skipped else "conditionally_transform"
+
+  def init_fn(self, params):
+    inner_state = self.inner.init(params)
+    if self.zero_when_skipped:
+      return ConditionallyMaskState(step=zero_count(), inner_state=inner_state)
+    return ConditionallyTransformState(inner_state=inner_state, step=zero_count())
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    kwargs = extra_args if self.forward_extra_args else {}
+    run = check_predicate(
+        self.owner, "should_transform_fn", self.should_transform_fn(state.step, **kwargs))
+
+    def transform():
+      return _run_inner(self.owner, self.inner, updates, state.inner_state, params, extra_args)
+
+    def skip():
+      if self.zero_when_skipped:
+        return zero_updates(updates, params), state.inner_state
+      return pinned_updates(self.owner, updates, params, updates), state.inner_state
+
+    new_updates, inner_state = jax.lax.cond(run, transform, skip)
+    step = safe_increment(state.step)
+    if self.zero_when_skipped:
+      return new_updates, ConditionallyMaskState(step=step, inner_state=inner_state)
+    return new_updates, ConditionallyTransformState(inner_state=inner_state, step=step)
+
+
+def conditionally_transform(
+    inner: GradientTransformation, should_transform_fn: ConditionFn, forward_extra_args: bool = False
+) -> Transformation:
+  """Runs ``inner`` on the steps where ``should_transform_fn(step)`` holds; passes updates through
+  unchanged (and keeps the inner state) on the others.
+
+  Args:
+    inner: the transformation to run conditionally.
+    should_transform_fn: ``fn(step, **extra_args) -> bool scalar``; ``step`` is the int32 number of
+      previous calls.
+    forward_extra_args: pass ``update``'s keyword extras (``value`` ...) to ``should_transform_fn``.
+
+  Returns:
+    A transformation with ``ConditionallyTransformState(inner_state, step)``. Both branches return
+    updates in the parameters' dtypes, so incoming float32 gradients for bfloat16 parameters do not
+    make the branches disagree.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.conditionally_transform(steadax.scale(10.0), lambda step: step >= 1)
+    >>> state = tx.init(jnp.zeros(1))
+    >>> u, state = tx.update(jnp.ones(1), state)
+    >>> u, tx.update(jnp.ones(1), state)[0]
+    (Array([1.], dtype=float32), Array([10.], dtype=float32))
+  """
+  return _Conditional(with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args))
+
+
+def conditionally_mask(
+    inner: GradientTransformation, should_transform_fn: ConditionFn, forward_extra_args: bool = False
+) -> Transformation:
+  """Runs ``inner`` on the steps where ``should_transform_fn(step)`` holds; returns zero updates
+  (and keeps the inner state) on the others.
+
+  Args:
+    inner: the transformation to run conditionally.
+    should_transform_fn: ``fn(step, **extra_args) -> bool scalar``; ``step`` is the int32 number of
+      previous calls.
+    forward_extra_args: pass ``update``'s keyword extras to ``should_transform_fn``.
+
+  Returns:
+    A transformation with ``ConditionallyMaskState(step, inner_state)``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.conditionally_mask(steadax.sgd(1.0), lambda step: step % 2 == 1)
+    >>> state = tx.init(jnp.zeros(1))
+    >>> u, state = tx.update(jnp.ones(1), state)
+    >>> u, tx.update(jnp.ones(1), state)[0]
+    (Array([0.], dtype=float32), Array([-1.], dtype=float32))
+  """
+  return _Conditional(
+      with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args),
+      zero_when_skipped=True)
+
+
+class ApplyIfFiniteState(NamedTuple):
+  """State of ``apply_if_finite``.
+
+  Attributes:
+    notfinite_count: int32, consecutive updates with a NaN or an infinity; back to 0 after a finite
+      one.
+    last_finite: bool, whether the last update was finite.
+    total_notfinite: int32, non-finite updates since init (never reset; saturating).
+    inner_state: the inner transformation's state.
+  """
+
+  notfinite_count: jax.Array
+  last_finite: jax.Array
+  total_notfinite: jax.Array
+  inner_state: Any
+
+
+class _ApplyIfFinite(Transformation):
+  name = "apply_if_finite"
+  requires_float = False
+  inner: Any
+  max_consecutive_errors: Any = 0
+
+  def init_fn(self, params):
+    return ApplyIfFiniteState(
+        notfinite_count=zero_count(),
+        last_finite=jnp.asarray(True),
+        total_notfinite=zero_count(),
+        inner_state=self.inner.init(params),
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    finite = all_finite(updates)
+    notfinite_count = jnp.where(finite, zero_count(), safe_increment(state.notfinite_count))
+    total = jnp.where(finite, state.total_notfinite, safe_increment(state.total_notfinite))
+    give_up = notfinite_count > hyper(self.max_consecutive_errors, COUNTER_DTYPE)
+
+    def apply():
+      return _run_inner(self.name, self.inner, updates, state.inner_state, params, extra_args)
+
+    def reject():
+      return zero_updates(updates, params), state.inner_state
+
+    new_updates, inner_state = jax.lax.cond(jnp.logical_or(finite, give_up), apply, reject)
+    return new_updates, ApplyIfFiniteState(
+        notfinite_count=notfinite_count, last_finite=finite, total_notfinite=total,
+        inner_state=inner_state)
+
+
+def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) -> Transformation:
+  """Skips updates holding a NaN or an infinity, up to ``max_consecutive_errors`` in a row.
+
+  A non-finite update returns zeros and leaves the inner state untouched. The consecutive counter
+  goes back to 0 after every finite update; once more than ``max_consecutive_errors`` non-finite
+  updates arrive in a row, they are passed to ``inner`` (which then decides what a NaN does).
+
+  Args:
+    inner: the transformation to protect.
+    max_consecutive_errors: how many non-finite updates in a row are skipped (a leaf: a new value
+      does not recompile).
+
+  Returns:
+    A transformation with ``ApplyIfFiniteState(notfinite_count, last_finite, total_notfinite,
+    inner_state)``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.apply_if_finite(steadax.sgd(1.0), max_consecutive_errors=2)
+    >>> state = tx.init(jnp.zeros(1))
+    >>> u, state = tx.update(jnp.array([jnp.nan]), state)
+    >>> u, int(state.notfinite_count), bool(state.last_finite)
+    (Array([0.], dtype=float32), 1, False)
+  """
+  if isinstance(max_consecutive_errors, (int, np.integer)) and max_consecutive_errors < 0:
+    raise ValueError(
+        f"apply_if_finite: max_consecutive_errors must be >= 0, got {max_consecutive_errors}.")
+  return _ApplyIfFinite(with_extra_args_support(inner), max_consecutive_errors)
+
+
+class ZeroNansState(NamedTuple):
+  """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN."""
+
+  found_nan: Any
+
+
+class _ZeroNans(Transformation):
+  name = "zero_nans"
+  requires_float = False
+
+  def init_fn(self, params):
+    return ZeroNansState(found_nan=jax.tree_util.tree_map(lambda _: jnp.asarray(False), params))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    found = jax.tree_util.tree_map(lambda u: jnp.any(jnp.isnan(u)), updates)
+    cleaned = jax.tree_util.tree_map(
+        lambda u: jnp.where(jnp.isnan(u), jnp.zeros((), u.dtype), u), updates)
+    return cleaned, ZeroNansState(found_nan=found)
+
+
+def zero_nans() -> Transformation:
+  """Replaces NaNs in the updates by zeros and records, per parameter, whether there were any.
+
+  Infinities are left alone (use ``apply_if_finite`` or ``MultiSteps(..., skip_not_finite)`` to
+  skip them).
+
+  Returns:
+    A transformation with ``ZeroNansState(found_nan)``: a tree like the parameters of bool scalars
+    (bool in every mode and inside ``MultiSteps``, ``lax.scan`` and ``lax.cond``).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.zero_nans()
+    >>> u, state = tx.update({"w": jnp.array([1.0, jnp.nan])}, tx.init({"w": jnp.zeros(2)}))
+    >>> u["w"], bool(state.found_nan["w"])
+    (Array([1., 0.], dtype=float32), True)
+  """
+  return _ZeroNans()
