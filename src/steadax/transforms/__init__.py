@@ -2,14 +2,25 @@
 
 from ._adam import *  # noqa: F401,F403
 from ._adam import __all__ as _adam_all
+from ._clipping import *  # noqa: F401,F403
+from ._clipping import __all__ as _clipping_all
 from ._decay import *  # noqa: F401,F403
 from ._decay import __all__ as _decay_all
+from ._factored import *  # noqa: F401,F403
+from ._factored import __all__ as _factored_all
+from ._lion import *  # noqa: F401,F403
+from ._lion import __all__ as _lion_all
 from ._moments import *  # noqa: F401,F403
 from ._moments import __all__ as _moments_all
+from ._rms import *  # noqa: F401,F403
+from ._rms import __all__ as _rms_all
 from ._scaling import *  # noqa: F401,F403
 from ._scaling import __all__ as _scaling_all
+from ._trust_ratio import *  # noqa: F401,F403
+from ._trust_ratio import __all__ as _trust_ratio_all
 
-__all__ = [*_adam_all, *_decay_all, *_moments_all, *_scaling_all]
+__all__ = [*_adam_all, *_decay_all, *_moments_all, *_scaling_all, *_clipping_all, *_factored_all,
+           *_lion_all, *_rms_all, *_trust_ratio_all]
 
 # Optax's `optax.transforms` namespace also carries the wrappers; they are defined in
 # steadax.wrappers (imported from its private modules, which depend only on the core, so the

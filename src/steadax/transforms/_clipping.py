@@ -1,0 +1,164 @@
+"""Clipping: element-wise, by the global norm of the whole tree, and by each block's root mean square.
+
+References:
+  Pascanu, Mikolov & Bengio, "On the difficulty of training Recurrent Neural Networks", ICML 2013
+  (clipping by the gradient's norm, Algorithm 1).
+  Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", ICML 2018
+  (update clipping by the block's root mean square, §6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_positive
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
+from .._core._tree import global_norm, tree_map
+from ._moments import abs_sq
+
+__all__ = ["clip", "clip_by_global_norm", "clip_by_block_rms"]
+
+
+def _check_scalar(owner: str, name: str, value: Any) -> None:
+  if callable(value) or isinstance(value, (str, bytes, bool)) or value is None:
+    raise TypeError(f"{owner}: {name} must be a number, got {value!r}.")
+  if np.shape(value) != ():
+    raise ValueError(f"{owner}: {name} must be a scalar, got an array of shape {np.shape(value)}.")
+
+
+class Clip(Transformation):
+  name = "clip"
+  max_delta: Any
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    bounds = per_dtype(lambda rdt: hyper(self.max_delta, rdt))
+
+    def leaf(g):
+      cdt = compute_dtype(g.dtype)
+      rdt = real_dtype(cdt)
+      bound = bounds(rdt)
+      gc = as_compute(g, cdt)
+      if jnp.iscomplexobj(gc):
+        # Complex numbers have no order: bound the modulus and keep the phase.
+        modulus = jnp.abs(gc)
+        over = modulus > bound
+        factor = jnp.where(over, bound / jnp.where(over, modulus, np.asarray(1, rdt)), np.asarray(1, rdt))
+        return (gc * factor.astype(cdt)).astype(g.dtype)
+      return jnp.clip(gc, -bound, bound).astype(g.dtype)
+
+    return tree_map(leaf, updates), state
+
+
+def clip(max_delta: Any) -> Transformation:
+  """Clips each element of the updates to ``[-max_delta, max_delta]``.
+
+  Complex elements have their modulus clipped to ``max_delta`` and keep their phase.
+
+  Args:
+    max_delta: the largest absolute value an element may keep (non-negative).
+
+  Returns:
+    A stateless transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.clip(1.0)
+    >>> tx.update(jnp.array([-3.0, 0.5, 2.0]), tx.init(jnp.zeros(3)))[0]
+    Array([-1. ,  0.5,  1. ], dtype=float32)
+  """
+  _check_scalar("clip", "max_delta", max_delta)
+  check_nonnegative("clip", "max_delta", max_delta)
+  return Clip(max_delta)
+
+
+class ClipByGlobalNorm(Transformation):
+  name = "clip_by_global_norm"
+  max_norm: Any
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    norm = global_norm(updates)  # in the widest dtype present, at least float32
+    bound = hyper(self.max_norm, norm.dtype)
+    below = norm <= bound
+    # Dividing by 1 on the untaken branch keeps the gradient finite at a zero norm.
+    factor = jnp.where(below, np.asarray(1, norm.dtype), bound / jnp.where(below, np.asarray(1, norm.dtype), norm))
+    factors = per_dtype(lambda cdt: factor.astype(cdt))
+
+    def leaf(g):
+      cdt = compute_dtype(g.dtype, norm.dtype)
+      return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates), state
+
+
+def clip_by_global_norm(max_norm: Any) -> Transformation:
+  """Rescales the updates so their global l2 norm is at most ``max_norm``.
+
+  The norm is taken over all leaves together in the widest floating dtype present (at least
+  float32), so a mixed float32/bfloat16 tree is clipped by its exact norm. Updates whose norm is
+  at most ``max_norm`` pass unchanged; others become ``u * max_norm / ||u||``.
+
+  Args:
+    max_norm: the largest global norm (non-negative).
+
+  Returns:
+    A stateless transformation.
+
+  References:
+    Pascanu, Mikolov & Bengio, "On the difficulty of training Recurrent Neural Networks", ICML 2013.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.clip_by_global_norm(1.0)
+    >>> tx.update({"a": jnp.array([3.0]), "b": jnp.array([4.0])}, tx.init(None))[0]
+    {'a': Array([0.6], dtype=float32), 'b': Array([0.8], dtype=float32)}
+  """
+  _check_scalar("clip_by_global_norm", "max_norm", max_norm)
+  check_nonnegative("clip_by_global_norm", "max_norm", max_norm)
+  return ClipByGlobalNorm(max_norm)
+
+
+class ClipByBlockRms(Transformation):
+  name = "clip_by_block_rms"
+  threshold: Any
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    thresholds = per_dtype(lambda rdt: hyper(self.threshold, rdt))
+
+    def leaf(g):
+      if g.size == 0:
+        return g
+      cdt = compute_dtype(g.dtype)
+      rdt = real_dtype(cdt)
+      gc = as_compute(g, cdt)
+      rms = jnp.sqrt(jnp.mean(abs_sq(gc).astype(rdt)))
+      denominator = jnp.maximum(np.asarray(1, rdt), rms / thresholds(rdt))
+      return (gc / denominator.astype(cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates), state
+
+
+def clip_by_block_rms(threshold: Any) -> Transformation:
+  """Rescales each leaf (block) of the updates so its root mean square is at most ``threshold``.
+
+  Args:
+    threshold: the largest root mean square of a block (positive).
+
+  Returns:
+    A stateless transformation.
+
+  References:
+    Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", ICML 2018, §6.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.clip_by_block_rms(1.0)
+    >>> tx.update(jnp.array([2.0, -2.0]), tx.init(jnp.zeros(2)))[0]
+    Array([ 1., -1.], dtype=float32)
+  """
+  _check_scalar("clip_by_block_rms", "threshold", threshold)
+  check_positive("clip_by_block_rms", "threshold", threshold)
+  return ClipByBlockRms(threshold)

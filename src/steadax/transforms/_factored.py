@@ -1,0 +1,213 @@
+"""Adafactor's factored second-moment estimate.
+
+For a matrix of squared gradients ``V`` (n x m), Adafactor keeps only its row means ``R`` and column
+means ``C`` and estimates ``V ~ R C^T / mean(R)``, the rank-1 matrix with those marginals
+(Shazeer & Stern 2018, Algorithm 4). Tensors of higher rank are factored over their two largest
+axes; whether a parameter is factored is decided from its shape only, so it is static.
+
+References:
+  Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", ICML 2018.
+  Zhai et al., "Scaling Vision Transformers", CVPR 2022 (capping the decay schedule, via
+  ``decay_rate_fn``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative
+from .._core._module import static_field
+from .._core._policy import (
+    COUNTER_DTYPE,
+    accumulator_dtype,
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    real_dtype,
+    safe_increment,
+    zero_count,
+)
+from .._core._tree import tree_map, tree_map_n
+from ._moments import abs_sq
+
+__all__ = ["FactoredState", "scale_by_factored_rms"]
+
+
+class FactoredState(NamedTuple):
+  """State of ``scale_by_factored_rms``.
+
+  Attributes:
+    count: the int32 step count.
+    v_row: per factored parameter, the mean of the squared gradient over its largest axis
+      (a ``(1,)`` placeholder for parameters that are not factored).
+    v_col: per factored parameter, the mean over its second largest axis (or a placeholder).
+    v: per unfactored parameter, the full second moment (a ``(1,)`` placeholder where factored).
+  """
+
+  count: jax.Array
+  v_row: Any
+  v_col: Any
+  v: Any
+
+
+def _decay_rate_pow(step: jax.Array, exponent: Any = 0.8) -> jax.Array:
+  """Adafactor's default schedule ``1 - (step + 1)**(-exponent)`` (Shazeer & Stern 2018, §7.2)."""
+  t = jnp.asarray(step).astype(jnp.float32) + np.float32(1)
+  return np.float32(1) - t ** (-hyper(exponent, jnp.float32))
+
+
+def factored_dims(shape: tuple[int, ...], factored: bool, min_dim_size_to_factor: int):
+  """The two axes a parameter of ``shape`` is factored over, ``(second largest, largest)``, or None.
+
+  A parameter is factored when ``factored`` is set, it has at least two axes and its second largest
+  axis has at least ``min_dim_size_to_factor`` (and at least one) entries.
+
+  Example:
+    >>> factored_dims((256, 300), True, 128)
+    (0, 1)
+    >>> factored_dims((256, 64), True, 128) is None
+    True
+  """
+  if not factored or len(shape) < 2:
+    return None
+  order = np.argsort(shape)
+  if shape[order[-2]] < max(min_dim_size_to_factor, 1):
+    return None
+  return int(order[-2]), int(order[-1])
+
+
+def _zeros_without_axis(x: Any, axis: int, dtype: Any) -> jax.Array:
+  shape = tuple(n for i, n in enumerate(np.shape(x)) if i != axis)
+  if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+    # Let a sharded parameter's statistics inherit the sharding of the reduction.
+    target = jax.eval_shape(lambda y: jnp.sum(y, axis=axis), x)
+    return jnp.zeros_like(target, dtype=dtype)
+  return jnp.zeros(shape, dtype)
+
+
+class ScaleByFactoredRms(Transformation):
+  name = "scale_by_factored_rms"
+  factored: bool = static_field(default=True)
+  decay_rate: Any = 0.8
+  step_offset: Any = 0
+  min_dim_size_to_factor: int = static_field(default=128)
+  epsilon: Any = 1e-30
+  decay_rate_fn: Callable = static_field(default=_decay_rate_pow)
+
+  def _dims(self, x):
+    return factored_dims(np.shape(x), self.factored, self.min_dim_size_to_factor)
+
+  def init_fn(self, params):
+    def placeholder(dtype):
+      return jnp.zeros((1,), dtype)
+
+    def init(p):
+      dtype = accumulator_dtype(p.dtype, real=True)
+      dims = self._dims(p)
+      if dims is None:
+        v = jnp.zeros_like(p, dtype=dtype) if isinstance(p, jax.Array) else jnp.zeros(np.shape(p), dtype)
+        return placeholder(dtype), placeholder(dtype), v
+      d1, d0 = dims
+      return _zeros_without_axis(p, d0, dtype), _zeros_without_axis(p, d1, dtype), placeholder(dtype)
+
+    v_row, v_col, v = tree_map_n(init, 3, params)
+    return FactoredState(count=zero_count(), v_row=v_row, v_col=v_col, v=v)
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    # Before the offset the schedule would see a negative step (a NaN power): hold it at zero.
+    step = jnp.maximum(state.count - hyper(self.step_offset, COUNTER_DTYPE), np.asarray(0, COUNTER_DTYPE))
+    decay_t = self.decay_rate_fn(step, self.decay_rate)
+
+    @per_dtype
+    def scalars(rdt):
+      decay = hyper(decay_t, rdt)
+      return decay, np.asarray(1, rdt) - decay, hyper(self.epsilon, rdt)
+
+    def leaf(g, v_row, v_col, v):
+      cdt = compute_dtype(g.dtype, v.dtype)
+      rdt = real_dtype(cdt)
+      decay, one_minus_decay, eps = scalars(rdt)
+      gc = as_compute(g, cdt)
+      g_sq = abs_sq(gc).astype(rdt) + eps
+      dims = self._dims(g)
+      if dims is None:
+        v_new = decay * as_compute(v, rdt) + one_minus_decay * g_sq
+        out = gc * jax.lax.rsqrt(v_new).astype(cdt)
+        return out.astype(g.dtype), v_row, v_col, v_new.astype(v.dtype)
+      d1, d0 = dims
+      row_new = decay * as_compute(v_row, rdt) + one_minus_decay * jnp.mean(g_sq, axis=d0)
+      col_new = decay * as_compute(v_col, rdt) + one_minus_decay * jnp.mean(g_sq, axis=d1)
+      # v_row lost axis d0, so axis d1 moved one place left when it came after d0.
+      reduced_d1 = d1 - 1 if d1 > d0 else d1
+      row_mean = jnp.mean(row_new, axis=reduced_d1, keepdims=True)
+      row_factor = jax.lax.rsqrt(row_new / row_mean)
+      col_factor = jax.lax.rsqrt(col_new)
+      scaling = jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)
+      out = gc * scaling.astype(cdt)
+      return out.astype(g.dtype), row_new.astype(v_row.dtype), col_new.astype(v_col.dtype), v
+
+    out, v_row, v_col, v = tree_map_n(leaf, 4, updates, state.v_row, state.v_col, state.v)
+    return out, FactoredState(count=safe_increment(state.count), v_row=v_row, v_col=v_col, v=v)
+
+
+def scale_by_factored_rms(
+    factored: bool = True,
+    decay_rate: Any = 0.8,
+    step_offset: Any = 0,
+    min_dim_size_to_factor: int = 128,
+    epsilon: Any = 1e-30,
+    decay_rate_fn: Callable[[Any, Any], Any] = _decay_rate_pow,
+) -> Transformation:
+  """Divides updates by a factored estimate of the root mean square of the gradients (Adafactor).
+
+  For a factored parameter (see ``factored_dims``) the squared gradient ``|g|^2 + epsilon`` is
+  averaged over its largest axis into ``v_row`` and over its second largest into ``v_col`` (moving
+  averages with decay ``decay_rate_fn(step - step_offset, decay_rate)``), and the update is
+  ``g / sqrt(v_row * v_col / mean(v_row))`` (Shazeer & Stern 2018, Algorithm 4). Other parameters
+  keep a full moving average ``v`` and get ``g / sqrt(v)``. The statistics are real for complex
+  parameters.
+
+  Args:
+    factored: factor the second moment of parameters with two large enough axes.
+    decay_rate: the exponent of the default decay schedule ``1 - (t + 1)**(-decay_rate)``.
+    step_offset: subtracted from the step count (set it to the first step of a fine-tuning run);
+      steps before it count as step 0.
+    min_dim_size_to_factor: factor only when the second largest axis has at least this many entries.
+    epsilon: added to the squared gradients.
+    decay_rate_fn: ``(step, decay_rate) -> decay``, the schedule of the moving averages' decay.
+
+  Returns:
+    A transformation with ``FactoredState(count, v_row, v_col, v)``.
+
+  References:
+    Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", ICML 2018.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_factored_rms(min_dim_size_to_factor=2, epsilon=0.0)
+    >>> g = jnp.outer(jnp.array([1.0, -2.0]), jnp.array([3.0, 1.0, -1.0]))
+    >>> tx.update(g, tx.init(g))[0]
+    Array([[ 1.,  1., -1.],
+           [-1., -1.,  1.]], dtype=float32)
+  """
+  if isinstance(min_dim_size_to_factor, bool) or not isinstance(min_dim_size_to_factor, (int, np.integer)):
+    raise TypeError(
+        "scale_by_factored_rms: min_dim_size_to_factor must be an int (it decides shapes), "
+        f"got {min_dim_size_to_factor!r}.")
+  if min_dim_size_to_factor < 0:
+    raise ValueError(
+        f"scale_by_factored_rms: min_dim_size_to_factor must be >= 0, got {min_dim_size_to_factor}.")
+  check_nonnegative("scale_by_factored_rms", "epsilon", epsilon)
+  if not callable(decay_rate_fn):
+    raise TypeError(f"scale_by_factored_rms: decay_rate_fn must be callable, got {decay_rate_fn!r}.")
+  return ScaleByFactoredRms(
+      factored=factored, decay_rate=decay_rate, step_offset=step_offset,
+      min_dim_size_to_factor=int(min_dim_size_to_factor), epsilon=epsilon, decay_rate_fn=decay_rate_fn,
+  )

@@ -1,0 +1,164 @@
+"""Layer-wise scaling relative to the parameters' norms: the trust ratio of LARS and LAMB, and the
+parameter-scale factors of Adafactor.
+
+References:
+  You, Gitman & Ginsburg, "Large Batch Training of Convolutional Networks", arXiv:1708.03888, 2017
+  (LARS, eq. 6).
+  You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes", ICLR 2020
+  (LAMB, Algorithm 2).
+  Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", ICML 2018
+  (relative step sizes, §8).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
+from .._core._tree import tree_map
+from ._moments import safe_norm, safe_root_mean_squares
+
+__all__ = ["scale_by_trust_ratio", "scale_by_param_block_norm", "scale_by_param_block_rms"]
+
+
+def _require_params(owner: str, params: Any) -> None:
+  if params is None:
+    raise ValueError(f"{owner}: `params` must be passed to update(); the scaling depends on them.")
+
+
+class ScaleByTrustRatio(Transformation):
+  name = "scale_by_trust_ratio"
+  min_norm: Any = 0.0
+  trust_coefficient: Any = 1.0
+  eps: Any = 0.0
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    _require_params(self.name, params)
+
+    @per_dtype
+    def scalars(rdt):
+      return hyper(self.trust_coefficient, rdt), hyper(self.eps, rdt)
+
+    def leaf(g, p):
+      cdt = compute_dtype(g.dtype, p.dtype)
+      rdt = real_dtype(cdt)
+      coefficient, eps = scalars(rdt)
+      gc = as_compute(g, cdt)
+      # Norms of the compute-dtype values: a bfloat16 norm would round the ratio to 3 digits.
+      param_norm = safe_norm(as_compute(p, cdt), self.min_norm)
+      update_norm = safe_norm(gc, self.min_norm)
+      ratio = coefficient * param_norm / (update_norm + eps)
+      # A zero norm (fresh zero-initialised layer, zero update) would freeze or blow up the layer.
+      ratio = jnp.where((param_norm == 0) | (update_norm == 0), np.asarray(1, rdt), ratio)
+      return (gc * ratio.astype(cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates, params), state
+
+
+def scale_by_trust_ratio(min_norm: Any = 0.0, trust_coefficient: Any = 1.0, eps: Any = 0.0) -> Transformation:
+  """Scales each parameter's update by the trust ratio ``coefficient * ||p|| / (||u|| + eps)``.
+
+  Norms are per leaf (a layer's weight matrix is one block) and floored at ``min_norm``; where
+  either norm is zero the ratio is 1. Used by ``lars`` (You et al. 2017, eq. 6) and ``lamb``
+  (You et al. 2020, Algorithm 2).
+
+  Args:
+    min_norm: the floor of both norms (non-negative).
+    trust_coefficient: multiplies the ratio.
+    eps: added to the update's norm (non-negative).
+
+  Returns:
+    A stateless transformation; ``update`` needs ``params``.
+
+  References:
+    You, Gitman & Ginsburg, "Large Batch Training of Convolutional Networks", arXiv:1708.03888.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_trust_ratio()
+    >>> p = jnp.array([3.0, 4.0])
+    >>> tx.update(jnp.array([0.0, 0.5]), tx.init(p), p)[0]
+    Array([0., 5.], dtype=float32)
+  """
+  check_nonnegative("scale_by_trust_ratio", "min_norm", min_norm)
+  check_nonnegative("scale_by_trust_ratio", "eps", eps)
+  return ScaleByTrustRatio(min_norm, trust_coefficient, eps)
+
+
+class ScaleByParamBlockNorm(Transformation):
+  name = "scale_by_param_block_norm"
+  min_scale: Any = 1e-3
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    _require_params(self.name, params)
+
+    def leaf(g, p):
+      cdt = compute_dtype(g.dtype, p.dtype)
+      norm = safe_norm(as_compute(p, cdt), self.min_scale)
+      return (as_compute(g, cdt) * norm.astype(cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates, params), state
+
+
+def scale_by_param_block_norm(min_scale: Any = 1e-3) -> Transformation:
+  """Multiplies each parameter's update by the parameter's l2 norm (floored at ``min_scale``).
+
+  Args:
+    min_scale: the floor of the norm (non-negative).
+
+  Returns:
+    A stateless transformation; ``update`` needs ``params``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_param_block_norm()
+    >>> p = jnp.array([3.0, 4.0])
+    >>> tx.update(jnp.ones(2), tx.init(p), p)[0]
+    Array([5., 5.], dtype=float32)
+  """
+  check_nonnegative("scale_by_param_block_norm", "min_scale", min_scale)
+  return ScaleByParamBlockNorm(min_scale)
+
+
+class ScaleByParamBlockRms(Transformation):
+  name = "scale_by_param_block_rms"
+  min_scale: Any = 1e-3
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    _require_params(self.name, params)
+
+    def leaf(g, p):
+      cdt = compute_dtype(g.dtype, p.dtype)
+      rms = safe_root_mean_squares(as_compute(p, cdt), self.min_scale)
+      return (as_compute(g, cdt) * rms.astype(cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates, params), state
+
+
+def scale_by_param_block_rms(min_scale: Any = 1e-3) -> Transformation:
+  """Multiplies each parameter's update by the parameter's root mean square (floored at
+  ``min_scale``): Adafactor's relative step size (Shazeer & Stern 2018, §8).
+
+  Args:
+    min_scale: the floor of the root mean square (non-negative).
+
+  Returns:
+    A stateless transformation; ``update`` needs ``params``.
+
+  References:
+    Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", ICML 2018.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_param_block_rms()
+    >>> p = jnp.array([1.0, -1.0])
+    >>> tx.update(jnp.array([2.0, 3.0]), tx.init(p), p)[0]
+    Array([2., 3.], dtype=float32)
+  """
+  check_nonnegative("scale_by_param_block_rms", "min_scale", min_scale)
+  return ScaleByParamBlockRms(min_scale)
