@@ -66,7 +66,7 @@ def ntxent(embeddings: Any, labels: Any, temperature: Any = 0.07) -> jax.Array:
   cdt = compute_dtype_of(out_dtype)
   e = compute(embeddings, cdt)
   # The norm floor is the input dtype's epsilon, as in Optax, so results agree for tiny vectors.
-  floor = float(np.finfo(np.dtype(embeddings.dtype)).eps)
+  floor = float(jnp.finfo(embeddings.dtype).eps)
   e = e / jnp.sqrt(jnp.maximum(jnp.sum(e * e, axis=1, keepdims=True), floor))
   sim = jnp.matmul(e, e.T, precision=jax.lax.Precision.HIGHEST) / hyper(
       fn, "temperature", temperature, cdt)
