@@ -61,7 +61,7 @@ def optimizers(total_steps: int):
       "adamw + warmup cosine": optax.adamw(
           optax.warmup_cosine_decay_schedule(0.0, 3e-3, total_steps // 10, total_steps, 1e-5),
           weight_decay=1e-4),
-      "lion": optax.lion(1e-4, weight_decay=1e-3),
+      "lion": optax.lion(3e-4, weight_decay=1e-3),
       "adafactor": optax.adafactor(1e-2),
   }
 
