@@ -85,6 +85,8 @@ def tree_sum_of_squares(tree: Any) -> jax.Array:
 def global_norm(updates: Any) -> jax.Array:
   """The l2 norm of all leaves together (float32 at least, exact for mixed-precision trees).
 
+  Its gradient at a zero tree is zero (not NaN).
+
   Args:
     updates: a tree of arrays.
 
@@ -96,7 +98,11 @@ def global_norm(updates: Any) -> jax.Array:
     >>> float(steadax.global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
     5.0
   """
-  return jnp.sqrt(tree_sum_of_squares(updates))
+  squares = tree_sum_of_squares(updates)
+  # sqrt has an infinite derivative at 0: route zero norms around it so gradients through clipping
+  # (meta-learning, differentiating an optimizer step) stay finite; the value is unchanged.
+  positive = squares > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, jnp.ones_like(squares))), jnp.zeros_like(squares))
 
 
 def tree_map_n(fn: Callable, n: int, tree: Any, *rest: Any) -> tuple[Any, ...]:
