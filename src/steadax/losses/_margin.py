@@ -121,7 +121,9 @@ def sparsemax_loss(logits: Any, labels: Any) -> jax.Array:
   out_dtype = result_dtype(logits)
   x = compute(logits, compute_dtype_of(out_dtype))
   z = jnp.where(labels != 0, -x, x)
-  return jax.nn.sparse_plus(z).astype(out_dtype)
+  # sparse_plus, written out: jax.nn.sparse_plus is newer than the oldest JAX steadax supports.
+  middle = 0.25 * jnp.square(jnp.clip(z, -1.0, 1.0) + 1.0)
+  return jnp.where(z >= 1.0, z, jnp.where(z <= -1.0, jnp.zeros_like(z), middle)).astype(out_dtype)
 
 
 def _multiclass_inputs(fn: str, scores: Any, labels: Any):
