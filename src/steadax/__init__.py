@@ -36,6 +36,7 @@ from ._core._types import (
     Schedule as Schedule,
     Updates as Updates,
 )
+from .linesearch import *  # noqa: F401,F403
 from .optimizers import *  # noqa: F401,F403
 from .schedules import *  # noqa: F401,F403
 from . import schedules as schedules

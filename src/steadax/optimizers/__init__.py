@@ -4,6 +4,8 @@ from ._adam import *  # noqa: F401,F403
 from ._adam import __all__ as _adam_all
 from ._factored import *  # noqa: F401,F403
 from ._factored import __all__ as _factored_all
+from ._lbfgs import *  # noqa: F401,F403
+from ._lbfgs import __all__ as _lbfgs_all
 from ._lion import *  # noqa: F401,F403
 from ._lion import __all__ as _lion_all
 from ._rms import *  # noqa: F401,F403
@@ -13,4 +15,4 @@ from ._sgd import __all__ as _sgd_all
 from ._trust_ratio import *  # noqa: F401,F403
 from ._trust_ratio import __all__ as _trust_ratio_all
 
-__all__ = [*_adam_all, *_sgd_all, *_factored_all, *_lion_all, *_rms_all, *_trust_ratio_all]
+__all__ = [*_adam_all, *_lbfgs_all, *_sgd_all, *_factored_all, *_lion_all, *_rms_all, *_trust_ratio_all]

@@ -1,0 +1,368 @@
+"""Zoom line search: a step size satisfying the strong Wolfe conditions.
+
+Two phases (Nocedal & Wright, "Numerical Optimization", 2nd ed., Alg. 3.5 and 3.6): grow the trial
+step until it brackets an acceptable one, then shrink the bracket by safeguarded cubic, quadratic or
+bisection interpolation until the trial satisfies both conditions. Near a minimiser the Armijo test
+is replaced, as in Hager & Zhang (2006, Eq. 23), by the approximate Wolfe condition, which still
+discriminates where ``f`` only changes at machine precision.
+
+Each iteration evaluates the objective once: both phases pick their trial step by ``jnp.where``
+before the single evaluation, so ``value_fn`` is traced once per ``update``, not once per phase.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._module import static_field
+from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._tree import zeros_like
+from ._common import (
+    add_scaled,
+    as_stat,
+    cast_like,
+    check_extra_args,
+    check_same_structure,
+    conj_tree,
+    descent_value_and_grad,
+    errors_to_inf,
+    print_if,
+    real_vdot,
+    scale_tree,
+    value_fn_kwargs,
+)
+
+__all__ = ["ZoomLinesearchInfo", "ScaleByZoomLinesearchState", "scale_by_zoom_linesearch"]
+
+
+class ZoomLinesearchInfo(NamedTuple):
+  """Diagnostics of the last zoom search.
+
+  Attributes:
+    num_linesearch_steps: int32 number of objective evaluations of the last search.
+    decrease_error: how much the last trial step misses the sufficient decrease condition (0 when
+      it holds; a positive value after a failed search, whose returned step is then the best one
+      with sufficient decrease, if any).
+    curvature_error: how much the last trial step misses the curvature condition (0 when it holds).
+  """
+
+  num_linesearch_steps: jax.Array
+  decrease_error: jax.Array
+  curvature_error: jax.Array
+
+
+class ScaleByZoomLinesearchState(NamedTuple):
+  """State of ``scale_by_zoom_linesearch`` (Optax's field names).
+
+  Attributes:
+    learning_rate: the step size found by the last search.
+    value: the objective at the returned step (reused by ``value_and_grad_from_state``).
+    grad: the gradient there, in JAX's convention (as from ``jax.value_and_grad``).
+    info: ``ZoomLinesearchInfo``.
+  """
+
+  learning_rate: jax.Array
+  value: jax.Array
+  grad: Any
+  info: ZoomLinesearchInfo
+
+
+class _Search(NamedTuple):
+  """The carry of the search loop. ``low``/``high`` bound the bracket with f(low) <= f(high) (not
+  low < high); ``cubic_ref`` is the third point of the cubic model; ``safe_*`` is the best step
+  seen with sufficient decrease, returned if the curvature condition cannot be met."""
+
+  count: jax.Array
+  stepsize: jax.Array
+  value: jax.Array
+  grad: Any
+  slope: jax.Array
+  decrease_error: jax.Array
+  curvature_error: jax.Array
+  interval_found: jax.Array
+  done: jax.Array
+  failed: jax.Array
+  low: jax.Array
+  value_low: jax.Array
+  slope_low: jax.Array
+  high: jax.Array
+  value_high: jax.Array
+  slope_high: jax.Array
+  cubic_ref: jax.Array
+  value_cubic_ref: jax.Array
+  safe_stepsize: jax.Array
+  safe_value: jax.Array
+  safe_grad: Any
+
+
+def _cubic_minimizer(a, fa, slope_a, b, fb, c, fc):
+  """The local minimiser of the cubic through (a, fa), (b, fb), (c, fc) with slope ``slope_a`` at
+  a (Nocedal & Wright, Eq. 3.59); NaN or inf when it does not exist (callers check the range)."""
+  db, dc = b - a, c - a
+  rb = fb - fa - slope_a * db
+  rc = fc - fa - slope_a * dc
+  denom = (db * dc) ** 2 * (db - dc)
+  cubic = (dc**2 * rb - db**2 * rc) / denom
+  quadratic = (db**3 * rc - dc**3 * rb) / denom
+  radical = quadratic**2 - 3 * cubic * slope_a
+  return a + (jnp.sqrt(radical) - quadratic) / (3 * cubic)
+
+
+def _quadratic_minimizer(a, fa, slope_a, b, fb):
+  """The minimiser of the quadratic through (a, fa), (b, fb) with slope ``slope_a`` at a
+  (Nocedal & Wright, Eq. 3.57)."""
+  db = b - a
+  curvature = (fb - fa - slope_a * db) / db**2
+  return a - slope_a / (2 * curvature)
+
+
+def _where(pred, new, old):
+  return jax.tree_util.tree_map(lambda n, o: jnp.where(pred, n, o), new, old)
+
+
+class ScaleByZoomLinesearch(Transformation):
+  name = "scale_by_zoom_linesearch"
+  max_linesearch_steps: Any
+  max_learning_rate: Any = None
+  tol: Any = 0.0
+  increase_factor: Any = 2.0
+  slope_rtol: Any = 1e-4
+  curv_rtol: Any = 0.9
+  approx_dec_rtol: Any = 1e-6
+  stepsize_precision: Any = 1e-5
+  initial_guess_strategy: str = static_field(default="keep")
+  verbose: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    stat = scalar_stat_dtype(params)
+    inf = jnp.full([], jnp.inf, stat)
+    return ScaleByZoomLinesearchState(
+        learning_rate=jnp.ones([], stat),
+        value=inf,
+        grad=zeros_like(params),
+        info=ZoomLinesearchInfo(num_linesearch_steps=zero_count(), decrease_error=inf,
+                                curvature_error=inf),
+    )
+
+  def update_fn(self, updates, state, params=None, *, value=None, grad=None, value_fn=None,
+                **extra_args):
+    check_extra_args(self.owner, params, value, grad, value_fn)
+    check_same_structure(self.owner, "grad", grad, updates)
+    stat = state.learning_rate.dtype
+    value_init = as_stat(self.owner, "value", value, stat)
+    grad_init = cast_like(grad, state.grad)
+    slope_init = real_vdot(updates, grad_init, stat)
+    evaluate = descent_value_and_grad(value_fn, value_fn_kwargs(value_fn, extra_args), stat,
+                                      state.grad)
+
+    h = lambda x: hyper(x, stat)  # noqa: E731
+    tol, grow, c1, c2 = h(self.tol), h(self.increase_factor), h(self.slope_rtol), h(self.curv_rtol)
+    precision = h(self.stepsize_precision)
+    max_steps = hyper(self.max_linesearch_steps, jnp.int32)
+    if self.initial_guess_strategy == "one":
+      guess = jnp.ones([], stat)
+    else:
+      guess = state.learning_rate
+    zero, inf = jnp.zeros([], stat), jnp.full([], jnp.inf, stat)
+
+    def decrease_error(stepsize, value, slope):
+      armijo = value - value_init - c1 * stepsize * slope_init  # N&W Eq. 3.6a
+      if self.approx_dec_rtol is not None:
+        # Hager & Zhang Eq. 23, used only once f is within approx_dec_rtol * |f(w)| of f(w)
+        # (their Eq. 26-27 with one iterate): Armijo cannot resolve smaller decreases.
+        approx = jnp.maximum(slope - (2 * c1 - 1) * slope_init,
+                             value - value_init - h(self.approx_dec_rtol) * jnp.abs(value_init))
+        armijo = jnp.minimum(armijo, approx)
+      return errors_to_inf(armijo)
+
+    def curvature_error(slope):
+      return errors_to_inf(jnp.abs(slope) - c2 * jnp.abs(slope_init))  # N&W Eq. 3.7b
+
+    def body(s: _Search) -> _Search:
+      first = s.count == 0
+      zoom = s.interval_found
+
+      # Phase 1 (Alg. 3.5): the first trial is the guess, then it grows geometrically.
+      grown = jnp.where(first, guess, grow * s.stepsize)
+      if self.max_learning_rate is not None:
+        cap = h(self.max_learning_rate)
+        reached_cap = grown >= cap
+        grown = jnp.minimum(grown, cap)
+      else:
+        reached_cap = jnp.zeros([], bool)
+
+      # Phase 2 (Alg. 3.6): interpolate inside the bracket, falling back from the cubic model to
+      # the quadratic one to bisection when the minimiser lies too close to an end (scipy's
+      # safeguards: 20% and 10% of the bracket).
+      width = jnp.abs(s.high - s.low)
+      left, right = jnp.minimum(s.low, s.high), jnp.maximum(s.low, s.high)
+      cubic = _cubic_minimizer(s.low, s.value_low, s.slope_low, s.high, s.value_high, s.cubic_ref,
+                               s.value_cubic_ref)
+      quadratic = _quadratic_minimizer(s.low, s.value_low, s.slope_low, s.high, s.value_high)
+      cubic_ok = (cubic > left + 0.2 * width) & (cubic < right - 0.2 * width)
+      quadratic_ok = (quadratic > left + 0.1 * width) & (quadratic < right - 0.1 * width)
+      middle = jnp.where(cubic_ok, cubic, jnp.where(quadratic_ok, quadratic, (s.low + s.high) / 2))
+
+      stepsize = jnp.where(zoom, middle, grown)
+      value, grad = evaluate(add_scaled(params, stepsize, updates))
+      slope = real_vdot(updates, grad, stat)
+      dec_err = decrease_error(stepsize, value, slope)
+      curv_err = curvature_error(slope)
+      done = jnp.maximum(dec_err, curv_err) <= tol
+      sufficient = dec_err <= tol
+      trial = (stepsize, value, slope)
+      last = (s.stepsize, s.value, s.slope)
+      low = (s.low, s.value_low, s.slope_low)
+      high = (s.high, s.value_high, s.slope_high)
+
+      # Phase 1 bookkeeping: a trial without sufficient decrease, or no better than the last one,
+      # closes the bracket above; an ascending slope closes it with the trial as its low end.
+      high_is_trial = (dec_err > 0) | ((value >= s.value) & ~first)
+      low_is_trial = (slope >= 0) & ~high_is_trial
+      grow_low, grow_high = _where(low_is_trial, (trial, last), (last, trial))
+      found = high_is_trial | low_is_trial | done
+      grow_done = done | (reached_cap & ~found)  # capped: the cap satisfies Armijo, take it
+
+      # Phase 2 bookkeeping: the trial replaces the end that keeps a minimiser inside the bracket.
+      trial_is_high = (dec_err > 0) | (value >= s.value_low)
+      low_is_high = (slope * (s.high - s.low) >= 0) & ~trial_is_high
+      zoom_high = _where(trial_is_high, trial, _where(low_is_high, low, high))
+      zoom_low = _where(trial_is_high, low, trial)
+      zoom_ref = _where(trial_is_high | low_is_high, high[:2], low[:2])
+
+      new_low, new_high = _where(zoom, (zoom_low, zoom_high), (grow_low, grow_high))
+      new_ref = _where(zoom, zoom_ref, grow_low[:2])
+      done = jnp.where(zoom, done, grow_done)
+      keep_safe = jnp.where(zoom, sufficient & (value < s.safe_value), sufficient)
+      safe_stepsize, safe_value, safe_grad = _where(
+          keep_safe, (stepsize, value, grad), (s.safe_stepsize, s.safe_value, s.safe_grad))
+      out_of_steps = safe_increment(s.count) >= max_steps
+      # A bracket narrower than stepsize_precision ends the zoom if some step had sufficient
+      # decrease; otherwise it goes on (very steep objectives need tiny steps).
+      too_narrow = zoom & (width <= precision) & (safe_stepsize > 0)
+      failed = (out_of_steps | too_narrow) & ~done
+      # On failure return the best step with sufficient decrease, or no step if the last trial
+      # left the domain (its value is inf/NaN).
+      fall_back = failed & ((safe_stepsize > 0) | jnp.isinf(dec_err))
+      stepsize, value, grad = _where(fall_back, (safe_stepsize, safe_value, safe_grad),
+                                     (stepsize, value, grad))
+      return _Search(
+          count=safe_increment(s.count), stepsize=stepsize, value=value, grad=grad, slope=slope,
+          decrease_error=dec_err, curvature_error=curv_err,
+          interval_found=zoom | found, done=done, failed=failed,
+          low=new_low[0], value_low=new_low[1], slope_low=new_low[2],
+          high=new_high[0], value_high=new_high[1], slope_high=new_high[2],
+          cubic_ref=new_ref[0], value_cubic_ref=new_ref[1],
+          safe_stepsize=safe_stepsize, safe_value=safe_value, safe_grad=safe_grad,
+      )
+
+    false = jnp.zeros([], bool)
+    start = _Search(
+        count=zero_count(), stepsize=zero, value=value_init, grad=grad_init, slope=slope_init,
+        decrease_error=inf, curvature_error=inf, interval_found=false, done=false, failed=false,
+        low=zero, value_low=value_init, slope_low=slope_init,
+        high=zero, value_high=value_init, slope_high=slope_init,
+        cubic_ref=zero, value_cubic_ref=value_init,
+        safe_stepsize=zero, safe_value=value_init, safe_grad=grad_init,
+    )
+    final = jax.lax.while_loop(lambda s: ~(s.done | s.failed), body, start)
+
+    if self.verbose:
+      print_if(final.failed,
+               "scale_by_zoom_linesearch: no step size satisfying both Wolfe conditions found "
+               "(value {value}, slope {slope}, step {step}, decrease error {dec}, curvature error "
+               "{curv}); a non-negative slope means the updates are not a descent direction.",
+               value=value_init, slope=slope_init, step=final.stepsize,
+               dec=final.decrease_error, curv=final.curvature_error)
+    new_state = ScaleByZoomLinesearchState(
+        learning_rate=final.stepsize,
+        value=final.value,
+        grad=conj_tree(final.grad),
+        info=ZoomLinesearchInfo(final.count, final.decrease_error, final.curvature_error),
+    )
+    return scale_tree(final.stepsize, updates), new_state
+
+
+def scale_by_zoom_linesearch(
+    max_linesearch_steps: Any,
+    max_learning_rate: Any = None,
+    tol: Any = 0.0,
+    increase_factor: Any = 2.0,
+    slope_rtol: Any = 1e-4,
+    curv_rtol: Any = 0.9,
+    approx_dec_rtol: Any = 1e-6,
+    stepsize_precision: Any = 1e-5,
+    initial_guess_strategy: str = "keep",
+    verbose: bool = False,
+) -> Transformation:
+  """Scales the updates by a step size satisfying the strong Wolfe conditions.
+
+  Finds ``eta`` with sufficient decrease ``f(w + eta u) <= f(w) + slope_rtol eta <u, g>`` and small
+  curvature ``|<grad f(w + eta u), u>| <= curv_rtol |<u, g>|`` (up to ``tol``), where ``g`` is the
+  gradient at ``w``: it grows the step until an acceptable one is bracketed, then zooms in by
+  interpolation. Near a minimiser, where ``f`` changes by less than ``approx_dec_rtol |f(w)|``, the
+  decrease test becomes Hager and Zhang's approximate Wolfe condition
+  ``<grad f(w + eta u), u> <= (2 slope_rtol - 1) <u, g>``. If the search fails it returns the best
+  step with sufficient decrease found, or 0 if none.
+
+  ``update`` needs the keyword arguments ``value``, ``grad`` (conjugated for complex parameters,
+  like any gradient) and ``value_fn``; extras whose names ``value_fn`` accepts are passed on to it.
+  The value and gradient at the returned step are stored for ``value_and_grad_from_state``. Scalar
+  statistics use the state's dtype (the widest floating dtype among the params, at least
+  float32); the step counter is int32 in both x64 modes.
+
+  Args:
+    max_linesearch_steps: the most objective evaluations per search.
+    max_learning_rate: the largest step size tried, or None for no bound.
+    tol: tolerance on both conditions.
+    increase_factor: growth factor of the trial step while bracketing.
+    slope_rtol: the sufficient decrease constant ``c1``.
+    curv_rtol: the curvature constant ``c2`` (``math.inf`` keeps only sufficient decrease).
+    approx_dec_rtol: relative closeness to ``f(w)`` below which the approximate Wolfe condition
+      is used, or None for Armijo only.
+    stepsize_precision: a bracket narrower than this ends the search when some step already has
+      sufficient decrease.
+    initial_guess_strategy: ``"keep"`` starts from the previous step size (suits SGD), ``"one"``
+      from 1 (suits quasi-Newton directions such as L-BFGS).
+    verbose: print a diagnostic when the search fails.
+
+  Returns:
+    A transformation with ``ScaleByZoomLinesearchState``.
+
+  References:
+    Nocedal & Wright, "Numerical Optimization" (2nd ed.), 2006, Alg. 3.5 and 3.6, Eq. 3.7;
+    Hager & Zhang, "Algorithm 851: CG_DESCENT", ACM TOMS 32(1), 2006, Eq. 23.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> def f(w): return jnp.sum((w - 1.0) ** 2)
+    >>> opt = steadax.chain(steadax.sgd(1.0), steadax.scale_by_zoom_linesearch(15))
+    >>> w = jnp.zeros(3); state = opt.init(w)
+    >>> value, grad = jax.value_and_grad(f)(w)
+    >>> updates, state = opt.update(grad, state, w, value=value, grad=grad, value_fn=f)
+    >>> round(float(state[-1].learning_rate), 4), float(f(steadax.apply_updates(w, updates)))
+    (0.5, 0.0)
+  """
+  owner = "scale_by_zoom_linesearch"
+  if initial_guess_strategy not in ("keep", "one"):
+    raise ValueError(
+        f"{owner}: initial_guess_strategy must be 'keep' or 'one', got {initial_guess_strategy!r}.")
+  check_positive(owner, "max_linesearch_steps", max_linesearch_steps)
+  if max_learning_rate is not None:
+    check_positive(owner, "max_learning_rate", max_learning_rate)
+  check_nonnegative(owner, "tol", tol)
+  check_range(owner, "increase_factor", increase_factor, 1.0, float("inf"), low_open=True)
+  check_range(owner, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
+  check_nonnegative(owner, "curv_rtol", curv_rtol)
+  if approx_dec_rtol is not None:
+    check_nonnegative(owner, "approx_dec_rtol", approx_dec_rtol)
+  check_nonnegative(owner, "stepsize_precision", stepsize_precision)
+  return ScaleByZoomLinesearch(
+      max_linesearch_steps, max_learning_rate, tol, increase_factor, slope_rtol, curv_rtol,
+      approx_dec_rtol, stepsize_precision, initial_guess_strategy=initial_guess_strategy,
+      verbose=verbose)
