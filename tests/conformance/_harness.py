@@ -61,7 +61,8 @@ def type_signature(tree):
   for path, leaf in leaves:
     aval = getattr(leaf, "aval", None)
     weak = bool(getattr(aval, "weak_type", getattr(leaf, "weak_type", False)))
-    sig.append((jax.tree_util.keystr(path), tuple(np.shape(leaf)), np.dtype(leaf.dtype), weak))
+    # leaf.dtype itself, not np.dtype(...): typed PRNG keys (add_noise's state) have no numpy dtype.
+    sig.append((jax.tree_util.keystr(path), tuple(np.shape(leaf)), leaf.dtype, weak))
   return treedef, sig
 
 

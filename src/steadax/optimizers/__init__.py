@@ -15,4 +15,19 @@ from ._sgd import __all__ as _sgd_all
 from ._trust_ratio import *  # noqa: F401,F403
 from ._trust_ratio import __all__ as _trust_ratio_all
 
-__all__ = [*_adam_all, *_lbfgs_all, *_sgd_all, *_factored_all, *_lion_all, *_rms_all, *_trust_ratio_all]
+# Optax's remaining main-namespace optimizers (issue 3).
+from ._adam_variants import *  # noqa: F401,F403
+from ._adam_variants import __all__ as _adam_variants_all
+from ._adaptive import *  # noqa: F401,F403
+from ._adaptive import __all__ as _adaptive_all
+from ._fromage import *  # noqa: F401,F403
+from ._fromage import __all__ as _fromage_all
+from ._optimistic import *  # noqa: F401,F403
+from ._optimistic import __all__ as _optimistic_all
+from ._sgd_variants import *  # noqa: F401,F403
+from ._sgd_variants import __all__ as _sgd_variants_all
+from ._sign import *  # noqa: F401,F403
+from ._sign import __all__ as _sign_all
+
+__all__ = [*_adam_all, *_lbfgs_all, *_sgd_all, *_factored_all, *_lion_all, *_rms_all, *_trust_ratio_all,
+           *_adam_variants_all, *_adaptive_all, *_fromage_all, *_optimistic_all, *_sgd_variants_all, *_sign_all]

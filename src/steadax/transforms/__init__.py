@@ -19,8 +19,26 @@ from ._scaling import __all__ as _scaling_all
 from ._trust_ratio import *  # noqa: F401,F403
 from ._trust_ratio import __all__ as _trust_ratio_all
 
+# Optax's remaining main-namespace blocks (issue 3).
+from ._adam_variants import *  # noqa: F401,F403
+from ._adam_variants import __all__ as _adam_variants_all
+from ._adaptive import *  # noqa: F401,F403
+from ._adaptive import __all__ as _adaptive_all
+from ._centralize import *  # noqa: F401,F403
+from ._centralize import __all__ as _centralize_all
+from ._noise import *  # noqa: F401,F403
+from ._noise import __all__ as _noise_all
+from ._optimistic import *  # noqa: F401,F403
+from ._optimistic import __all__ as _optimistic_all
+from ._rprop import *  # noqa: F401,F403
+from ._rprop import __all__ as _rprop_all
+from ._step_size import *  # noqa: F401,F403
+from ._step_size import __all__ as _step_size_all
+
 __all__ = [*_adam_all, *_decay_all, *_moments_all, *_scaling_all, *_clipping_all, *_factored_all,
-           *_lion_all, *_rms_all, *_trust_ratio_all]
+           *_lion_all, *_rms_all, *_trust_ratio_all,
+           *_adam_variants_all, *_adaptive_all, *_centralize_all, *_noise_all, *_optimistic_all,
+           *_rprop_all, *_step_size_all]
 
 # Optax's `optax.transforms` namespace also carries the wrappers; they are defined in
 # steadax.wrappers (imported from its private modules, which depend only on the core, so the

@@ -1,0 +1,448 @@
+"""Adam's relatives: AdaBelief, Yogi, RAdam and Adan.
+
+Each keeps Adam's first moment and changes what the denominator measures or how the step is
+corrected. Arithmetic runs in at least float32 (so float16 gradients of 1e-7 give finite updates);
+second-moment statistics of complex parameters are real.
+
+References:
+  Zhuang et al., "AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed Gradients",
+  NeurIPS 2020 (Algorithm 2).
+  Zaheer et al., "Adaptive Methods for Nonconvex Optimization", NeurIPS 2018 (Yogi, Algorithm 2).
+  Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond", ICLR 2020 (RAdam,
+  Algorithm 2).
+  Xie et al., "Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep Models", 2022
+  (arXiv:2208.06677, Algorithm 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_range
+from .._core._module import static_field
+from .._core._policy import (
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    real_dtype,
+    safe_increment,
+    zero_count,
+)
+from .._core._tree import tree_map, tree_map_n, zeros_like
+from ._adam import ScaleByAdamState
+from ._moments import abs_sq
+
+__all__ = [
+    "ScaleByBeliefState",
+    "ScaleByAdanState",
+    "scale_by_belief",
+    "scale_by_yogi",
+    "scale_by_radam",
+    "scale_by_adan",
+]
+
+
+class ScaleByBeliefState(NamedTuple):
+  """State of ``scale_by_belief``: int32 count, first moment, second central moment."""
+
+  count: jax.Array
+  mu: Any
+  nu: Any
+
+
+class ScaleByAdanState(NamedTuple):
+  """State of ``scale_by_adan``: the three moments, the previous gradient and the int32 count."""
+
+  m: Any
+  v: Any
+  n: Any
+  g: Any
+  t: jax.Array
+
+
+def _one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
+  """``1 - decay**count`` in ``dtype`` (the bias-correction factor)."""
+  return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
+
+
+def _moment_scalars(b1: Any, b2: Any, count: jax.Array, cdt: Any, nesterov: bool) -> dict:
+  """Decays and bias corrections of an Adam-like update, computed once per compute dtype."""
+  rdt = real_dtype(cdt)
+  b1c, b2r = hyper(b1, cdt), hyper(b2, rdt)
+  c1 = _one_minus_pow(b1, count, rdt)
+  c1_next = _one_minus_pow(b1, safe_increment(count), rdt).astype(cdt) if nesterov else None
+  return dict(b1=b1c, one_minus_b1=np.asarray(1, cdt) - b1c, b2=b2r, one_minus_b2=np.asarray(1, rdt) - b2r,
+              c1=c1.astype(cdt), c1_next=c1_next, c2=_one_minus_pow(b2, count, rdt))
+
+
+def _debiased_mean(k: dict, m_new: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
+  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
+  if nesterov:
+    return k["b1"] * m_new / k["c1_next"] + k["one_minus_b1"] * g / k["c1"]
+  return m_new / k["c1"]
+
+
+def _check_decays(owner: str, **decays: Any) -> None:
+  for name, value in decays.items():
+    check_range(owner, name, value, 0.0, 1.0, high_open=True)
+
+
+class ScaleByBelief(Transformation):
+  name = "scale_by_belief"
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-16
+  eps_root: Any = 1e-16
+  nesterov: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    return ScaleByBeliefState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      k = _moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
+      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+      return k
+
+    def leaf(g, m, v):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      k = scalars(cdt)
+      gc = as_compute(g, cdt)
+      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
+      # The "belief": the squared deviation of the gradient from its prediction m_new (eq. 2).
+      surprise = abs_sq(gc - m_new).astype(rdt)
+      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * surprise + k["eps_root"]
+      m_hat = _debiased_mean(k, m_new, gc, self.nesterov)
+      denom = jnp.sqrt(v_new / k["c2"]) + k["eps"]
+      return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)
+
+
+def scale_by_belief(
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-16,
+    eps_root: Any = 1e-16,
+    *,
+    nesterov: bool = False,
+) -> Transformation:
+  """Rescales updates by AdaBelief's estimate of the gradient's variance around its mean.
+
+  ``m = b1 m + (1 - b1) g``, ``s = b2 s + (1 - b2) |g - m|^2 + eps_root``,
+  ``u = m_hat / (sqrt(s_hat) + eps)``: Adam with the second *central* moment, so steps are large
+  where the gradient is predictable and small where it is noisy.
+
+  Args:
+    b1: decay of the first moment.
+    b2: decay of the second central moment.
+    eps: added to the denominator outside the square root.
+    eps_root: added to the second central moment at every step (stored in the state, as in the
+      paper's Algorithm 2).
+    nesterov: use Nesterov momentum in the first moment.
+
+  Returns:
+    A transformation with ``ScaleByBeliefState(count, mu, nu)``.
+
+  References:
+    Zhuang et al., "AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed Gradients",
+    NeurIPS 2020, Algorithm 2.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_belief()
+    >>> u, _ = tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))
+    >>> bool(u[0] > 0)
+    True
+  """
+  _check_decays("scale_by_belief", b1=b1, b2=b2)
+  check_nonnegative("scale_by_belief", "eps", eps)
+  check_nonnegative("scale_by_belief", "eps_root", eps_root)
+  return ScaleByBelief(b1, b2, eps, eps_root, nesterov=nesterov)
+
+
+def _filled(params: Any, value: Any, *, real: bool) -> Any:
+  """A state tree mirroring ``params`` (shape and sharding) filled with ``value``."""
+  return tree_map(lambda z: z + hyper(value, z.dtype), zeros_like(params, real=real))
+
+
+class ScaleByYogi(Transformation):
+  name = "scale_by_yogi"
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-3
+  eps_root: Any = 0.0
+  initial_accumulator_value: Any = 1e-6
+
+  def init_fn(self, params):
+    return ScaleByAdamState(
+        count=zero_count(),
+        mu=_filled(params, self.initial_accumulator_value, real=False),
+        nu=_filled(params, self.initial_accumulator_value, real=True),
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      k = _moment_scalars(self.b1, self.b2, count, cdt, False)
+      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+      return k
+
+    def leaf(g, m, v):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      k = scalars(cdt)
+      gc = as_compute(g, cdt)
+      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
+      g2 = abs_sq(gc).astype(rdt)
+      vc = as_compute(v, rdt)
+      # Additive (not multiplicative) change of v: it moves towards g^2 by at most (1 - b2) g^2.
+      v_new = vc - k["one_minus_b2"] * jnp.sign(vc - g2) * g2
+      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
+      return (m_new / k["c1"] / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+
+def scale_by_yogi(
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-3,
+    eps_root: Any = 0.0,
+    initial_accumulator_value: Any = 1e-6,
+) -> Transformation:
+  """Rescales updates by Yogi's additively updated second moment.
+
+  ``v = v - (1 - b2) sign(v - g^2) g^2`` instead of Adam's ``v = b2 v + (1 - b2) g^2``: the
+  effective learning rate cannot grow abruptly when gradients become small.
+
+  Args:
+    b1: decay of the first moment.
+    b2: rate of the second-moment update.
+    eps: added to the denominator outside the square root.
+    eps_root: added inside the square root.
+    initial_accumulator_value: the starting value of both moments (positive).
+
+  Returns:
+    A transformation with ``ScaleByAdamState(count, mu, nu)``.
+
+  References:
+    Zaheer et al., "Adaptive Methods for Nonconvex Optimization", NeurIPS 2018, Algorithm 2.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_yogi()
+    >>> tx.init(jnp.zeros(2)).nu
+    Array([1.e-06, 1.e-06], dtype=float32)
+  """
+  _check_decays("scale_by_yogi", b1=b1, b2=b2)
+  check_nonnegative("scale_by_yogi", "eps", eps)
+  check_nonnegative("scale_by_yogi", "eps_root", eps_root)
+  check_range("scale_by_yogi", "initial_accumulator_value", initial_accumulator_value, 0.0, np.inf,
+              low_open=True)
+  return ScaleByYogi(b1, b2, eps, eps_root, initial_accumulator_value)
+
+
+class ScaleByRadam(Transformation):
+  name = "scale_by_radam"
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-8
+  eps_root: Any = 0.0
+  threshold: Any = 5.0
+  nesterov: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    return ScaleByAdamState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
+
+  def _rectification(self, count: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Whether to rectify, and the rectification ``r_t`` (eqs. 5-6 of the paper).
+
+    ``rho_t = rho_inf - 2 t b2^t / (1 - b2^t)`` subtracts two numbers near ``2 / (1 - b2)``; with
+    ``1 - b2^t`` formed by ``expm1`` it is accurate to ~1e-4 in float32 (the direct form is off by
+    ~0.03 at t = 6, which changes the step by 1%). It runs in the widest float JAX allows.
+    """
+    wide = np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+    b2 = hyper(self.b2, wide)
+    t = count.astype(wide)
+    one_minus_b2 = 1 - b2
+    rho_inf = 2 / one_minus_b2 - 1
+    b2t_minus_one = jnp.expm1(t * jnp.log1p(-one_minus_b2))
+    rho = rho_inf - 2 * t * (b2t_minus_one + 1) / -b2t_minus_one
+    ratio = (rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho)
+    # Below rho = 4 the ratio is meaningless (negative at first); that branch is never selected
+    # (threshold >= 4), but keep its values finite.
+    r = jnp.sqrt(jnp.maximum(ratio, jnp.zeros_like(ratio)))
+    return rho >= hyper(self.threshold, wide), r
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+    rectify, r = self._rectification(count)
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      k = _moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
+      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt), r=r.astype(cdt))
+      return k
+
+    def leaf(g, m, v):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      k = scalars(cdt)
+      gc = as_compute(g, cdt)
+      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
+      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
+      m_hat = _debiased_mean(k, m_new, gc, self.nesterov)
+      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
+      out = jnp.where(rectify, k["r"] * m_hat / denom.astype(cdt), m_hat)
+      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+
+def scale_by_radam(
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-8,
+    eps_root: Any = 0.0,
+    threshold: Any = 5.0,
+    *,
+    nesterov: bool = False,
+) -> Transformation:
+  """Rescales updates by Rectified Adam: momentum SGD until the variance estimate is reliable.
+
+  While the length of the approximated simple moving average ``rho_t`` is below ``threshold`` the
+  update is the bias-corrected first moment; afterwards it is Adam's update times the rectification
+  ``r_t`` that removes the variance of the adaptive learning rate.
+
+  Args:
+    b1: decay of the first moment.
+    b2: decay of the second moment.
+    eps: added to the denominator outside the square root.
+    eps_root: added inside the square root.
+    threshold: ``rho_t`` from which the adaptive step is used, at least 4 (the paper uses 4, Optax
+      5; below 4 the rectification is undefined and Optax returns NaN).
+    nesterov: use Nesterov momentum in the first moment.
+
+  Returns:
+    A transformation with ``ScaleByAdamState(count, mu, nu)``.
+
+  References:
+    Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond", ICLR 2020, Algorithm 2.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_radam()
+    >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]  # first steps: momentum only
+    Array([2.], dtype=float32)
+  """
+  _check_decays("scale_by_radam", b1=b1, b2=b2)
+  check_nonnegative("scale_by_radam", "eps", eps)
+  check_nonnegative("scale_by_radam", "eps_root", eps_root)
+  # The variance of the adaptive learning rate is finite only for rho_t > 4 (paper, §4).
+  check_range("scale_by_radam", "threshold", threshold, 4.0, np.inf)
+  return ScaleByRadam(b1, b2, eps, eps_root, threshold, nesterov=nesterov)
+
+
+class ScaleByAdan(Transformation):
+  name = "scale_by_adan"
+  b1: Any = 0.98
+  b2: Any = 0.92
+  b3: Any = 0.99
+  eps: Any = 1e-8
+  eps_root: Any = 0.0
+
+  def init_fn(self, params):
+    return ScaleByAdanState(
+        m=zeros_like(params), v=zeros_like(params), n=zeros_like(params, real=True),
+        g=zeros_like(params), t=zero_count())
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    t = safe_increment(state.t)
+    first = state.t == 0
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      b1, b2, b3 = hyper(self.b1, cdt), hyper(self.b2, cdt), hyper(self.b3, rdt)
+      return dict(b1=b1, b2=b2, b3=b3, one_minus_b1=np.asarray(1, cdt) - b1,
+                  one_minus_b2=np.asarray(1, cdt) - b2, one_minus_b3=np.asarray(1, rdt) - b3,
+                  c1=_one_minus_pow(self.b1, t, rdt).astype(cdt), c2=_one_minus_pow(self.b2, t, rdt).astype(cdt),
+                  c3=_one_minus_pow(self.b3, t, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+
+    def leaf(g, m, v, n, g_prev):
+      cdt = compute_dtype(g.dtype, m.dtype, v.dtype, g_prev.dtype)
+      rdt = real_dtype(cdt)
+      k = scalars(cdt)
+      gc = as_compute(g, cdt)
+      # No previous gradient at the first step: the difference term starts at zero.
+      diff = jnp.where(first, jnp.zeros_like(gc), gc - as_compute(g_prev, cdt))
+      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
+      v_new = k["b2"] * as_compute(v, cdt) + k["one_minus_b2"] * diff
+      lookahead = abs_sq(gc + k["one_minus_b2"] * diff).astype(rdt)
+      n_new = k["b3"] * as_compute(n, rdt) + k["one_minus_b3"] * lookahead
+      step = m_new / k["c1"] + k["one_minus_b2"] * (v_new / k["c2"])
+      denom = jnp.sqrt(n_new / k["c3"] + k["eps_root"]) + k["eps"]
+      return ((step / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype),
+              n_new.astype(n.dtype), g.astype(g_prev.dtype))
+
+    out, m, v, n, g_prev = tree_map_n(leaf, 5, updates, state.m, state.v, state.n, state.g)
+    return out, ScaleByAdanState(m=m, v=v, n=n, g=g_prev, t=t)
+
+
+def scale_by_adan(
+    b1: Any = 0.98,
+    b2: Any = 0.92,
+    b3: Any = 0.99,
+    eps: Any = 1e-8,
+    eps_root: Any = 0.0,
+) -> Transformation:
+  """Rescales updates by Adan's Nesterov-style moments.
+
+  With ``d = g - g_prev`` (zero at the first step): ``m = b1 m + (1 - b1) g``,
+  ``v = b2 v + (1 - b2) d``, ``n = b3 n + (1 - b3) |g + (1 - b2) d|^2`` and
+  ``u = (m_hat + (1 - b2) v_hat) / (sqrt(n_hat + eps_root) + eps)`` (bias-corrected moments).
+  The decays weight the *old* value, as in Optax (the paper writes ``1 - beta``).
+
+  Args:
+    b1: decay of the gradient average.
+    b2: decay of the average of gradient differences.
+    b3: decay of the second moment.
+    eps: added to the denominator outside the square root.
+    eps_root: added inside the square root.
+
+  Returns:
+    A transformation with ``ScaleByAdanState(m, v, n, g, t)``.
+
+  References:
+    Xie et al., "Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep Models",
+    2022 (arXiv:2208.06677), Algorithm 1.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_adan()
+    >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
+    Array([1.], dtype=float32)
+  """
+  _check_decays("scale_by_adan", b1=b1, b2=b2, b3=b3)
+  check_nonnegative("scale_by_adan", "eps", eps)
+  check_nonnegative("scale_by_adan", "eps_root", eps_root)
+  return ScaleByAdan(b1, b2, b3, eps, eps_root)
