@@ -112,6 +112,7 @@ def test_every_optax_tree_name_exists_with_the_same_parameters():
         ("update_moment_per_elem_norm", (complex_tree(1), jax.tree_util.tree_map(jnp.abs, complex_tree(2)), 0.9, 2)),
         ("update_infinity_moment", (X, jax.tree_util.tree_map(jnp.abs, Y), 0.9, 1e-3)),
         ("bias_correction", (X, 0.9, jnp.asarray(3, jnp.int32))),
+        ("bias_correction", (X, 0.99, 2)),
     ],
 )
 def test_elementwise_matches_optax(name, args):

@@ -138,7 +138,7 @@ def bias_correction(moment: Any, decay: Any, count: jax.Array) -> Any:
   def correct(m):
     cdt = compute_dtype(m.dtype)
     rdt = real_dtype(cdt)
-    factor = jnp.asarray(1, rdt) - hyper(decay, rdt) ** count.astype(rdt)
+    factor = jnp.asarray(1, rdt) - hyper(decay, rdt) ** jnp.asarray(count).astype(rdt)
     return (as_compute(m, cdt) / factor.astype(cdt)).astype(m.dtype)
 
   return tree_map(correct, moment)
