@@ -144,8 +144,9 @@ class MultiSteps(Transformation):
   ``MultiSteps(opt, k)`` over ``k`` micro-batches equals ``opt`` over their mean gradient.
 
   Type stability: both branches of the conditional return the same types for any inner optimizer
-  (steadax's or not): updates take the parameters' dtypes and the inner state is held to the state it
-  was given (strict mode raises on drift, otherwise it is cast back). Boolean states stay boolean.
+  (steadax's or not): updates take the parameters' dtypes and the inner state is held to the state
+  it was given (strict mode raises on drift, otherwise it is cast back). Boolean states stay
+  boolean.
 
   Memory: with ``every_k_schedule`` the int 1, no accumulator is held (``acc_grads`` is ``()``) and
   ``update`` calls the inner optimizer directly. Otherwise ``acc_grads`` is one tree shaped like the
@@ -262,8 +263,9 @@ class MultiSteps(Transformation):
 
     def inner_step(grads):
       new_updates, inner_state = self.opt.update(grads, state.inner_opt_state, params, **extra_args)
-      new_updates = pinned_updates(f"{self.owner} (inner optimizer)", updates, params, new_updates)
-      inner_state = pinned_state(f"{self.owner} (inner optimizer)", state.inner_opt_state, inner_state)
+      where = f"{self.owner} (inner optimizer)"
+      new_updates = pinned_updates(where, updates, params, new_updates)
+      inner_state = pinned_state(where, state.inner_opt_state, inner_state)
       return new_updates, inner_state
 
     def accept():

@@ -32,8 +32,10 @@ def update_targets(updates: Any, params: Any) -> Any:
   """The dtype each update leaf must have: its parameter's, or its own where params is None."""
   if params is None:
     return jax.tree_util.tree_map(lambda u: np.dtype(u.dtype), updates)
-  return jax.tree_util.tree_map(
-      lambda u, p: np.dtype(p.dtype if hasattr(p, "dtype") else jnp.result_type(p)), updates, params)
+  def target(u, p):
+    return np.dtype(p.dtype if hasattr(p, "dtype") else jnp.result_type(p))
+
+  return jax.tree_util.tree_map(target, updates, params)
 
 
 def zero_updates(updates: Any, params: Any) -> Any:

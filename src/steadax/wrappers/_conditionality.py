@@ -92,7 +92,9 @@ class _Conditional(Transformation):
 
 
 def conditionally_transform(
-    inner: GradientTransformation, should_transform_fn: ConditionFn, forward_extra_args: bool = False
+    inner: GradientTransformation,
+    should_transform_fn: ConditionFn,
+    forward_extra_args: bool = False,
 ) -> Transformation:
   """Runs ``inner`` on the steps where ``should_transform_fn(step)`` holds; passes updates through
   unchanged (and keeps the inner state) on the others.
@@ -120,7 +122,9 @@ def conditionally_transform(
 
 
 def conditionally_mask(
-    inner: GradientTransformation, should_transform_fn: ConditionFn, forward_extra_args: bool = False
+    inner: GradientTransformation,
+    should_transform_fn: ConditionFn,
+    forward_extra_args: bool = False,
 ) -> Transformation:
   """Runs ``inner`` on the steps where ``should_transform_fn(step)`` holds; returns zero updates
   (and keeps the inner state) on the others.

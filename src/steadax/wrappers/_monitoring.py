@@ -1,4 +1,4 @@
-"""Monitoring: snapshot, monitor and measure_with_ema record measurements of the updates in state."""
+"""Monitoring: snapshot, monitor and measure_with_ema keep measurements of the updates in state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import EmptyState, GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import (
+    EmptyState,
+    GradientTransformation,
+    Transformation,
+    with_extra_args_support,
+)
 from .._core._module import static_field
 from .._core._policy import is_inexact_dtype
 from ..transforms._scaling import ema
@@ -137,7 +142,8 @@ def monitor(measures: dict[str, Any]) -> Transformation:
     (5.0, 5.0)
   """
   if not isinstance(measures, dict):
-    raise TypeError(f"monitor: measures must be a dict of name -> measure, got {type(measures).__name__}.")
+    raise TypeError(
+        f"monitor: measures must be a dict of name -> measure, got {type(measures).__name__}.")
   names = tuple(measures)
   return _Monitor(tuple(_as_measure(measures[n]) for n in names), names)
 

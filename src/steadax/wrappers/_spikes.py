@@ -1,4 +1,4 @@
-"""skip_spikes: skip (and count) updates whose loss or gradient norm jumps above its running level."""
+"""skip_spikes: skip (and count) steps whose loss or gradient norm jumps above its running level."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ class _SkipSpikes(Transformation):
       return jnp.sqrt(sum_of_squares(updates))
     if "value" not in extra_args:
       raise ValueError(
-          "skip_spikes: watch='value' needs the loss: call update(grads, state, params, value=loss).")
+          "skip_spikes: watch='value' needs the loss: call "
+          "update(grads, state, params, value=loss).")
     value = jnp.asarray(extra_args["value"])
     if value.shape != ():
       raise ValueError(f"skip_spikes: `value` must be a scalar loss, got shape {value.shape}.")
@@ -81,7 +82,7 @@ class _SkipSpikes(Transformation):
     level = state.mean + hyper(self.num_std, stat) * jnp.sqrt(state.variance)
     spike = jnp.logical_or(
         jnp.logical_not(finite), jnp.logical_and(warm, x > hyper(self.factor, stat) * level))
-    # After too many skips in a row the level itself has moved: accept and let the statistics follow.
+    # After too many skips in a row the level itself has moved: accept, let the statistics follow.
     give_up = state.consecutive_skips >= hyper(self.max_consecutive_skips, COUNTER_DTYPE)
     skip = jnp.logical_and(spike, jnp.logical_not(give_up))
 
@@ -105,8 +106,8 @@ class _SkipSpikes(Transformation):
     diff = safe_x - state.mean
     increment = alpha * diff
     mean = state.mean + increment
-    variance = jnp.where(
-        first, jnp.zeros([], stat), (jnp.asarray(1, stat) - alpha) * (state.variance + diff * increment))
+    spread = (jnp.asarray(1, stat) - alpha) * (state.variance + diff * increment)
+    variance = jnp.where(first, jnp.zeros([], stat), spread)
     return new_updates, SkipSpikesState(
         count=jnp.where(fold, safe_increment(state.count), state.count),
         mean=jnp.where(fold, mean, state.mean),
@@ -139,9 +140,10 @@ def skip_spikes(
 
   once ``warmup_steps`` values have been seen. ``factor=2, num_std=0`` skips a loss above twice its
   running mean (for a quantity that stays positive: a loss bounded below by 0, a norm);
-  ``factor=1, num_std=3`` skips anything above mean + 3 standard deviations (for any sign). Skipped
-  values do not enter the statistics; after ``max_consecutive_skips`` skips in a row the next step is
-  accepted and its value does, so a lasting change of level is followed rather than blocked.
+  ``factor=1, num_std=3`` skips anything above mean + 3 standard deviations (for any sign).
+  Skipped values do not enter the statistics; after ``max_consecutive_skips`` skips in a row the
+  next step is accepted and its value does, so a lasting change of level is followed rather than
+  blocked.
 
   Args:
     inner: the transformation to protect.
@@ -179,9 +181,10 @@ def skip_spikes(
   """
   if watch not in _WATCHED:
     raise ValueError(f"skip_spikes: watch must be one of {_WATCHED}, got {watch!r}.")
-  for arg, value, low in (("warmup_steps", warmup_steps, 0), ("max_consecutive_skips", max_consecutive_skips, 0)):
-    if isinstance(value, int) and value < low:
-      raise ValueError(f"skip_spikes: {arg} must be >= {low}, got {value}.")
+  counts = (("warmup_steps", warmup_steps), ("max_consecutive_skips", max_consecutive_skips))
+  for arg, value in counts:
+    if isinstance(value, int) and value < 0:
+      raise ValueError(f"skip_spikes: {arg} must be >= 0, got {value}.")
   if isinstance(decay, float) and not 0.0 <= decay < 1.0:
     raise ValueError(f"skip_spikes: decay must be in [0, 1), got {decay}.")
   return _SkipSpikes(
