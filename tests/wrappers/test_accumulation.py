@@ -378,3 +378,23 @@ def test_apply_every_accumulator_dtype():
   assert state.grad_acc["h"].dtype == jnp.float32
   u, state = tx.update(params, state, params)
   assert u["h"].dtype == jnp.bfloat16
+
+
+def test_every_wrapper_is_a_contract_checked_transformation():
+  wrappers = [
+      steadax.MultiSteps(steadax.sgd(0.1), 2).gradient_transformation(),
+      steadax.apply_every(2),
+      steadax.apply_if_finite(steadax.sgd(0.1), 1),
+      steadax.zero_nans(),
+      steadax.conditionally_transform(steadax.sgd(0.1), lambda s: s > 0),
+      steadax.conditionally_mask(steadax.sgd(0.1), lambda s: s > 0),
+      steadax.snapshot("n", steadax.global_norm),
+      steadax.monitor({"n": steadax.global_norm}),
+      steadax.measure_with_ema(steadax.global_norm, 0.9),
+      steadax.skip_spikes(steadax.sgd(0.1)),
+  ]
+  for tx in wrappers:
+    assert isinstance(tx, steadax.Transformation), type(tx)
+    # Unpacks as Optax's (init, update) pair too.
+    init, update = tx
+    assert callable(init) and callable(update)
