@@ -1,0 +1,166 @@
+"""Mechanic (Cutkosky, Defazio & Mehta, "Mechanic: A Learning Rate Tuner", NeurIPS 2023).
+
+Wraps a base optimizer and learns a scalar scale ``S = Σ_i s_i`` of its accumulated updates ``Δ``
+with coin-betting (one bettor per ``β_i = 1 - 0.1^i``), so that ``x_t = x_0 + S_t Δ_t``
+(Algorithm 1, the memory-efficient form that recomputes ``Δ_{t-1} = (x_0 - x_t) / (S_{t-1} + eps)``
+from the parameters, with the reward clipping of the reference implementation).
+
+The bettors' statistics ``r, m, v, s`` (each of shape ``[num_betas]``) take one dtype fixed at init:
+the widest floating dtype among the parameters, at least float32. In Optax 0.2.8 a mixed
+float32/bfloat16 tree makes the first update fail (``lax.clamp`` on bfloat16 state and a float32
+inner product). Complex parameters use the real inner product ``Re<g, Δ>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._checks import check_nonnegative, check_positive
+from .._core._module import static_field
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, scalar_stat_dtype, zero_count
+from .._core._tree import copy_like, tree_map, tree_map_n
+from ._reductions import real_inner, sq_norm, sum_scalars
+
+__all__ = ["MechanicState", "mechanize"]
+
+
+class MechanicState(NamedTuple):
+  """State of ``mechanize`` (Optax's field names).
+
+  Attributes:
+    base_optimizer_state: the wrapped optimizer's state.
+    count: int32 number of updates so far.
+    r: the bettors' clipped rewards, shape ``[num_betas]``.
+    m: the bettors' maximal ``|h|``, shape ``[num_betas]``.
+    v: the bettors' discounted sums of ``h^2``, shape ``[num_betas]``.
+    s: the bettors' scales, shape ``[num_betas]`` (their sum scales the base updates).
+    x0: the reference point (the parameters seen at the first update).
+  """
+
+  base_optimizer_state: Any
+  count: jax.Array
+  r: jax.Array
+  m: jax.Array
+  v: jax.Array
+  s: jax.Array
+  x0: Any
+
+
+class Mechanize(Transformation):
+  name = "mechanize"
+  base_optimizer: Any
+  weight_decay: Any = 1e-2
+  eps: Any = 1e-8
+  s_init: Any = 1e-6
+  num_betas: int = static_field(default=6)
+
+  def init_fn(self, params):
+    stat = scalar_stat_dtype(params)
+    n = self.num_betas
+    return MechanicState(
+        base_optimizer_state=self.base_optimizer.init(params),
+        count=zero_count(),
+        r=jnp.zeros([n], stat),
+        m=jnp.zeros([n], stat),
+        v=jnp.zeros([n], stat),
+        s=jnp.full([n], hyper(self.s_init, stat), stat),
+        x0=copy_like(params),
+    )
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("mechanize: `params` must be passed to update().")
+    stat = state.s.dtype
+    base_updates, base_state = self.base_optimizer.update(
+        updates, state.base_optimizer_state, params, **extra_args)
+    # Training loops often load pre-trained weights after init: the reference point is the
+    # parameters of the first update, not those given to init.
+    x0 = jax.lax.cond(state.count == 0, lambda: params, lambda: state.x0)
+    eps = hyper(self.eps, stat)
+    s_sum = jnp.sum(state.s)
+
+    # One pass for the four reductions; h = Re<g + c p, x0 - p> / (S + eps) with c the decay factor.
+    def reductions(g, p, x):
+      cdt = compute_dtype(g.dtype, p.dtype, x.dtype)
+      gc, pc = as_compute(g, cdt), as_compute(p, cdt)
+      diff = as_compute(x, cdt) - pc
+      return (sq_norm(gc).astype(stat), sq_norm(pc).astype(stat),
+              real_inner(gc, diff).astype(stat), real_inner(pc, diff).astype(stat))
+
+    g_sq, p_sq, g_dot, p_dot = (sum_scalars(t, stat) for t in
+                                tree_map_n(reductions, 4, updates, params, x0))
+    decay = hyper(self.weight_decay, stat) * s_sum * jnp.sqrt(g_sq) / (jnp.sqrt(p_sq) + eps)
+    h = (g_dot + decay * p_dot) / (s_sum + eps)
+
+    betas = np.asarray([1.0 - 0.1**i for i in range(1, self.num_betas + 1)], stat)
+    clipped_h = jnp.clip(h, -state.m, state.m)
+    m = jnp.maximum(betas * state.m, jnp.abs(h) + eps)
+    v = betas**2 * state.v + h**2
+    r = betas * state.r + clipped_h * state.s
+    wealth = hyper(self.s_init, stat) / self.num_betas * m + jnp.maximum(r, np.zeros((), stat))
+    s = wealth / (jnp.sqrt(v) + eps)
+    scale = jnp.sum(s)
+
+    factors = per_dtype(lambda cdt: (scale.astype(cdt), (s_sum + eps).astype(cdt)))
+
+    def step(u, p, x):
+      cdt = compute_dtype(u.dtype, p.dtype, x.dtype)
+      new_scale, old_scale = factors(cdt)
+      xc, pc = as_compute(x, cdt), as_compute(p, cdt)
+      delta = (xc - pc) / old_scale - as_compute(u, cdt)
+      return (xc - new_scale * delta - pc).astype(p.dtype)
+
+    out = tree_map(step, base_updates, params, x0)
+    return out, MechanicState(base_optimizer_state=base_state, count=safe_increment(state.count),
+                              r=r, m=m, v=v, s=s, x0=x0)
+
+
+def mechanize(
+    base_optimizer: GradientTransformation,
+    weight_decay: Any = 1e-2,
+    eps: Any = 1e-8,
+    s_init: Any = 1e-6,
+    num_betas: int = 6,
+) -> Transformation:
+  """Learns the scale of ``base_optimizer``'s updates (Mechanic's learning-rate tuner).
+
+  Give the base optimizer a learning rate (or schedule peak) of 1; Mechanic learns the multiplier.
+
+  Args:
+    base_optimizer: the optimizer whose updates are scaled (any transformation).
+    weight_decay: Mechanic's own weight decay, added to the gradients it bets with (independent of
+      any weight decay inside ``base_optimizer``).
+    eps: numerical stability term.
+    s_init: initial total scale (split over the bettors), positive.
+    num_betas: number of bettors, with ``β_i = 1 - 0.1^i`` for ``i = 1 .. num_betas`` (static).
+
+  Returns:
+    A transformation with ``MechanicState``; ``r, m, v, s`` have the widest floating dtype among
+    the parameters (at least float32) in both x64 modes.
+
+  References:
+    Cutkosky, Defazio & Mehta, "Mechanic: A Learning Rate Tuner", NeurIPS 2023 (Algorithm 1).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.mechanize(steadax.sgd(1.0), num_betas=3)
+    >>> params = {"w": jnp.ones(2, jnp.bfloat16), "b": jnp.ones(1)}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update(params, state, params)
+    >>> updates["w"].dtype, state.s.dtype, state.s.shape
+    (dtype(bfloat16), dtype('float32'), (3,))
+  """
+  if base_optimizer is None:
+    raise ValueError("mechanize: base_optimizer is required.")
+  if isinstance(num_betas, bool) or not isinstance(num_betas, (int, np.integer)) or num_betas < 1:
+    raise ValueError(f"mechanize: num_betas must be a positive integer, got {num_betas!r}.")
+  check_nonnegative("mechanize", "weight_decay", weight_decay)
+  check_nonnegative("mechanize", "eps", eps)
+  check_positive("mechanize", "s_init", s_init)
+  return Mechanize(with_extra_args_support(base_optimizer), weight_decay, eps, s_init,
+                   num_betas=int(num_betas))

@@ -1,0 +1,324 @@
+"""MoMo: momentum models for adaptive learning rates (Schaipp et al., ICML 2024).
+
+SGD with momentum (``momo``) or Adam (``momo_adam``) whose step size is
+``min(learning_rate, τ)``, with τ the Polyak-type step that makes a momentum model of the loss reach
+a lower bound ``lb`` (Algorithm 1 and 3 of the paper; Eq. 9 for the decoupled weight decay):
+
+    f̄ = EMA of losses,  d = EMA of gradients,  γ = EMA of Re<g, x>
+    τ = max((1 + λα)(f̄ - lb - γ) + Re<d, x>, 0) / ||d||^2_{D^{-1}}
+    x' = (x - min(α, τ) D^{-1} d) / (1 + λα)
+
+``update`` needs the current loss: ``update(grads, state, params, value=loss)``.
+
+The scalar statistics (``barf``, ``gamma``, ``lb``) take one dtype fixed at init: the widest
+floating dtype among the parameters, at least float32. In Optax 0.2.8 they take the lowest dtype
+(bfloat16 in a mixed tree), the first update widens ``gamma`` to float32 and returns a float32
+update for a bfloat16 parameter; ``lax.scan`` and ``apply_if_finite`` then fail. The "no step"
+threshold on ``||d||^2`` is float64's machine epsilon in both x64 modes, as in Optax.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._module import static_field
+from .._core._policy import (
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    real_dtype,
+    safe_increment,
+    scalar_stat_dtype,
+    zero_count,
+)
+from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._types import ScalarOrSchedule
+from ..transforms._moments import abs_sq
+from ..transforms._scaling import value_at
+from ._reductions import real_inner, scalar_value, sq_norm, sum_scalars
+
+__all__ = ["MomoState", "MomoAdamState", "momo", "momo_adam"]
+
+# Below this ||d||^2 the model is flat: no step (float64's epsilon, whatever the x64 flag).
+_FLAT = float(np.finfo(np.float64).eps)
+
+
+class MomoState(NamedTuple):
+  """State of ``momo`` (Optax's field names).
+
+  Attributes:
+    exp_avg: momentum ``d`` of the gradients, one leaf per parameter.
+    barf: EMA of the losses.
+    gamma: EMA of ``Re<g, x>``.
+    lb: the lower bound of the loss in use (adapted when ``adapt_lower_bound``).
+    count: int32 number of updates so far.
+  """
+
+  exp_avg: Any
+  barf: jax.Array
+  gamma: jax.Array
+  lb: jax.Array
+  count: jax.Array
+
+
+class MomoAdamState(NamedTuple):
+  """State of ``momo_adam`` (Optax's field names): ``MomoState`` plus the second moment.
+
+  Attributes:
+    exp_avg: first moment of the gradients.
+    exp_avg_sq: second moment (real for complex parameters).
+    barf: EMA of the losses.
+    gamma: EMA of ``Re<g, x>``.
+    lb: the lower bound of the loss in use.
+    count: int32 number of updates so far.
+  """
+
+  exp_avg: Any
+  exp_avg_sq: Any
+  barf: jax.Array
+  gamma: jax.Array
+  lb: jax.Array
+  count: jax.Array
+
+
+def _polyak_step(learning_rate, weight_decay, lower_bound, adapt, count, barf, gamma, iprod,
+                 norm_sq, lb, bc1):
+  """``(tau, weight-decay factor, new lb)`` shared by momo (``bc1 = 1``) and momo_adam."""
+  stat = barf.dtype
+  alpha = hyper(value_at(learning_rate, count), stat)
+  one_plus = 1 + alpha * hyper(weight_decay, stat)
+  low = hyper(lower_bound, stat)
+  if adapt:
+    cap = one_plus * (barf - gamma) + iprod
+    this_lb = jnp.where(cap < one_plus * bc1 * lb, jnp.maximum(cap / (2 * bc1 * one_plus), low), lb)
+  else:
+    this_lb = lb
+  flat = norm_sq <= _FLAT
+  t1 = jnp.maximum(one_plus * (barf - bc1 * this_lb - gamma) + iprod, np.zeros((), stat))
+  t1 = jnp.where(flat, np.zeros((), stat), t1 / jnp.where(flat, np.ones((), stat), norm_sq))
+  tau = jnp.minimum(alpha / bc1, t1)
+  if adapt:
+    new_lb = jnp.maximum(((barf + iprod - gamma) - tau * norm_sq / 2) / bc1, low)
+  else:
+    new_lb = lb
+  return tau, (alpha * hyper(weight_decay, stat)) / one_plus, new_lb
+
+
+class Momo(Transformation):
+  name = "momo"
+  learning_rate: Any = 1.0
+  beta: Any = 0.9
+  lower_bound: Any = 0.0
+  weight_decay: Any = 0.0
+  adapt_lower_bound: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    stat = scalar_stat_dtype(params)
+    return MomoState(exp_avg=zeros_like(params), barf=jnp.zeros([], stat), gamma=jnp.zeros([], stat),
+                     lb=jnp.asarray(hyper(self.lower_bound, stat)), count=zero_count())
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("momo: `params` must be passed to update().")
+    stat = state.barf.dtype
+    value = scalar_value(self.name, extra_args.get("value"), stat)
+    # The first step initialises the averages with the first loss and gradient.
+    beta = jnp.where(state.count == 0, np.zeros((), stat), hyper(self.beta, stat))
+    barf = beta * state.barf + (1 - beta) * value
+    coefficients = per_dtype(lambda cdt: (beta.astype(cdt), (1 - beta).astype(cdt)))
+
+    def moments(g, m, p):
+      cdt = compute_dtype(g.dtype, m.dtype, p.dtype)
+      b, one_minus_b = coefficients(cdt)
+      gc, pc = as_compute(g, cdt), as_compute(p, cdt)
+      m_new = b * as_compute(m, cdt) + one_minus_b * gc
+      return (m_new.astype(m.dtype), real_inner(gc, pc).astype(stat), sq_norm(m_new).astype(stat),
+              real_inner(m_new, pc).astype(stat))
+
+    exp_avg, g_dot_p, m_sq, m_dot_p = tree_map_n(moments, 4, updates, state.exp_avg, params)
+    gamma = beta * state.gamma + (1 - beta) * sum_scalars(g_dot_p, stat)
+    tau, decay, lb = _polyak_step(
+        self.learning_rate, self.weight_decay, self.lower_bound, self.adapt_lower_bound,
+        state.count, barf, gamma, sum_scalars(m_dot_p, stat), sum_scalars(m_sq, stat), state.lb,
+        np.ones((), stat))
+    factors = per_dtype(lambda cdt: (tau.astype(cdt), decay.astype(cdt)))
+
+    def step(m, p):
+      cdt = compute_dtype(m.dtype, p.dtype)
+      t, wd = factors(cdt)
+      return (-wd * as_compute(p, cdt) - t * as_compute(m, cdt)).astype(p.dtype)
+
+    out = tree_map(step, exp_avg, params)
+    return out, MomoState(exp_avg=exp_avg, barf=barf, gamma=gamma, lb=lb,
+                          count=safe_increment(state.count))
+
+
+class MomoAdam(Transformation):
+  name = "momo_adam"
+  learning_rate: Any = 1e-2
+  b1: Any = 0.9
+  b2: Any = 0.999
+  eps: Any = 1e-8
+  lower_bound: Any = 0.0
+  weight_decay: Any = 0.0
+  adapt_lower_bound: bool = static_field(default=False)
+
+  def init_fn(self, params):
+    stat = scalar_stat_dtype(params)
+    return MomoAdamState(
+        exp_avg=zeros_like(params), exp_avg_sq=zeros_like(params, real=True),
+        barf=jnp.zeros([], stat), gamma=jnp.zeros([], stat),
+        lb=jnp.asarray(hyper(self.lower_bound, stat)), count=zero_count())
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("momo_adam: `params` must be passed to update().")
+    stat = state.barf.dtype
+    value = scalar_value(self.name, extra_args.get("value"), stat)
+    count = safe_increment(state.count)
+    k = count.astype(stat)
+    b1, b2 = hyper(self.b1, stat), hyper(self.b2, stat)
+    barf = b1 * state.barf + (1 - b1) * value
+    bc1, bc2 = 1 - b1**k, 1 - b2**k
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      return dict(b1=hyper(self.b1, cdt), one_minus_b1=(1 - b1).astype(cdt), b2=hyper(self.b2, rdt),
+                  one_minus_b2=(1 - b2).astype(rdt), bc2=bc2.astype(rdt), eps=hyper(self.eps, rdt))
+
+    def precondition(v, c):
+      return c["eps"] + jnp.sqrt(v / c["bc2"])
+
+    def moments(g, m, v, p):
+      cdt = compute_dtype(g.dtype, m.dtype, p.dtype)
+      rdt = real_dtype(cdt)
+      c = scalars(cdt)
+      gc, pc = as_compute(g, cdt), as_compute(p, cdt)
+      m_new = c["b1"] * as_compute(m, cdt) + c["one_minus_b1"] * gc
+      v_new = c["b2"] * as_compute(v, rdt) + c["one_minus_b2"] * abs_sq(gc).astype(rdt)
+      weighted_sq = jnp.sum(abs_sq(m_new) / precondition(v_new, c))
+      return (m_new.astype(m.dtype), v_new.astype(v.dtype), real_inner(gc, pc).astype(stat),
+              weighted_sq.astype(stat), real_inner(m_new, pc).astype(stat))
+
+    exp_avg, exp_avg_sq, g_dot_p, m_sq, m_dot_p = tree_map_n(
+        moments, 5, updates, state.exp_avg, state.exp_avg_sq, params)
+    gamma = b1 * state.gamma + (1 - b1) * sum_scalars(g_dot_p, stat)
+    tau, decay, lb = _polyak_step(
+        self.learning_rate, self.weight_decay, self.lower_bound, self.adapt_lower_bound,
+        state.count, barf, gamma, sum_scalars(m_dot_p, stat), sum_scalars(m_sq, stat), state.lb, bc1)
+    factors = per_dtype(lambda cdt: (tau.astype(cdt), decay.astype(cdt)))
+
+    def step(m, v, p):
+      cdt = compute_dtype(m.dtype, p.dtype)
+      rdt = real_dtype(cdt)
+      t, wd = factors(cdt)
+      precond = precondition(as_compute(v, rdt), scalars(cdt)).astype(cdt)
+      return (-wd * as_compute(p, cdt) - t * as_compute(m, cdt) / precond).astype(p.dtype)
+
+    out = tree_map(step, exp_avg, exp_avg_sq, params)
+    return out, MomoAdamState(exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, barf=barf, gamma=gamma, lb=lb,
+                              count=count)
+
+
+def _check_lower_bound(owner: str, lower_bound: Any) -> None:
+  if lower_bound is None or callable(lower_bound):
+    raise TypeError(f"{owner}: lower_bound must be a number (a lower bound of the loss), got {lower_bound!r}.")
+  # A real finite scalar; reuse the learning-rate check for shape and finiteness.
+  check_schedule_or_scalar(owner, "lower_bound", lower_bound)
+
+
+def momo(
+    learning_rate: ScalarOrSchedule = 1.0,
+    beta: Any = 0.9,
+    lower_bound: Any = 0.0,
+    weight_decay: Any = 0.0,
+    adapt_lower_bound: bool = False,
+) -> Transformation:
+  """SGD with momentum and MoMo's adaptive (Polyak-type) step size; needs ``value=loss``.
+
+  The step size is ``min(learning_rate, τ)``, τ computed from the averaged losses, gradients and a
+  lower bound of the loss (0 fits most losses), so ``learning_rate`` can be chosen large.
+
+  Args:
+    learning_rate: the largest step size (scalar or schedule of the count).
+    beta: momentum of the averages, in [0, 1).
+    lower_bound: a lower bound of the loss.
+    weight_decay: decoupled weight decay.
+    adapt_lower_bound: estimate the lower bound on the fly, starting from ``lower_bound`` (static).
+
+  Returns:
+    A transformation with ``MomoState``; ``update`` raises a ValueError without ``value``.
+
+  References:
+    Schaipp, Ohana, Eickenberg, Defazio & Gower, "MoMo: Momentum Models for Adaptive Learning
+    Rates", ICML 2024 (Algorithm 1).
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> loss = lambda p: jnp.sum(p**2)
+    >>> opt = steadax.contrib.momo()
+    >>> params = jnp.array([1.0, 2.0, 3.0]); state = opt.init(params)
+    >>> value, grads = jax.value_and_grad(loss)(params)
+    >>> updates, state = opt.update(grads, state, params, value=value)
+    >>> float(loss(steadax.apply_updates(params, updates)))  # the Polyak step halves the distance
+    3.5
+  """
+  check_schedule_or_scalar("momo", "learning_rate", learning_rate)
+  check_range("momo", "beta", beta, 0.0, 1.0, high_open=True)
+  check_nonnegative("momo", "weight_decay", weight_decay)
+  _check_lower_bound("momo", lower_bound)
+  return Momo(learning_rate, beta, lower_bound, weight_decay, adapt_lower_bound=bool(adapt_lower_bound))
+
+
+def momo_adam(
+    learning_rate: ScalarOrSchedule = 1e-2,
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-8,
+    lower_bound: Any = 0.0,
+    weight_decay: Any = 0.0,
+    adapt_lower_bound: bool = False,
+) -> Transformation:
+  """Adam with MoMo's adaptive (Polyak-type) step size; needs ``value=loss``.
+
+  Args:
+    learning_rate: the largest step size (scalar or schedule of the count).
+    b1: decay of the first moment and of the loss and ``Re<g, x>`` averages, in [0, 1).
+    b2: decay of the second moment, in [0, 1).
+    eps: added to the square root of the (bias-corrected) second moment.
+    lower_bound: a lower bound of the loss.
+    weight_decay: decoupled weight decay (AdamW-style).
+    adapt_lower_bound: estimate the lower bound on the fly, starting from ``lower_bound`` (static).
+
+  Returns:
+    A transformation with ``MomoAdamState``; ``update`` raises a ValueError without ``value``.
+
+  References:
+    Schaipp, Ohana, Eickenberg, Defazio & Gower, "MoMo: Momentum Models for Adaptive Learning
+    Rates", ICML 2024 (Algorithm 3).
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.momo_adam()
+    >>> params = {"w": jnp.ones(2, jnp.bfloat16), "b": jnp.ones(1)}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update(params, state, params, value=1.5)
+    >>> updates["w"].dtype, state.gamma.dtype
+    (dtype(bfloat16), dtype('float32'))
+  """
+  check_schedule_or_scalar("momo_adam", "learning_rate", learning_rate)
+  check_range("momo_adam", "b1", b1, 0.0, 1.0, high_open=True)
+  check_range("momo_adam", "b2", b2, 0.0, 1.0, high_open=True)
+  check_nonnegative("momo_adam", "eps", eps)
+  check_nonnegative("momo_adam", "weight_decay", weight_decay)
+  _check_lower_bound("momo_adam", lower_bound)
+  return MomoAdam(learning_rate, b1, b2, eps, lower_bound, weight_decay,
+                  adapt_lower_bound=bool(adapt_lower_bound))

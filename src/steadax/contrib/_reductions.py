@@ -1,0 +1,61 @@
+"""Reductions shared by the learning-rate-free optimizers (DoG, DoWG, D-Adaptation, Mechanic, MoMo).
+
+Their step sizes come from global scalars (norms, inner products) of the whole parameter tree. Each
+per-leaf contribution is computed in the leaf's compute dtype (at least float32) and summed in the
+scalar-statistics dtype fixed at init (``scalar_stat_dtype``), so a bfloat16 leaf neither lowers nor
+a float64 input widens the statistics. Complex leaves use the real inner product ``Re<a, b>``, which
+is the directional derivative of a real loss along ``b`` when ``a`` is its gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["real_inner", "sq_norm", "sum_scalars", "scalar_value"]
+
+
+def real_inner(a: jax.Array, b: jax.Array) -> jax.Array:
+  """``Re<a, b>`` summed over all elements; ``a`` and ``b`` share one compute dtype."""
+  if jnp.iscomplexobj(a):
+    return jnp.sum(jnp.real(a) * jnp.real(b) + jnp.imag(a) * jnp.imag(b))
+  return jnp.sum(a * b)
+
+
+def sq_norm(a: jax.Array) -> jax.Array:
+  """``sum |a|^2`` as a real scalar of ``a``'s real dtype."""
+  return real_inner(a, a)
+
+
+def sum_scalars(tree: Any, dtype: Any) -> jax.Array:
+  """The sum of a tree of scalars (one per parameter leaf, already in ``dtype``); 0 for no leaves."""
+  total = jnp.zeros([], dtype)
+  for x in jax.tree_util.tree_leaves(tree):
+    total = total + x
+  return total
+
+
+def scalar_value(owner: str, value: Any, dtype: Any) -> jax.Array:
+  """The ``value`` extra argument (a loss) as a real scalar of ``dtype``, with clear errors.
+
+  Args:
+    owner: the transformation's name, for error messages.
+    value: the loss passed as ``update(..., value=loss)``.
+    dtype: the scalar-statistics dtype.
+
+  Raises:
+    ValueError: ``value`` is missing or not a scalar.
+    TypeError: ``value`` is not a real number.
+  """
+  if value is None:
+    raise ValueError(
+        f"{owner}: update() needs the loss: pass `value=loss` (the current loss, e.g. from "
+        "jax.value_and_grad), as in update(grads, state, params, value=loss).")
+  value = jnp.asarray(value)
+  if value.shape != ():
+    raise ValueError(f"{owner}: `value` must be a scalar loss, got an array of shape {value.shape}.")
+  if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
+    raise TypeError(f"{owner}: `value` must be a real number, got dtype {value.dtype}.")
+  return value.astype(dtype)
