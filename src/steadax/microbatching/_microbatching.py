@@ -133,7 +133,8 @@ def _leafwise(init, update, finalize, aggregate) -> Accumulator:
 
 
 def _wide_zeros(spec: Any) -> _Carry:
-  return _Carry(jnp.zeros(spec.shape, _acc_dtype(spec.dtype)), np.dtype(spec.dtype))
+  # zeros_like keeps the spec's sharding: under an explicit mesh it is part of the carry's type.
+  return _Carry(jnp.zeros_like(spec, dtype=_acc_dtype(spec.dtype)), np.dtype(spec.dtype))
 
 
 def _add(carry: _Carry, value: Any, index: Any) -> _Carry:
@@ -193,7 +194,7 @@ def _concat(num_microbatches: int) -> Accumulator:
     raise ValueError(f"microbatching: the number of microbatches must be positive, got {num_microbatches}.")
 
   def init(spec):
-    return jnp.zeros((num_microbatches, *spec.shape), spec.dtype)
+    return jnp.broadcast_to(jnp.zeros_like(spec), (num_microbatches, *spec.shape))
 
   def update(carry, value, index):
     return carry.at[index].set(jnp.asarray(value).astype(carry.dtype))

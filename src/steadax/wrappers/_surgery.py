@@ -59,6 +59,8 @@ def reset_partition_state(tx: Any, state: Any, params: Any, label: Any) -> Any:
   def visit(current: Any, initial: Any) -> Any:
     if not isinstance(current, PartitionState):
       return current
+    if not isinstance(initial, PartitionState) or set(initial.inner_states) != set(current.inner_states):
+      raise ValueError(f"a PartitionState stands where tx.init(params) has {type(initial).__name__}")
     inner = {}
     for key, value in current.inner_states.items():
       if key == label:

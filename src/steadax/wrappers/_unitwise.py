@@ -60,7 +60,8 @@ def _default_axes(owner: str, x: Any) -> tuple[int, ...] | None:
 def _unit_norm(owner: str, x: jax.Array, axis: Any, dtype: Any) -> jax.Array:
   """Unit-wise l2 norm of ``x`` computed in ``dtype``, broadcast to ``x``'s shape."""
   axes = _default_axes(owner, x) if axis is None else axis
-  sq = jnp.sum(_abs_sq(as_compute(x, dtype)), axis=axes, keepdims=True)
+  sq = _abs_sq(as_compute(x, compute_dtype(x.dtype))).astype(dtype)
+  sq = jnp.sum(sq, axis=axes, keepdims=True)
   return jnp.broadcast_to(jnp.sqrt(sq), np.shape(x))
 
 
@@ -201,7 +202,7 @@ def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.
   )
   norms = jnp.sqrt(sq)
   multipliers = jnp.nan_to_num(jnp.minimum(hyper(clip, cdt) / norms, 1.0), nan=1.0)
-  num_clipped = jnp.sum((multipliers < 1.0).astype(COUNTER_DTYPE))
+  num_clipped = jnp.sum(multipliers < 1.0, dtype=COUNTER_DTYPE)
   summed = []
   for g in leaves:
     gdt = compute_dtype(g.dtype, cdt)
