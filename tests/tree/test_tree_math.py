@@ -118,7 +118,10 @@ def test_every_optax_tree_name_exists_with_the_same_parameters():
 def test_elementwise_matches_optax(name, args):
   ours = getattr(steadax.tree, name)(*args)
   theirs = ref(getattr(optax.tree, name), *args)
-  assert_trees_close(ours, theirs)
+  # With Python hyperparameters under x64 Optax forms 1 - 0.99**2 in float64; steadax casts the
+  # decay to the float32 moment's dtype first (the policy), a 2e-6 relative difference.
+  rtol = 1e-5 if name == "bias_correction" and X64 else 1e-6
+  assert_trees_close(ours, theirs, rtol=rtol)
   for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
     assert a.dtype == b.dtype and a.shape == b.shape, name
 
