@@ -73,6 +73,13 @@ def test_every_optax_tree_name_exists_with_the_same_parameters():
         for a, b in zip(p_ours, p_theirs):
           assert (a.default is inspect.Parameter.empty) == (b.default is inspect.Parameter.empty), name
   assert steadax.tree_utils.tree_add is steadax.tree.add
+  for name in ("tree", "tree_utils", "assignment", "perturbations", "tree_map_params",
+               "bias_correction", "update_moment", "update_moment_per_elem_norm",
+               "update_infinity_moment"):
+    assert hasattr(optax, name) and hasattr(steadax, name), name
+  for module in ("assignment", "perturbations"):
+    theirs = {n for n in dir(getattr(optax, module)) if not n.startswith("_")}
+    assert theirs <= set(getattr(steadax, module).__all__), module
   assert steadax.tree_map_params is steadax.tree.map_params
   assert steadax.tree.update_moment is steadax.update_moment
 
