@@ -105,7 +105,7 @@ def test_second_moments_of_complex_parameters_are_real(factory):
 
 def test_traced_initial_scale_under_jit():
   tx = steadax.scale_by_rms(initial_scale=0.25)
-  state = jax.jit(lambda t: t.init(jnp.zeros(2)))(tx)
+  state = jax.jit(lambda t: t.init(jnp.zeros(2, jnp.float32)))(tx)
   assert state.nu.dtype == jnp.float32 and not state.nu.aval.weak_type
   np.testing.assert_allclose(np.asarray(state.nu), 0.25)
 
