@@ -68,3 +68,36 @@ __all__ += [
     "keep_params_nonnegative", "per_example_global_norm_clip", "per_example_layer_norm_clip",
     "unitwise_clip", "unitwise_norm",
 ]
+from ..wrappers._accumulation import (
+    MultiSteps as MultiSteps,
+    MultiStepsState as MultiStepsState,
+    ShouldSkipUpdateFunction as ShouldSkipUpdateFunction,
+    skip_large_updates as skip_large_updates,
+    skip_not_finite as skip_not_finite,
+)
+from ..wrappers._conditionality import (
+    ApplyIfFiniteState as ApplyIfFiniteState,
+    ConditionFn as ConditionFn,
+    ConditionallyMaskState as ConditionallyMaskState,
+    ConditionallyTransformState as ConditionallyTransformState,
+    ZeroNansState as ZeroNansState,
+    apply_if_finite as apply_if_finite,
+    conditionally_mask as conditionally_mask,
+    conditionally_transform as conditionally_transform,
+    zero_nans as zero_nans,
+)
+from ..wrappers._monitoring import (
+    MonitorState as MonitorState,
+    SnapshotState as SnapshotState,
+    measure_with_ema as measure_with_ema,
+    monitor as monitor,
+    snapshot as snapshot,
+)
+
+__all__ += [
+    "MultiSteps", "MultiStepsState", "ShouldSkipUpdateFunction", "skip_large_updates",
+    "skip_not_finite", "ApplyIfFiniteState", "ConditionFn", "ConditionallyMaskState",
+    "ConditionallyTransformState", "ZeroNansState", "apply_if_finite", "conditionally_mask",
+    "conditionally_transform", "zero_nans", "MonitorState", "SnapshotState", "measure_with_ema",
+    "monitor", "snapshot",
+]
