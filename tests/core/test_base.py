@@ -24,6 +24,19 @@ def test_function_pair_is_a_gradient_transformation_and_unpacks():
   np.testing.assert_array_equal(out, jnp.ones(2))
 
 
+def test_function_pair_accepts_optax_keywords():
+  # Optax's GradientTransformation is a NamedTuple: `GradientTransformation(init=..., update=...)`.
+  for cls in (steadax.GradientTransformation, steadax.GradientTransformationExtraArgs):
+    tx = cls(init=lambda p: steadax.EmptyState(), update=lambda u, s, p=None, **extra: (2 * u, s))
+    assert isinstance(tx, cls)
+    out, _ = tx.update(jnp.ones(2), tx.init(None))
+    np.testing.assert_array_equal(out, 2 * jnp.ones(2))
+  with pytest.raises(TypeError, match="GradientTransformation: `update` must be a callable"):
+    steadax.GradientTransformation(init=lambda p: steadax.EmptyState())
+  with pytest.raises(TypeError, match="unexpected arguments"):
+    steadax.GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s), other=1)
+
+
 def test_extra_args_function_pair_receives_extras():
   seen = {}
 

@@ -104,9 +104,29 @@ class GradientTransformationExtraArgs(GradientTransformation):
   """
 
 
+def _set_function_pair(obj: Any, owner: str, init: Any, update: Any, fields: dict) -> None:
+  """Fill the ``init_fn``/``update_fn`` fields from Optax's ``(init, update)`` arguments.
+
+  Optax's transformations are NamedTuples built as ``GradientTransformation(init=..., update=...)``;
+  the field names are accepted too because ``dataclasses.replace`` passes those.
+  """
+  init = fields.pop("init_fn", init)
+  update = fields.pop("update_fn", update)
+  if fields:
+    raise TypeError(f"{owner}: unexpected arguments {sorted(fields)}; expected `init` and `update`.")
+  for name, fn in (("init", init), ("update", update)):
+    if not callable(fn):
+      raise TypeError(f"{owner}: `{name}` must be a callable, got {fn!r}.")
+  object.__setattr__(obj, "init_fn", init)
+  object.__setattr__(obj, "update_fn", update)
+
+
 class _FunctionTransformation(GradientTransformation):
   init_fn: Callable = static_field()
   update_fn: Callable = static_field()
+
+  def __init__(self, init: Any = None, update: Any = None, **fields: Any):
+    _set_function_pair(self, "GradientTransformation", init, update, fields)
 
   def init(self, params):
     return self.init_fn(params)
@@ -119,6 +139,9 @@ class _FunctionTransformation(GradientTransformation):
 class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
   init_fn: Callable = static_field()
   update_fn: Callable = static_field()
+
+  def __init__(self, init: Any = None, update: Any = None, **fields: Any):
+    _set_function_pair(self, "GradientTransformationExtraArgs", init, update, fields)
 
   def init(self, params):
     return self.init_fn(params)
