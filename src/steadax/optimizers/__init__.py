@@ -31,3 +31,21 @@ from ._sign import __all__ as _sign_all
 
 __all__ = [*_adam_all, *_lbfgs_all, *_sgd_all, *_factored_all, *_lion_all, *_rms_all, *_trust_ratio_all,
            *_adam_variants_all, *_adaptive_all, *_fromage_all, *_optimistic_all, *_sgd_variants_all, *_sign_all]
+
+# Beyond Optax: MARS, PSGD-Kron, low-memory Adam (issue 3).
+from ._lowmem import *  # noqa: F401,F403
+from ._lowmem import __all__ as _lowmem_all
+from ._mars import *  # noqa: F401,F403
+from ._mars import __all__ as _mars_all
+from ._psgd_kron import *  # noqa: F401,F403
+from ._psgd_kron import __all__ as _psgd_kron_all
+
+__all__ += [*_lowmem_all, *_mars_all, *_psgd_kron_all]
+
+# Beyond Optax: SOAP and Shampoo (issue 3).
+from ._shampoo import *  # noqa: F401,F403
+from ._shampoo import __all__ as _shampoo_all
+from ._soap import *  # noqa: F401,F403
+from ._soap import __all__ as _soap_all
+
+__all__ += [*_shampoo_all, *_soap_all]

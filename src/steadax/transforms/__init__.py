@@ -40,6 +40,26 @@ __all__ = [*_adam_all, *_decay_all, *_moments_all, *_scaling_all, *_clipping_all
            *_adam_variants_all, *_adaptive_all, *_centralize_all, *_noise_all, *_optimistic_all,
            *_rprop_all, *_step_size_all]
 
+# Beyond Optax: MARS, PSGD-Kron, low-memory Adam states (issue 3).
+from ._adam_8bit import *  # noqa: F401,F403
+from ._adam_8bit import __all__ as _adam_8bit_all
+from ._lowmem import *  # noqa: F401,F403
+from ._lowmem import __all__ as _lowmem_all
+from ._mars import *  # noqa: F401,F403
+from ._mars import __all__ as _mars_all
+from ._psgd_kron import *  # noqa: F401,F403
+from ._psgd_kron import __all__ as _psgd_kron_all
+
+__all__ += [*_adam_8bit_all, *_lowmem_all, *_mars_all, *_psgd_kron_all]
+
+# Beyond Optax: SOAP and Shampoo blocks (issue 3).
+from ._shampoo import *  # noqa: F401,F403
+from ._shampoo import __all__ as _shampoo_all
+from ._soap import *  # noqa: F401,F403
+from ._soap import __all__ as _soap_all
+
+__all__ += [*_shampoo_all, *_soap_all]
+
 # Optax's `optax.transforms` namespace also carries the wrappers; they are defined in
 # steadax.wrappers (imported from its private modules, which depend only on the core, so the
 # import order of the two packages does not matter).

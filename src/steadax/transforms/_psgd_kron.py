@@ -1,0 +1,371 @@
+"""PSGD with a Kronecker-factored preconditioner fitted on the Lie group of triangular matrices.
+
+For a tensor ``G`` with dimensions ``d_1 ... d_k``, the preconditioner is ``P = P_1 (x) ... (x) P_k``
+with ``P_i = Q_i^H Q_i``; ``Q_i`` is upper triangular (dense) for moderate dimensions and diagonal
+otherwise. PSGD fits ``P`` to the criterion ``E[h^H P h + v^H P^{-1} v]`` with ``v`` a standard normal
+probe and ``h`` the (momentum) gradient, whose minimiser ``P = E[h h^H]^{-1/2}`` whitens the
+gradients: ``P E[h h^H] P = I``. Each update moves ``Q_i`` along the group,
+``Q_i <- Q_i - lr / ||grad_i|| * triu(A_i A_i^H - B_i B_i^H) Q_i`` with ``A = Q G`` and
+``B = Q^{-H} V`` contracted over the other dimensions, so ``Q_i`` stays triangular and invertible.
+
+This is the ``kron`` variant of psgd_jax / kron_torch: the preconditioner is fitted on the momentum,
+updated with a probability that anneals from 1 to 0.03, balanced between factors now and then, and
+the preconditioned update passes a trust region (global RMS at most 1, then each entry in [-1, 1]).
+
+References:
+  Li, "Preconditioned Stochastic Gradient Descent", IEEE TNNLS 29(5), 2018 (criterion eq. 9-10,
+  Kronecker-product preconditioners §IV.B).
+  Li, "Preconditioner on Matrix Lie Group for SGD", ICLR 2019 (the triangular-group update, eq. 7).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._module import Module, static_field
+from .._core._policy import (
+    accumulator_dtype,
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    real_dtype,
+    safe_increment,
+    zero_count,
+)
+from .._core._tree import global_norm, is_none, zeros_like
+from ._moments import abs_sq
+from ._noise import _typed_key
+from ._scaling import value_at
+
+__all__ = ["ScaleByPsgdKronState", "scale_by_psgd_kron", "psgd_update_probability"]
+
+
+class ScaleByPsgdKronState(NamedTuple):
+  """State of ``scale_by_psgd_kron``.
+
+  Attributes:
+    count: int32 step count.
+    rng_key: typed PRNG key (probes, update and balancing draws).
+    mu: momentum of the gradients.
+    preconditioner: per parameter, a tuple with one factor per dimension: an upper-triangular
+      ``(d, d)`` matrix or a ``(d,)`` diagonal (scalars get one ``(1,)`` diagonal).
+  """
+
+  count: jax.Array
+  rng_key: jax.Array
+  mu: Any
+  preconditioner: Any
+
+
+class _AnnealedProbability(Module):
+  """``clip(max_prob * exp(-decay * (count - flat_start)), min_prob, max_prob)`` in float32."""
+
+  max_prob: Any = 1.0
+  min_prob: Any = 0.03
+  decay: Any = 0.001
+  flat_start: Any = 500
+
+  def __call__(self, count: jax.Array) -> jax.Array:
+    f32 = np.dtype(jnp.float32)
+    steps = count.astype(f32) - hyper(self.flat_start, f32)
+    value = hyper(self.max_prob, f32) * jnp.exp(-hyper(self.decay, f32) * steps)
+    return jnp.clip(value, hyper(self.min_prob, f32), hyper(self.max_prob, f32))
+
+
+def psgd_update_probability(
+    max_prob: Any = 1.0, min_prob: Any = 0.03, decay: Any = 0.001, flat_start: Any = 500,
+) -> Module:
+  """The preconditioner update probability schedule of PSGD-Kron: flat, then exponential decay.
+
+  PSGD needs frequent preconditioner updates early on and few once the preconditioner has settled:
+  the probability is ``max_prob`` for ``flat_start`` steps, then decays as ``exp(-decay * t)`` to
+  ``min_prob``. A pytree whose numbers are leaves (new values do not recompile).
+
+  Args:
+    max_prob: the initial probability.
+    min_prob: the floor.
+    decay: the exponential decay rate per step.
+    flat_start: steps before the decay starts.
+
+  Returns:
+    A schedule: a callable of the int32 count returning a float32 probability.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> sched = steadax.psgd_update_probability()
+    >>> float(sched(jnp.asarray(0))), round(float(sched(jnp.asarray(10_000))), 2)
+    (1.0, 0.03)
+  """
+  owner = "psgd_update_probability"
+  check_range(owner, "max_prob", max_prob, 0.0, 1.0)
+  check_range(owner, "min_prob", min_prob, 0.0, 1.0)
+  check_nonnegative(owner, "decay", decay)
+  return _AnnealedProbability(max_prob, min_prob, decay, flat_start)
+
+
+def _dense_dims(shape: tuple[int, ...], max_size: int, min_ndim: int) -> tuple[bool, ...]:
+  if not shape:
+    return (False,)
+  return tuple(len(shape) >= min_ndim and 1 < d <= max_size for d in shape)
+
+
+def _mode_product(m: jax.Array, x: jax.Array, axis: int) -> jax.Array:
+  """``m`` applied to dimension ``axis`` of ``x``: ``y[.., i, ..] = sum_j m[i, j] x[.., j, ..]``."""
+  return jnp.moveaxis(jnp.tensordot(m, x, axes=([1], [axis])), 0, axis)
+
+
+def _diag_product(d: jax.Array, x: jax.Array, axis: int) -> jax.Array:
+  shape = [1] * x.ndim
+  shape[axis] = -1
+  return x * d.reshape(shape).astype(x.dtype)
+
+
+def _unfold(x: jax.Array, axis: int) -> jax.Array:
+  return jnp.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+
+
+def _mode_solve_h(q: jax.Array, x: jax.Array, axis: int) -> jax.Array:
+  """``Q^{-H}`` applied to dimension ``axis`` of ``x`` (a triangular solve, as cheap as a matmul)."""
+  moved = jnp.moveaxis(x, axis, 0)
+  solved = jax.scipy.linalg.solve_triangular(q, moved.reshape(x.shape[axis], -1), trans="C", lower=False)
+  return jnp.moveaxis(solved.reshape(moved.shape), 0, axis)
+
+
+def _norm_lower_bound(h: jax.Array, tiny: Any) -> jax.Array:
+  """A cheap lower bound of the spectral norm of a Hermitian matrix: ``||H c|| / ||c||`` for its
+  column ``c`` of largest norm (one power-iteration step from the best coordinate vector)."""
+  rdt = real_dtype(h.dtype)
+  scale = jnp.max(jnp.abs(h))
+  hn = h / jnp.where(scale > 0, scale, jnp.ones_like(scale)).astype(h.dtype)
+  column = jnp.take(hn, jnp.argmax(jnp.sum(abs_sq(hn), axis=0)), axis=1)
+  column = column / jnp.maximum(jnp.linalg.norm(column), tiny).astype(h.dtype)
+  return (scale * jnp.linalg.norm(hn @ column)).astype(rdt)
+
+
+def _fit_factors(factors, dense, g, v, lr, tiny):
+  """One Lie-group step of every factor towards whitening ``g`` (probe ``v``)."""
+  a, b = g, v
+  for axis, (q, is_dense) in enumerate(zip(factors, dense)):
+    if is_dense:
+      a = _mode_product(q, a, axis)
+      b = _mode_solve_h(q, b, axis)
+    else:
+      a = _diag_product(q, a, axis)
+      b = _diag_product(1 / q, b, axis)
+  new = []
+  for axis, (q, is_dense) in enumerate(zip(factors, dense)):
+    if is_dense:
+      a_mat, b_mat = _unfold(a, axis), _unfold(b, axis)
+      t1 = a_mat @ jnp.conj(a_mat).T
+      t2 = b_mat @ jnp.conj(b_mat).T
+      step = lr / jnp.maximum(_norm_lower_bound(t1 + t2, tiny), tiny)
+      new.append(q - step.astype(q.dtype) * (jnp.triu(t1 - t2) @ q))
+    else:
+      others = tuple(i for i in range(a.ndim) if i != axis)
+      t1 = jnp.sum(abs_sq(a), axis=others).astype(q.dtype)
+      t2 = jnp.sum(abs_sq(b), axis=others).astype(q.dtype)
+      step = lr / jnp.maximum(jnp.max(t1 + t2), tiny)
+      new.append(q - step.astype(q.dtype) * (t1 - t2) * q)
+  return tuple(new)
+
+
+def _balance(factors, do_balance):
+  """Rescale the factors to equal largest entries (their product is unchanged): keeps them away
+  from under- and overflow in low precision."""
+  if len(factors) < 2:
+    return factors
+  norms = [jnp.max(jnp.abs(q)).astype(jnp.float32) for q in factors]
+  norms = [jnp.where(n > 0, n, jnp.ones_like(n)) for n in norms]
+  log_mean = sum(jnp.log(n) for n in norms) / len(norms)
+  return tuple(q * jnp.where(do_balance, jnp.exp(log_mean) / n, jnp.ones_like(n)).astype(q.dtype)
+               for q, n in zip(factors, norms))
+
+
+def _precondition(factors, dense, g):
+  for axis, (q, is_dense) in enumerate(zip(factors, dense)):
+    if is_dense:
+      g = _mode_product(jnp.conj(q).T @ q, g, axis)
+    else:
+      g = _diag_product(q * q, g, axis)
+  return g
+
+
+class ScaleByPsgdKron(Transformation):
+  name = "scale_by_psgd_kron"
+  b1: Any = 0.9
+  preconditioner_update_probability: Any = None
+  preconditioner_lr: Any = 0.1
+  preconditioner_init_scale: Any = 1.0
+  key: Any = 0
+  max_size_triangular: int = static_field(default=8192)
+  min_ndim_triangular: int = static_field(default=2)
+  mu_dtype: Any = static_field(default=None)
+  precond_dtype: Any = static_field(default=None)
+
+  def _dense(self, shape):
+    return _dense_dims(tuple(shape), self.max_size_triangular, self.min_ndim_triangular)
+
+  def _factor_dtype(self, param_dtype):
+    return accumulator_dtype(compute_dtype(param_dtype), self.precond_dtype)
+
+  def init_fn(self, params):
+    def make(x):
+      shape = tuple(np.shape(x)) or (1,)
+      fdt = self._factor_dtype(x.dtype)
+      rdt = real_dtype(fdt)
+      # The scale is spread evenly over the factors (computed in float32 at least, then cast).
+      wide = compute_dtype(rdt)
+      scale = hyper(self.preconditioner_init_scale, wide) ** (1.0 / len(shape))
+      return tuple(
+          (scale * jnp.eye(d, dtype=wide)).astype(fdt) if is_dense else (scale * jnp.ones([d], wide)).astype(rdt)
+          for d, is_dense in zip(shape, self._dense(np.shape(x))))
+
+    return ScaleByPsgdKronState(
+        count=zero_count(), rng_key=_typed_key(self.name, self.key),
+        mu=zeros_like(params, self.mu_dtype),
+        preconditioner=jax.tree_util.tree_map(make, params))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+    rng_key, k_update, k_balance, k_probe = jax.random.split(state.rng_key, 4)
+    f32 = np.dtype(jnp.float32)
+    probability = value_at(self.preconditioner_update_probability, state.count)
+    do_update = jax.random.uniform(k_update, (), f32) < hyper(probability, f32)
+    do_balance = jax.random.uniform(k_balance, (), f32) < np.float32(0.01)
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      b1 = hyper(self.b1, cdt)
+      one = np.asarray(1, rdt)
+      return dict(b1=b1, one_minus_b1=np.asarray(1, cdt) - b1,
+                  c1=(one - hyper(self.b1, rdt) ** count.astype(rdt)).astype(cdt),
+                  lr=hyper(self.preconditioner_lr, rdt), tiny=np.asarray(jnp.finfo(rdt).tiny, rdt),
+                  damping=np.asarray(np.sqrt(np.finfo(np.float32).eps), rdt))
+
+    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
+    grads = treedef.flatten_up_to(updates)
+    mus = treedef.flatten_up_to(state.mu)
+    factors = treedef.flatten_up_to(state.preconditioner)
+    live = [i for i, g in enumerate(grads) if g is not None]
+    probe_keys = jax.random.split(k_probe, max(len(live), 1))
+
+    new_mus, momenta = list(mus), {}
+    for i in live:
+      g, m = grads[i], mus[i]
+      cdt = compute_dtype(g.dtype, m.dtype, factors[i][0].dtype)
+      k = scalars(cdt)
+      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * as_compute(g, cdt)
+      new_mus[i] = m_new.astype(m.dtype)
+      momenta[i] = (m_new / k["c1"]).reshape(np.shape(g) or (1,))
+
+    def fit(all_factors):
+      out = list(all_factors)
+      for n, i in enumerate(live):
+        h = momenta[i]
+        if h.size == 0:
+          continue
+        k = scalars(h.dtype)
+        fs = _balance(all_factors[i], do_balance)
+        fs = tuple(as_compute(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
+        probe = jax.random.normal(probe_keys[n], h.shape, h.dtype)
+        # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
+        damped = h + (k["damping"] * jnp.mean(jnp.abs(h))).astype(h.dtype) * probe
+        fitted = _fit_factors(fs, self._dense(np.shape(grads[i])), damped, probe, k["lr"], k["tiny"])
+        out[i] = tuple(q.astype(old.dtype) for q, old in zip(fitted, all_factors[i]))
+      return out
+
+    factors = jax.lax.cond(do_update, fit, lambda fs: list(fs), list(factors))
+
+    preconditioned = {}
+    for i in live:
+      h = momenta[i]
+      fs = tuple(as_compute(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in factors[i])
+      preconditioned[i] = _precondition(fs, self._dense(np.shape(grads[i])), h) if h.size else h
+    # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
+    total = sum(h.size for h in momenta.values())
+    norm = global_norm(list(preconditioned.values()))
+    limit = np.asarray(math.sqrt(max(total, 1)), norm.dtype)
+    shrink = limit / jnp.maximum(norm, limit)
+    out = [None] * len(grads)
+    for i in live:
+      u = preconditioned[i] * shrink.astype(real_dtype(preconditioned[i].dtype)).astype(preconditioned[i].dtype)
+      magnitude = jnp.abs(u)
+      u = u / jnp.maximum(magnitude, jnp.ones_like(magnitude)).astype(u.dtype)
+      out[i] = u.reshape(np.shape(grads[i])).astype(grads[i].dtype)
+    return treedef.unflatten(out), ScaleByPsgdKronState(
+        count=count, rng_key=rng_key, mu=treedef.unflatten(new_mus),
+        preconditioner=treedef.unflatten(factors))
+
+
+def scale_by_psgd_kron(
+    b1: Any = 0.9,
+    preconditioner_update_probability: Any = None,
+    max_size_triangular: int = 8192,
+    min_ndim_triangular: int = 2,
+    preconditioner_lr: Any = 0.1,
+    preconditioner_init_scale: Any = 1.0,
+    mu_dtype: Any = None,
+    precond_dtype: Any = None,
+    *,
+    key: Any = 0,
+) -> Transformation:
+  """Preconditions updates with PSGD's Kronecker-factored whitening preconditioner (``kron``).
+
+  Keeps a momentum ``m`` (bias-corrected) and, per parameter, factors ``Q_i`` with
+  ``P = (x)_i Q_i^H Q_i``; with probability ``preconditioner_update_probability`` a step fits the
+  factors to whiten ``m`` (one Lie-group step, see the module notes), then returns ``P m`` through
+  the trust region (global RMS <= 1, entries in [-1, 1]). Dimensions of size 1 or above
+  ``max_size_triangular``, and all dimensions of tensors with fewer than ``min_ndim_triangular``
+  dimensions, get diagonal factors.
+
+  Args:
+    b1: momentum decay (0 disables momentum).
+    preconditioner_update_probability: a probability or a schedule of the count; None is
+      ``psgd_update_probability()`` (1 for 500 steps, then decaying to 0.03).
+    max_size_triangular: largest dimension with a dense triangular factor.
+    min_ndim_triangular: tensors with fewer dimensions get only diagonal factors (vectors by default).
+    preconditioner_lr: step size of the factors' Lie-group update.
+    preconditioner_init_scale: the initial preconditioner is this times the identity.
+    mu_dtype: dtype of the momentum (default: each parameter's dtype).
+    precond_dtype: dtype of the factors (default: the computation dtype, at least float32).
+    key: a ``jax.random.key``, raw key data or an integer seed for the probes and the draws.
+
+  Returns:
+    A transformation with ``ScaleByPsgdKronState(count, rng_key, mu, preconditioner)``.
+
+  References:
+    Li, "Preconditioned Stochastic Gradient Descent", IEEE TNNLS 2018;
+    Li, "Preconditioner on Matrix Lie Group for SGD", ICLR 2019.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_psgd_kron(key=jax.random.key(0))
+    >>> state = tx.init({"w": jnp.zeros((3, 2)), "b": jnp.zeros(3)})
+    >>> [q.shape for q in state.preconditioner["w"]], [q.shape for q in state.preconditioner["b"]]
+    ([(3, 3), (2, 2)], [(3,)])
+  """
+  owner = "scale_by_psgd_kron"
+  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
+  if preconditioner_update_probability is None:
+    preconditioner_update_probability = psgd_update_probability()
+  elif not callable(preconditioner_update_probability):
+    check_range(owner, "preconditioner_update_probability", preconditioner_update_probability, 0.0, 1.0)
+  check_positive(owner, "preconditioner_lr", preconditioner_lr)
+  check_positive(owner, "preconditioner_init_scale", preconditioner_init_scale)
+  for arg, value in (("max_size_triangular", max_size_triangular), ("min_ndim_triangular", min_ndim_triangular)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+      raise ValueError(f"{owner}: {arg} must be a non-negative int, got {value!r}.")
+  _typed_key(owner, key)  # fail at construction, not at init
+  return ScaleByPsgdKron(
+      b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
+      max_size_triangular=int(max_size_triangular), min_ndim_triangular=int(min_ndim_triangular),
+      mu_dtype=mu_dtype, precond_dtype=precond_dtype)
