@@ -115,10 +115,8 @@ def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
 
 def is_params_marker(params: Any) -> bool:
   """Whether ``params`` is the leafless stand-in ``tree_map_params`` initialises states with."""
-  try:  # steadax.tree sits above this module: import it on use
-    from ..tree._state import _ParamsMarker
-  except ImportError:  # pragma: no cover - no tree package, so no marker either
-    return False
+  from ..tree._state import _ParamsMarker  # imported on use: steadax.tree imports transforms
+
   return isinstance(params, _ParamsMarker)
 
 
