@@ -82,9 +82,9 @@ def real_vdot(a: Any, b: Any, dtype: Any) -> jax.Array:
   total = jnp.zeros([], dtype)
   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
     cdt = compute_dtype(x.dtype, y.dtype)
-    x, y = as_compute(x, cdt), as_compute(y, cdt)
-    prod = jnp.real(jnp.conj(x) * y) if jnp.iscomplexobj(x) else x * y
-    total = total + jnp.sum(prod).astype(dtype)
+    # vdot conjugates its first argument: Re(sum(conj(x) y)) = sum(Re x Re y + Im x Im y).
+    dot = jnp.vdot(as_compute(x, cdt), as_compute(y, cdt), precision=jax.lax.Precision.HIGHEST)
+    total = total + jnp.real(dot).astype(dtype)
   return total
 
 

@@ -308,7 +308,8 @@ def scale_by_zoom_linesearch(
   interpolation. Near a minimiser, where ``f`` changes by less than ``approx_dec_rtol |f(w)|``, the
   decrease test becomes Hager and Zhang's approximate Wolfe condition
   ``<grad f(w + eta u), u> <= (2 slope_rtol - 1) <u, g>``. If the search fails it returns the best
-  step with sufficient decrease found, or 0 if none.
+  step with sufficient decrease found; if there is none, its last trial (as Optax does: a small
+  step that lets the optimizer move on), or 0 if that trial's value is not finite.
 
   ``update`` needs the keyword arguments ``value``, ``grad`` (conjugated for complex parameters,
   like any gradient) and ``value_fn``; extras whose names ``value_fn`` accepts are passed on to it.

@@ -46,8 +46,8 @@ class ScaleByLBFGSState(NamedTuple):
     diff_params_memory: the last ``memory_size`` parameter differences ``s``, stacked on a leading
       axis of each leaf (a ring buffer), in each parameter's dtype.
     diff_updates_memory: the matching update differences ``y``.
-    weights_memory: the matching ``rho = 1 / Re<y, s>`` (0 for empty slots), in the scalar
-      statistics dtype.
+    weights_memory: the matching ``rho = 1 / Re<y, s>``, in the scalar statistics dtype; 0 marks
+      an empty slot or a skipped pair (one without positive curvature), which the recursion ignores.
   """
 
   count: jax.Array
@@ -116,24 +116,20 @@ class ScaleByLBFGS(Transformation):
     newest = (state.count - 1) % self.memory_size  # the slot the new pair goes to
     oldest = state.count % self.memory_size
 
-    def difference(new, old, stored):
+    def difference(new, old, memory):
       cdt = compute_dtype(new.dtype, old.dtype)
-      return (as_compute(new, cdt) - as_compute(old, cdt)).astype(stored.dtype)
+      return (as_compute(new, cdt) - as_compute(old, cdt)).astype(memory.dtype)
 
-    slot_like = lambda m: m[0]  # noqa: E731
-    s = tree_map(lambda p, o, m: difference(p, o, slot_like(m)), params, state.params,
-                 state.diff_params_memory)
-    y = tree_map(lambda u, o, m: difference(u, o, slot_like(m)), updates, state.updates,
-                 state.diff_updates_memory)
+    s = tree_map(difference, params, state.params, state.diff_params_memory)
+    y = tree_map(difference, updates, state.updates, state.diff_updates_memory)
     sy, yy = real_vdot(y, s, stat), real_vdot(y, y, stat)
-    # A pair is kept only with positive curvature Re<s, y> > eps |s| |y| (N&W Sec. 6.1 and 7.2):
+    # A pair is used only with positive curvature Re<s, y> > eps |s| |y| (N&W Sec. 6.1 and 7.2):
     # it keeps H_k positive definite, so -H_k g stays a descent direction even when the pair
     # comes from a step without the Wolfe conditions (backtracking) or from clipped or noisy
-    # gradients. There is no pair before the second update.
+    # gradients. There is no pair before the second update. A pair with weight 0 drops out of the
+    # two-loop recursion (alpha = beta = 0), so a skipped pair only needs rho = 0.
     eps = jnp.finfo(stat).eps
     valid = ~first & (sy > eps * jnp.sqrt(real_vdot(s, s, stat) * yy))
-    s = tree_map(lambda d: jnp.where(valid, d, jnp.zeros_like(d)), s)
-    y = tree_map(lambda d: jnp.where(valid, d, jnp.zeros_like(d)), y)
     one = jnp.ones([], stat)
     safe_sy = jnp.where(valid, sy, one)
     rho = jnp.where(valid, 1 / safe_sy, jnp.zeros_like(sy))
