@@ -1,22 +1,16 @@
 """Registry entries: Optax's learning-rate-free contrib optimizers (D-Adaptation, DoG, DoWG, Mechanic,
 MoMo, COCOB).
 
-Optax exports ``scale_by_dog``, ``scale_by_dowg`` only from its private module ``optax.contrib._dog``;
-the differential entries for those blocks use it from there.
+The blocks ``scale_by_dog``, ``scale_by_dowg`` and ``scale_by_cocob`` run inside ``dog``, ``dowg`` and
+``cocob`` (between an identity or weight decay and the learning rate); the variants cover every
+``init_step`` kind but ``"distance"`` (tests/contrib/test_lrfree.py), both MoMo lower-bound modes
+(the step is shared by ``momo`` and ``momo_adam``), schedules and weight decay. Each entry costs about
+a minute of the suite (mostly test_composition's wrappers), so variants are few.
 """
 
 import steadax
 
 from .registry import Entry, value_extra_args
-
-
-def _optax_dog_block(o, *args):
-  return o.chain(o.contrib._dog.scale_by_dog(*args), o.scale(-1.0))
-
-
-def _optax_dowg_block(o, *args):
-  return o.chain(o.contrib._dog.scale_by_dowg(*args), o.scale(-1.0))
-
 
 ENTRIES = [
     Entry("dadapt_adamw", lambda: steadax.contrib.dadapt_adamw(estim_lr0=1e-2),
@@ -34,24 +28,15 @@ ENTRIES = [
                                       weight_decay=0.01),
           lambda o: o.contrib.dog(o.linear_schedule(1.0, 0.5, 50), init_step=("learning_rate", 0.1),
                                   weight_decay=0.01)),
-    Entry("scale_by_dog", lambda: steadax.chain(steadax.contrib.scale_by_dog(("distance", 0.1)), steadax.scale(-1.0)),
-          lambda o: _optax_dog_block(o, ("distance", 0.1))),
     Entry("dowg", lambda: steadax.contrib.dowg(), lambda o: o.contrib.dowg()),
     Entry("dowg_init_weight_decay", lambda: steadax.contrib.dowg(init_estim_sq_dist=0.1, weight_decay=0.01),
           lambda o: o.contrib.dowg(init_estim_sq_dist=0.1, weight_decay=0.01)),
-    Entry("scale_by_dowg", lambda: steadax.chain(steadax.contrib.scale_by_dowg(0.1, 1e-6), steadax.scale(-1.0)),
-          lambda o: _optax_dowg_block(o, 0.1, 1e-6)),
     Entry("mechanize_sgd", lambda: steadax.contrib.mechanize(steadax.sgd(1.0)),
           lambda o: o.contrib.mechanize(o.sgd(1.0))),
-    Entry("mechanize_adam", lambda: steadax.contrib.mechanize(steadax.adam(1.0), weight_decay=0.0, num_betas=4),
+    Entry("mechanize_adam",
+          lambda: steadax.contrib.mechanize(steadax.adam(1.0), weight_decay=0.0, num_betas=4),
           lambda o: o.contrib.mechanize(o.adam(1.0), weight_decay=0.0, num_betas=4)),
     Entry("momo", lambda: steadax.contrib.momo(), lambda o: o.contrib.momo(), extra_args=value_extra_args),
-    Entry("momo_adapt_lower_bound_weight_decay",
-          lambda: steadax.contrib.momo(lower_bound=-1.0, weight_decay=0.01, adapt_lower_bound=True),
-          lambda o: o.contrib.momo(lower_bound=-1.0, weight_decay=0.01, adapt_lower_bound=True),
-          extra_args=value_extra_args),
-    Entry("momo_adam", lambda: steadax.contrib.momo_adam(1.0), lambda o: o.contrib.momo_adam(1.0),
-          extra_args=value_extra_args),
     Entry("momo_adam_adapt_lower_bound_weight_decay",
           lambda: steadax.contrib.momo_adam(1.0, lower_bound=-1.0, weight_decay=0.01, adapt_lower_bound=True),
           lambda o: o.contrib.momo_adam(1.0, lower_bound=-1.0, weight_decay=0.01, adapt_lower_bound=True),
@@ -60,6 +45,4 @@ ENTRIES = [
     Entry("cocob_schedule_weight_decay",
           lambda: steadax.contrib.cocob(steadax.linear_schedule(1.0, 0.5, 50), alpha=10.0, weight_decay=0.01),
           lambda o: o.contrib.cocob(o.linear_schedule(1.0, 0.5, 50), alpha=10.0, weight_decay=0.01)),
-    Entry("scale_by_cocob", lambda: steadax.contrib.scale_by_cocob(alpha=10.0),
-          lambda o: o.contrib.scale_by_cocob(alpha=10.0)),
 ]

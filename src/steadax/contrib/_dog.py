@@ -166,7 +166,7 @@ def _check_init_step(owner: str, init_step: Any) -> tuple[str, Any]:
   return kind, value
 
 
-def scale_by_dog(init_step: tuple[str, Any] = ("heuristic", 1e-6), eps: Any = 1e-8) -> Transformation:
+def scale_by_dog(init_step: tuple[str, Any], eps: Any = 1e-8) -> Transformation:
   """Scales updates by DoG's step size ``max_dist / sqrt(Σ ||g||^2 + eps)`` (no sign flip).
 
   Args:

@@ -22,7 +22,15 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, scalar_stat_dtype, zero_count
+from .._core._policy import (
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    safe_increment,
+    scalar_stat_dtype,
+    zero_count,
+)
 from .._core._tree import copy_like, tree_map, tree_map_n
 from ._reductions import real_inner, sq_norm, sum_scalars
 

@@ -230,7 +230,8 @@ class MomoAdam(Transformation):
 
 def _check_lower_bound(owner: str, lower_bound: Any) -> None:
   if lower_bound is None or callable(lower_bound):
-    raise TypeError(f"{owner}: lower_bound must be a number (a lower bound of the loss), got {lower_bound!r}.")
+    raise TypeError(
+        f"{owner}: lower_bound must be a number (a lower bound of the loss), got {lower_bound!r}.")
   # A real finite scalar; reuse the learning-rate check for shape and finiteness.
   check_schedule_or_scalar(owner, "lower_bound", lower_bound)
 
