@@ -364,7 +364,13 @@ def scale_by_psgd_kron(
   for arg, value in (("max_size_triangular", max_size_triangular), ("min_ndim_triangular", min_ndim_triangular)):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
       raise ValueError(f"{owner}: {arg} must be a non-negative int, got {value!r}.")
-  _typed_key(owner, key)  # fail at construction, not at init
+  try:
+    _typed_key(owner, key)  # fail at construction, not at init
+  except TypeError as error:
+    if str(error).startswith(owner):
+      raise
+    raise TypeError(f"{owner}: key must be a jax.random.key, raw uint32[2] key data or an integer seed, "
+                    f"got {key!r}.") from error
   return ScaleByPsgdKron(
       b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
       max_size_triangular=int(max_size_triangular), min_ndim_triangular=int(min_ndim_triangular),
