@@ -183,3 +183,19 @@ def test_state_dtypes_follow_the_widest_parameter_and_stay_fixed():
   assert jax.tree_util.tree_map(lambda x: x.dtype, new_state) == jax.tree_util.tree_map(lambda x: x.dtype, state)
   assert {k: v.dtype for k, v in updates.items()} == {k: v.dtype for k, v in params.items()}
   assert float(f(steadax.apply_updates(params, updates))) < float(f(params))
+
+
+@pytest.mark.parametrize("make", [lambda: steadax.scale_by_zoom_linesearch(5, verbose=True),
+                                  lambda: steadax.scale_by_backtracking_linesearch(3, verbose=True)],
+                         ids=["zoom", "backtracking"])
+def test_verbose_prints_a_diagnostic_only_when_the_search_fails(make, capfd):
+  tx = make()
+  w = start([1.0, 1.0, -1.0, 0.5])
+  value, grad = jax.value_and_grad(quadratic)(w)
+  run = jax.jit(lambda w, d: tx.update(d, tx.init(w), w, value=value, grad=grad, value_fn=quadratic))
+  run(w, -0.01 * grad)  # the first trial step is acceptable
+  jax.effects_barrier()
+  assert capfd.readouterr().out == ""
+  run(w, grad)  # an ascent direction: the search fails
+  jax.effects_barrier()
+  assert f"{tx.name}: no step size" in capfd.readouterr().out
