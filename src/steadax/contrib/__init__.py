@@ -17,3 +17,11 @@ from ._schedule_free import __all__ as _schedule_free_all
 
 __all__ = [*_prodigy_all, *_schedule_free_all]
 __all__ += [*_cocob_all, *_dadapt_adamw_all, *_dog_all, *_mechanic_all, *_momo_all]
+
+# Orthogonalized and low-rank-projected optimizers (issue 3).
+from ._galore import *  # noqa: F401,F403
+from ._galore import __all__ as _galore_all
+from ._muon import *  # noqa: F401,F403
+from ._muon import __all__ as _muon_all
+
+__all__ += [*_galore_all, *_muon_all]

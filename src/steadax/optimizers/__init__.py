@@ -42,3 +42,10 @@ from ._psgd_kron import __all__ as _psgd_kron_all
 
 __all__ += [*_lowmem_all, *_mars_all, *_psgd_kron_all]
 
+# Beyond Optax: SOAP and Shampoo (issue 3).
+from ._shampoo import *  # noqa: F401,F403
+from ._shampoo import __all__ as _shampoo_all
+from ._soap import *  # noqa: F401,F403
+from ._soap import __all__ as _soap_all
+
+__all__ += [*_shampoo_all, *_soap_all]

@@ -53,6 +53,14 @@ from ._psgd_kron import __all__ as _psgd_kron_all
 __all__ += [*_adam_8bit_all, *_lowmem_all, *_mars_all, *_psgd_kron_all]
 
 
+# Beyond Optax: SOAP and Shampoo blocks (issue 3).
+from ._shampoo import *  # noqa: F401,F403
+from ._shampoo import __all__ as _shampoo_all
+from ._soap import *  # noqa: F401,F403
+from ._soap import __all__ as _soap_all
+
+__all__ += [*_shampoo_all, *_soap_all]
+
 # Optax's `optax.transforms` namespace also carries the wrappers; they are defined in
 # steadax.wrappers (imported from its private modules, which depend only on the core, so the
 # import order of the two packages does not matter).

@@ -1,0 +1,271 @@
+"""GaLore: gradient low-rank projection (Zhao et al., ICML 2024).
+
+The gradient ``G`` (``m x n``) of a weight matrix is projected onto the ``r`` leading singular
+vectors of a recent gradient, ``R = P^H G`` (``P`` is ``m x r``; ``G P`` with an ``n x r`` projector
+when ``m < n``), a base optimizer (Adam by default) runs on the small ``R`` and its update is projected
+back, ``P N``. The optimizer state of the matrix shrinks from ``m x n`` to ``r x n`` plus the
+projector. ``P`` is recomputed from the current gradient's SVD every ``update_proj_gap`` steps
+(Algorithm 2 of the paper).
+
+The SVD runs in at least float32 (float64 for float64 parameters); projectors are stored in the
+parameter's dtype, as in Optax. Complex matrices use conjugate transposes (Optax drops the imaginary
+part before its SVD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._combine import chain
+from .._core._module import static_field
+from .._core._policy import as_compute, compute_dtype, hyper, real_dtype, safe_increment, zero_count
+from .._core._tree import is_none
+from .._core._types import ScalarOrSchedule
+from ..transforms._adam import scale_by_adam
+from ..transforms._decay import add_decayed_weights
+from ..transforms._matrix import conj_t
+from ..transforms._scaling import scale_by_learning_rate
+from ._axes import leaf_dims, leaf_paths, matrix_view
+
+__all__ = ["GaLoreDimensionNumbers", "GaLoreState", "scale_by_galore", "galore"]
+
+
+class GaLoreDimensionNumbers(NamedTuple):
+  """Which axes of a weight form the matrix GaLore projects.
+
+  Every axis must be named: the reduction (input) axes are flattened into the matrix's rows and the
+  output axes into its columns (e.g. an attention projection ``(embed, heads, head_dim)`` with
+  ``reduction_axis=0, output_axis=(1, 2)``).
+
+  Attributes:
+    reduction_axis: the input axis or axes.
+    output_axis: the output axis or axes.
+  """
+
+  reduction_axis: Sequence[int] | int = 0
+  output_axis: Sequence[int] | int = 1
+
+
+class GaLoreState(NamedTuple):
+  """State of ``scale_by_galore``.
+
+  Attributes:
+    count: int32 number of updates.
+    base_optimizer_state: the base optimizer's state over the projected (low-rank) gradients, and
+      over the full gradients of parameters that are not projected.
+    projector: per parameter, the ``(m, r)`` or ``(n, r)`` projector, shape ``(0, 0)`` when not
+      projected.
+  """
+
+  count: jax.Array
+  base_optimizer_state: Any
+  projector: Any
+
+
+def _plan(view, rank: int) -> tuple[int, int, bool, int]:
+  m, n = view.fan_in, view.fan_out
+  return m, n, m >= n, min(rank, m, n)
+
+
+class ScaleByGalore(Transformation):
+  name = "scale_by_galore"
+  base_optimizer: Any = None
+  scale: Any = 1.0
+  rank: int = static_field(default=128)
+  update_proj_gap: int = static_field(default=200)
+  weight_dimension_numbers: Any = static_field(default=None)
+
+  def _dims(self, tree: Any) -> list[Any]:
+    spec = self.weight_dimension_numbers
+    if spec is None:
+      default = lambda x: GaLoreDimensionNumbers() if len(x.shape) == 2 else None
+      return leaf_dims(self.owner, "weight_dimension_numbers", None, tree, GaLoreDimensionNumbers, default)
+    if isinstance(spec, GaLoreDimensionNumbers):
+      return leaf_dims(self.owner, "weight_dimension_numbers", None, tree, GaLoreDimensionNumbers,
+                       lambda x: spec if len(x.shape) >= 2 else None)
+    return leaf_dims(self.owner, "weight_dimension_numbers", spec, tree, GaLoreDimensionNumbers, None)
+
+  def _views(self, tree: Any) -> list[Any]:
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_none)
+    views = []
+    for x, dn, where in zip(leaves, self._dims(tree), leaf_paths(tree)):
+      if x is None or dn is None:
+        views.append(None)
+      else:
+        views.append(matrix_view(self.owner, where, tuple(x.shape), dn, allow_batch=False))
+    return views
+
+  def init_fn(self, params):
+    treedef = jax.tree_util.tree_structure(params, is_leaf=is_none)
+    leaves = treedef.flatten_up_to(params)
+    projectors, proxies = [], []
+    for x, view in zip(leaves, self._views(params)):
+      if x is None:
+        projectors.append(None)
+        proxies.append(None)
+      elif view is None:
+        projectors.append(jnp.zeros((0, 0), x.dtype))
+        proxies.append(x)
+      else:
+        m, n, left, r = _plan(view, self.rank)
+        projectors.append(jnp.zeros((m if left else n, r), x.dtype))
+        proxies.append(jnp.zeros((r, n) if left else (m, r), x.dtype))
+    proxies = treedef.unflatten(proxies)
+    return GaLoreState(count=zero_count(), base_optimizer_state=self.base_optimizer.init(proxies),
+                       projector=treedef.unflatten(projectors))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
+    grads = treedef.flatten_up_to(updates)
+    projectors = treedef.flatten_up_to(state.projector)
+    views = self._views(updates)
+    refresh = (state.count % self.update_proj_gap) == 0
+
+    lows, new_projectors = [], []
+    for g, p, view in zip(grads, projectors, views):
+      if g is None or view is None:
+        lows.append(g)
+        new_projectors.append(p)
+        continue
+      _, _, left, r = _plan(view, self.rank)
+      cdt = compute_dtype(g.dtype, p.dtype)
+      g2 = as_compute(view.to_matrices(g), cdt)
+      if r > 0:
+        def fresh(g2=g2, left=left, r=r, dtype=p.dtype):
+          u, _, vh = jnp.linalg.svd(g2, full_matrices=False)
+          return (u[:, :r] if left else conj_t(vh[:r, :])).astype(dtype)
+
+        p = jax.lax.cond(refresh, fresh, lambda p=p: p)
+      pc = as_compute(p, cdt)
+      lows.append((conj_t(pc) @ g2 if left else g2 @ pc).astype(g.dtype))
+      new_projectors.append(p)
+
+    low_updates, base_state = self.base_optimizer.update(
+        treedef.unflatten(lows), state.base_optimizer_state, None)
+    low_updates = treedef.flatten_up_to(low_updates)
+
+    out = []
+    for g, low, p, view in zip(grads, low_updates, new_projectors, views):
+      if g is None or view is None:
+        out.append(low)
+        continue
+      _, _, left, _ = _plan(view, self.rank)
+      cdt = compute_dtype(g.dtype, p.dtype)
+      pc, lc = as_compute(p, cdt), as_compute(low, cdt)
+      full = view.from_matrices(pc @ lc if left else lc @ conj_t(pc))
+      out.append((full * hyper(self.scale, real_dtype(cdt)).astype(cdt)).astype(g.dtype))
+
+    return treedef.unflatten(out), GaLoreState(
+        count=safe_increment(state.count), base_optimizer_state=base_state,
+        projector=treedef.unflatten(new_projectors))
+
+
+def _check_galore(owner: str, rank: Any, update_proj_gap: Any) -> None:
+  if not isinstance(rank, int) or isinstance(rank, bool):
+    raise TypeError(f"{owner}: rank must be a Python int, got {type(rank).__name__}.")
+  if rank <= 0:
+    raise ValueError(f"{owner}: rank must be positive, got {rank}.")
+  if not isinstance(update_proj_gap, int) or isinstance(update_proj_gap, bool) or update_proj_gap <= 0:
+    raise ValueError(f"{owner}: update_proj_gap must be a positive Python int, got {update_proj_gap!r}.")
+
+
+def scale_by_galore(
+    rank: int = 128,
+    update_proj_gap: int = 200,
+    scale: Any = 1.0,
+    base_optimizer: Any = None,
+    weight_dimension_numbers: Any = None,
+) -> Transformation:
+  """Runs ``base_optimizer`` on low-rank projections of the matrix gradients (GaLore).
+
+  Matrix gradients are projected onto ``rank`` leading singular vectors (refreshed every
+  ``update_proj_gap`` steps, from the first step on), the base optimizer updates the projection and
+  the result is projected back and multiplied by ``scale``. Other parameters go through the base
+  optimizer unchanged. The base optimizer must not need ``params`` (it sees low-rank shapes):
+  ``scale_by_adam`` and the like, not ``adamw``; use ``galore``'s ``weight_decay`` instead.
+
+  Args:
+    rank: the projection rank (a Python int; capped at ``min(m, n)`` per matrix).
+    update_proj_gap: steps between projector refreshes.
+    scale: multiplier of the projected-back updates.
+    base_optimizer: the transformation run in the low-rank space (default ``scale_by_adam()``).
+    weight_dimension_numbers: None (2-D parameters are projected), one ``GaLoreDimensionNumbers``
+      (for every parameter of rank >= 2), a prefix tree of them and None, or a callable returning
+      one from the params.
+
+  Returns:
+    A transformation with ``GaLoreState(count, base_optimizer_state, projector)``.
+
+  References:
+    Zhao et al., "GaLore: Memory-Efficient LLM Training by Gradient Low-Rank Projection",
+    ICML 2024 (arXiv:2403.03507), Algorithm 2.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.contrib.scale_by_galore(rank=1)
+    >>> state = tx.init({"w": jnp.zeros((4, 3))})
+    >>> state.projector["w"].shape, state.base_optimizer_state.mu["w"].shape
+    ((4, 1), (1, 3))
+  """
+  _check_galore("scale_by_galore", rank, update_proj_gap)
+  if base_optimizer is None:
+    base_optimizer = scale_by_adam()
+  return ScaleByGalore(base_optimizer, scale, rank=rank, update_proj_gap=update_proj_gap,
+                       weight_dimension_numbers=weight_dimension_numbers)
+
+
+def galore(
+    learning_rate: ScalarOrSchedule,
+    rank: int = 128,
+    update_proj_gap: int = 200,
+    scale: Any = 1.0,
+    base_optimizer: Any = None,
+    weight_decay: Any = 0.0,
+    mask: Any = None,
+    weight_dimension_numbers: Any = None,
+) -> Transformation:
+  """GaLore: memory-efficient training by gradient low-rank projection (Zhao et al. 2024).
+
+  ``chain(scale_by_galore(...), add_decayed_weights(weight_decay, mask),
+  scale_by_learning_rate(learning_rate))``: weight decay acts in the full parameter space.
+
+  Args:
+    learning_rate: a scalar or a schedule (use 1.0 if ``base_optimizer`` carries its own).
+    rank: the projection rank.
+    update_proj_gap: steps between projector refreshes.
+    scale: multiplier of the projected-back updates.
+    base_optimizer: the low-rank transformation (default ``scale_by_adam()``).
+    weight_decay: decoupled weight decay.
+    mask: where weight decay applies (tree of booleans or a callable).
+    weight_dimension_numbers: which parameters are projected and how (see ``scale_by_galore``).
+
+  Returns:
+    The optimizer.
+
+  References:
+    Zhao et al., "GaLore: Memory-Efficient LLM Training by Gradient Low-Rank Projection",
+    ICML 2024 (arXiv:2403.03507).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.galore(0.1, rank=2)
+    >>> params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}
+    >>> updates, _ = opt.update(params, opt.init(params), params)
+    >>> updates["w"].shape
+    (4, 3)
+  """
+  check_schedule_or_scalar("galore", "learning_rate", learning_rate)
+  _check_galore("galore", rank, update_proj_gap)
+  if not callable(weight_decay):
+    check_nonnegative("galore", "weight_decay", weight_decay)
+  return chain(
+      scale_by_galore(rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers),
+      add_decayed_weights(weight_decay, mask),
+      scale_by_learning_rate(learning_rate),
+  )

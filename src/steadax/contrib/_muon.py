@@ -1,0 +1,461 @@
+"""Muon: momentum orthogonalized by a Newton-Schulz iteration (Jordan et al. 2024).
+
+The update of a weight matrix is its (Nesterov) momentum ``M`` replaced by an approximation of the
+orthogonal factor ``U V^H`` of ``M = U S V^H``: steepest descent under the spectral norm
+(Bernstein & Newhouse 2024). The factor comes from an odd matrix polynomial iterated a few times,
+``X <- a X + (b A + c A^2) X`` with ``A = X X^H``, on ``M`` scaled to spectral norm at most one; the
+default quintic coefficients (3.4445, -4.7750, 2.0315) push singular values into roughly
+[0.7, 1.2] in five steps rather than to exactly one.
+
+Sharding: on a weight sharded along a contracted axis, each polynomial step would need its own
+collective. The matrix axes are gathered once before the iteration and the result is put back to
+the weight's sharding afterwards (``steadax.transforms._matrix.replicate_axes``), so a step holds a
+fixed number of collectives whatever ``ns_steps`` is; batch axes of stacked weights keep their
+sharding, so each device orthogonalizes its own matrices. The iteration is computed redundantly on
+the devices that share a matrix: the memory of one gathered matrix and its Gram matrix per device.
+
+The polynomial runs in at least float32 (Optax runs it in the momentum's dtype).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._combine import chain
+from .._core._module import static_field
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._tree import tree_map_n, zeros_like
+from .._core._types import ScalarOrSchedule
+from ..optimizers._adam import adamw
+from ..transforms._decay import add_decayed_weights
+from ..transforms._matrix import conj_t, replicate_axes
+from ..transforms._scaling import scale_by_learning_rate
+from ..wrappers._partition import partition
+from ._axes import leaf_dims, leaf_paths, matrix_view
+
+__all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
+
+_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
+_STANDARD_COEFFS = ((3.4445, -4.7750, 2.0315),)
+# Ahn et al. 2025 (Dion), one quintic per step.
+_DION_COEFFS = (
+    (4.0848, -6.8946, 2.9270),
+    (3.9505, -6.3029, 2.6377),
+    (3.7418, -5.5913, 2.3037),
+    (2.8769, -3.1427, 1.2046),
+    (2.8366, -3.0525, 1.2012),
+)
+_PRESETS = {"standard": _STANDARD_COEFFS[0], "dion": _DION_COEFFS}
+
+
+class MuonDimensionNumbers(NamedTuple):
+  """Which axes of a weight form the matrix Muon orthogonalizes.
+
+  A weight used as ``y = x @ W`` has its reduction (input) axis first and its output axis second,
+  the default. Axes named in neither field are batch axes: each slice along them is a separate
+  matrix (a stack of heads, experts or layers). Several axes in one field are flattened together
+  (an attention projection ``(embed, heads, head_dim)`` with ``output_axis=(1, 2)``).
+
+  Attributes:
+    reduction_axis: the input axis or axes.
+    output_axis: the output axis or axes.
+  """
+
+  reduction_axis: Sequence[int] | int = 0
+  output_axis: Sequence[int] | int = 1
+
+
+class MuonState(NamedTuple):
+  """State of ``scale_by_muon``.
+
+  Attributes:
+    count: int32 number of updates.
+    mu: the momentum, one leaf per parameter (``mu_dtype`` or the parameter's dtype).
+    ns_coeffs: the Newton-Schulz coefficients, float32, shape ``(3,)`` or ``(steps, 3)``.
+  """
+
+  count: jax.Array
+  mu: Any
+  ns_coeffs: jax.Array
+
+
+def _coefficients(owner: str, ns_coeffs: Any, ns_steps: int) -> tuple:
+  """The coefficients as a hashable tuple: a triple, or one triple per step."""
+  if isinstance(ns_coeffs, str):
+    if ns_coeffs not in _PRESETS:
+      raise ValueError(f"{owner}: unknown ns_coeffs preset {ns_coeffs!r}; known: {sorted(_PRESETS)}.")
+    ns_coeffs = _PRESETS[ns_coeffs]
+  arr = np.asarray(ns_coeffs, dtype=np.float64)
+  if arr.ndim not in (1, 2) or arr.shape[-1] != 3:
+    raise ValueError(f"{owner}: ns_coeffs must have shape (3,) or (n, 3), got {arr.shape}.")
+  if arr.ndim == 2:
+    if arr.shape[0] > ns_steps:
+      raise ValueError(f"{owner}: ns_coeffs holds {arr.shape[0]} steps, more than ns_steps={ns_steps}.")
+    return tuple(tuple(float(c) for c in row) for row in arr)
+  return tuple(float(c) for c in arr)
+
+
+def _gram(x: jax.Array) -> jax.Array:
+  return x @ conj_t(x)
+
+
+def _polynomial(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
+  """``c0 X + (c1 A + c2 A^2) X`` for the Gram matrix ``A`` of ``X`` (Jordan et al. 2024)."""
+  b = c[1] * a + c[2] * (a @ a)
+  return c[0] * x + b @ x
+
+
+def _first_step_aol(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
+  """The first step with AOL row rescaling (Boissin et al. 2025): ``X <- D^{-1/2} X`` with ``D`` the
+  absolute row sums of ``X X^H``, which bounds the spectral norm by one without a norm computation."""
+  a = _gram(x)
+  rows = jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps)
+  s = jax.lax.rsqrt(rows)[:, None]
+  x = x * s.astype(x.dtype)
+  a = a * (s * s.T).astype(a.dtype)
+  return _polynomial(x, a, c)
+
+
+def _first_step_schatten(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
+  """The first step with Schatten-4 rescaling (Grishina et al. 2025): ``X / ||X X^H||_F^{1/2}``."""
+  a = _gram(x)
+  norm = jnp.maximum(jnp.sqrt(jnp.sum(jnp.real(a * jnp.conj(a)))) if jnp.iscomplexobj(a)
+                     else jnp.sqrt(jnp.sum(a * a)), eps)
+  s = jax.lax.rsqrt(norm)
+  x = x * s.astype(x.dtype)
+  a = a * (s * s).astype(a.dtype)
+  return _polynomial(x, a, c)
+
+
+def _frobenius(x: jax.Array) -> jax.Array:
+  sq = jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x
+  return jnp.sqrt(jnp.sum(sq))
+
+
+def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
+                  eps: jax.Array) -> jax.Array:
+  """Approximate orthogonal factor of one matrix ``x`` (2-D, compute dtype).
+
+  ``f(X^T) = f(X)^T`` for the odd polynomial, so a tall matrix is transposed first and the Gram
+  matrix is the smaller of the two.
+  """
+  if x.size == 0:
+    return x
+  transposed = x.shape[0] > x.shape[1]
+  if transposed:
+    x = x.T
+  rdt = real_dtype(x.dtype)
+  if preconditioning == "frobenius":
+    x = x / (_frobenius(x) + eps).astype(x.dtype)
+  elif preconditioning == "spectral":
+    x = x / (jnp.linalg.norm(x, ord=2).astype(rdt) + eps).astype(x.dtype)
+  rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
+  for i, c in enumerate(rows):
+    c = c.astype(x.dtype)
+    if i == 0 and preconditioning == "aol":
+      x = _first_step_aol(x, c, eps)
+    elif i == 0 and preconditioning == "schatten":
+      x = _first_step_schatten(x, c, eps)
+    else:
+      x = _polynomial(x, _gram(x), c)
+  return x.T if transposed else x
+
+
+def orthogonalize(owner: str, where: str, x: jax.Array, dims: Any, coeffs: jax.Array, ns_steps: int,
+                  preconditioning: str, eps: jax.Array) -> jax.Array:
+  """Orthogonalize every matrix of ``x`` (viewed through ``dims``), gathering it once if sharded."""
+  view = matrix_view(owner, where, tuple(x.shape), dims)
+  gathered, restore = replicate_axes(x, view.matrix_axes)
+  fn = lambda m: newton_schulz(m, coeffs, ns_steps, preconditioning, eps)
+  for _ in view.batch_axes:
+    fn = jax.vmap(fn)
+  return restore(view.from_matrices(fn(view.to_matrices(gathered))))
+
+
+class ScaleByMuon(Transformation):
+  name = "scale_by_muon"
+  beta: Any = 0.95
+  eps: Any = 1e-8
+  ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS[0])
+  ns_steps: int = static_field(default=5)
+  mu_dtype: Any = static_field(default=None)
+  nesterov: bool = static_field(default=True)
+  adaptive: bool = static_field(default=False)
+  preconditioning: str = static_field(default="frobenius")
+  weight_dimension_numbers: Any = static_field(default=None)
+
+  def init_fn(self, params):
+    return MuonState(count=zero_count(), mu=zeros_like(params, self.mu_dtype),
+                     ns_coeffs=jnp.asarray(np.asarray(self.ns_coeffs, np.float32)))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    count = safe_increment(state.count)
+    dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
+                     MuonDimensionNumbers, lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
+    paths = leaf_paths(updates)
+    tags = jax.tree_util.tree_structure(updates, is_leaf=lambda x: x is None).unflatten(
+        list(zip(paths, dims)))
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      beta = hyper(self.beta, rdt)
+      c1 = 1 - beta ** count.astype(rdt)
+      c1_next = 1 - beta ** safe_increment(count).astype(rdt)
+      return dict(beta=beta.astype(cdt), one_minus=(1 - beta).astype(cdt), c1=c1.astype(cdt),
+                  c1_next=c1_next.astype(cdt), eps=hyper(self.eps, rdt))
+
+    def leaf(g, m, tag):
+      where, dn = tag
+      if dn is None:
+        raise ValueError(
+            f"{self.owner}: the parameter at {where} has shape {tuple(g.shape)}; Muon orthogonalizes "
+            "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
+            "(muon() sends it to AdamW).")
+      cdt = compute_dtype(g.dtype, m.dtype)
+      k = scalars(cdt)
+      gc = as_compute(g, cdt)
+      m_new = k["beta"] * as_compute(m, cdt) + k["one_minus"] * gc
+      if self.nesterov:
+        m_hat = k["beta"] * m_new / k["c1_next"] + k["one_minus"] * gc / k["c1"]
+      else:
+        m_hat = m_new / k["c1"]
+      out = orthogonalize(self.owner, where, m_hat, dn, state.ns_coeffs.astype(real_dtype(cdt)),
+                          self.ns_steps, self.preconditioning, k["eps"])
+      if self.adaptive:
+        # Scale by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
+        out = jnp.sum(jnp.conj(m_hat) * out) * out
+      return out.astype(g.dtype), m_new.astype(m.dtype)
+
+    out, mu = tree_map_n(leaf, 2, updates, state.mu, tags)
+    return out, MuonState(count=count, mu=mu, ns_coeffs=state.ns_coeffs)
+
+
+def _check_muon(owner: str, ns_steps: Any, beta: Any, eps: Any, preconditioning: str) -> None:
+  if not isinstance(ns_steps, (int, np.integer)) or isinstance(ns_steps, bool) or ns_steps < 1:
+    raise ValueError(f"{owner}: ns_steps must be a positive Python int, got {ns_steps!r}.")
+  check_range(owner, "beta", beta, 0.0, 1.0, high_open=True)
+  check_nonnegative(owner, "eps", eps)
+  if preconditioning not in _PRECONDITIONINGS:
+    raise ValueError(f"{owner}: preconditioning must be one of {_PRECONDITIONINGS}, got {preconditioning!r}.")
+
+
+def scale_by_muon(
+    ns_coeffs: Any = _STANDARD_COEFFS[0],
+    ns_steps: int = 5,
+    beta: Any = 0.95,
+    eps: Any = 1e-8,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    preconditioning: str = "frobenius",
+    weight_dimension_numbers: Any = None,
+) -> Transformation:
+  """Replaces each matrix's momentum by an approximation of its orthogonal factor (Muon).
+
+  ``m = beta m + (1 - beta) g``; the bias-corrected (Nesterov by default) momentum of every matrix
+  goes through ``ns_steps`` Newton-Schulz steps ``X <- a X + (b A + c A^2) X``, ``A = X X^H``,
+  after scaling (``preconditioning``) so that its singular values lie in [0, 1]. The result has
+  singular values near one: steepest descent under the spectral norm.
+
+  Args:
+    ns_coeffs: ``(a, b, c)`` used at every step, ``((a, b, c), ...)`` one triple per step (at most
+      ``ns_steps`` of them; their number sets the steps), or a preset name (``"standard"``,
+      ``"dion"``).
+    ns_steps: number of Newton-Schulz steps (a Python int).
+    beta: momentum decay.
+    eps: added to the norm that scales the matrix before the iteration.
+    mu_dtype: dtype of the momentum (default: each parameter's dtype).
+    nesterov: use Nesterov momentum.
+    adaptive: scale each update by ``<M, O>``, the dual norm of the momentum (Bernstein &
+      Newhouse 2024).
+    preconditioning: the scaling before the iteration: ``"frobenius"`` (divide by the Frobenius
+      norm), ``"spectral"`` (by the spectral norm, an SVD), ``"aol"`` (AOL row rescaling in the
+      first step), ``"schatten"`` (Schatten-4 norm in the first step).
+    weight_dimension_numbers: None (every parameter is a 2-D ``(input, output)`` matrix), one
+      ``MuonDimensionNumbers`` for all, a prefix tree of them, or a callable returning one from
+      the updates.
+
+  Returns:
+    A transformation with ``MuonState(count, mu, ns_coeffs)``.
+
+  Raises:
+    ValueError: at update, naming the parameter, for a parameter without dimension numbers that is
+      not a matrix.
+
+  References:
+    Jordan et al., "Muon: An optimizer for hidden layers in neural networks", 2024
+    (https://kellerjordan.github.io/posts/muon/), the Newton-Schulz quintic.
+    Bernstein & Newhouse, "Old Optimizer, New Norm: An Anthology", arXiv:2409.20325, 2024.
+    Boissin et al., "Turbo-Muon", arXiv:2512.04632, 2025 (AOL); Grishina et al.,
+    arXiv:2506.10935, 2025 (Schatten-4); Ahn et al., "Dion", arXiv:2504.05295, 2025.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.contrib.scale_by_muon()
+    >>> g = jnp.array([[3.0, 0.0], [0.0, 0.5]])
+    >>> u, _ = tx.update(g, tx.init(g))
+    >>> bool(jnp.all(jnp.abs(jnp.linalg.svd(u)[1] - 1.0) < 0.35))
+    True
+  """
+  coeffs = _coefficients("scale_by_muon", ns_coeffs, ns_steps)
+  _check_muon("scale_by_muon", ns_steps, beta, eps, preconditioning)
+  return ScaleByMuon(beta, eps, ns_coeffs=coeffs, ns_steps=int(ns_steps), mu_dtype=mu_dtype,
+                     nesterov=nesterov, adaptive=adaptive, preconditioning=preconditioning,
+                     weight_dimension_numbers=weight_dimension_numbers)
+
+
+class ScaleByShape(Transformation):
+  """Muon's shape-dependent step scale (stateless)."""
+
+  name = "scale_by_shape"
+  consistent_rms: Any = None
+  weight_dimension_numbers: Any = static_field(default=None)
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
+                     MuonDimensionNumbers, lambda x: MuonDimensionNumbers())
+    tags = jax.tree_util.tree_structure(updates, is_leaf=lambda x: x is None).unflatten(
+        list(zip(leaf_paths(updates), dims)))
+
+    def leaf(g, tag):
+      where, dn = tag
+      view = matrix_view(self.owner, where, tuple(g.shape), dn)
+      cdt = compute_dtype(g.dtype)
+      if self.consistent_rms is None:
+        factor = np.sqrt(max(1.0, view.fan_out / max(view.fan_in, 1)))
+        scale = hyper(factor, real_dtype(cdt))
+      else:
+        rdt = real_dtype(cdt)
+        scale = hyper(np.sqrt(max(view.fan_in, view.fan_out)), rdt) * hyper(self.consistent_rms, rdt)
+      return (as_compute(g, cdt) * scale.astype(cdt)).astype(g.dtype)
+
+    return tree_map_n(lambda g, t: (leaf(g, t),), 1, updates, tags)[0], state
+
+
+class _MuonLabels:
+  """``param_labels`` of ``muon``: "muon" where dimension numbers are given (2-D by default)."""
+
+  def __init__(self, dims: Any):
+    self.dims = dims
+
+  def __call__(self, params: Any) -> Any:
+    treedef = jax.tree_util.tree_structure(params, is_leaf=lambda x: x is None)
+    leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: x is None)
+    if self.dims is None:
+      labels = [None if x is None else ("muon" if len(x.shape) == 2 else "adam") for x in leaves]
+    else:
+      dims = leaf_dims("muon", "muon_weight_dimension_numbers", self.dims, params,
+                       MuonDimensionNumbers, lambda x: None)
+      labels = [None if x is None else ("adam" if d is None else "muon") for x, d in zip(leaves, dims)]
+    return treedef.unflatten(labels)
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, _MuonLabels) and _same(self.dims, other.dims)
+
+  def __hash__(self) -> int:
+    try:
+      return hash(("muon_labels", self.dims))
+    except TypeError:
+      return hash("muon_labels")
+
+
+def _same(a: Any, b: Any) -> bool:
+  if a is b:
+    return True
+  try:
+    return bool(a == b)
+  except Exception:  # pragma: no cover - exotic __eq__
+    return False
+
+
+def muon(
+    learning_rate: ScalarOrSchedule,
+    ns_coeffs: Any = _STANDARD_COEFFS[0],
+    ns_steps: int = 5,
+    beta: Any = 0.95,
+    eps: Any = 1e-8,
+    weight_decay: Any = 0.0,
+    weight_decay_mask: Any = None,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    preconditioning: str = "frobenius",
+    adam_b1: Any = 0.9,
+    adam_b2: Any = 0.999,
+    adam_eps_root: Any = 0.0,
+    adam_weight_decay: Any = 0.0,
+    adam_learning_rate: ScalarOrSchedule | None = None,
+    muon_weight_dimension_numbers: Any = None,
+    consistent_rms: Any = None,
+) -> Transformation:
+  """Muon for matrices, AdamW for everything else (Jordan et al. 2024).
+
+  Matrix parameters get ``scale_by_muon``, a shape factor (``sqrt(max(1, fan_out / fan_in))``, or
+  ``consistent_rms * sqrt(max(fan_in, fan_out))`` to match AdamW's update RMS as in Liu et al.
+  2025), weight decay (multiplied by the learning rate) and the learning rate. Other parameters
+  (vectors, scalars, and by default tensors of rank other than 2) get ``adamw``.
+
+  Args:
+    learning_rate: Muon's learning rate (scalar or schedule).
+    ns_coeffs: Newton-Schulz coefficients or a preset name (see ``scale_by_muon``).
+    ns_steps: number of Newton-Schulz steps.
+    beta: momentum decay of Muon.
+    eps: Muon's normalisation epsilon, also AdamW's ``eps``.
+    weight_decay: decoupled weight decay of the Muon parameters.
+    weight_decay_mask: where Muon's weight decay applies (tree of booleans or a callable).
+    mu_dtype: dtype of the momenta (Muon's and AdamW's first moment).
+    nesterov: Nesterov momentum (both parts).
+    adaptive: scale Muon updates by the momentum's dual norm.
+    preconditioning: Muon's scaling before the iteration (see ``scale_by_muon``).
+    adam_b1: AdamW's first-moment decay.
+    adam_b2: AdamW's second-moment decay.
+    adam_eps_root: AdamW's ``eps_root``.
+    adam_weight_decay: AdamW's weight decay.
+    adam_learning_rate: AdamW's learning rate (default: ``learning_rate``).
+    muon_weight_dimension_numbers: None (2-D parameters use Muon), or a prefix tree of
+      ``MuonDimensionNumbers`` and None (None: AdamW), or a callable returning one.
+    consistent_rms: None, or the target update RMS (e.g. 0.2) of the shape factor.
+
+  Returns:
+    ``partition({"muon": chain(...), "adam": adamw(...)}, labels)``; the state has Optax's
+    structure (``PartitionState`` of ``MaskedState``s).
+
+  References:
+    Jordan et al., "Muon: An optimizer for hidden layers in neural networks", 2024.
+    Liu et al., "Muon is Scalable for LLM Training", arXiv:2502.16982, 2025 (consistent RMS).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.muon(0.1)
+    >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+    >>> updates, _ = opt.update(params, opt.init(params), params)
+    >>> updates["w"].shape, updates["b"].shape
+    ((3, 2), (2,))
+  """
+  check_schedule_or_scalar("muon", "learning_rate", learning_rate)
+  coeffs = _coefficients("muon", ns_coeffs, ns_steps)
+  _check_muon("muon", ns_steps, beta, eps, preconditioning)
+  if adam_learning_rate is None:
+    adam_learning_rate = learning_rate
+  dims = MuonDimensionNumbers() if muon_weight_dimension_numbers is None else muon_weight_dimension_numbers
+  muon_part = chain(
+      scale_by_muon(coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov, adaptive=adaptive,
+                    preconditioning=preconditioning, weight_dimension_numbers=dims),
+      ScaleByShape(consistent_rms, weight_dimension_numbers=dims),
+      add_decayed_weights(weight_decay, weight_decay_mask),
+      scale_by_learning_rate(learning_rate),
+  )
+  adam_part = adamw(adam_learning_rate, adam_b1, adam_b2, eps, adam_eps_root, mu_dtype,
+                    adam_weight_decay, nesterov=nesterov)
+  return partition({"muon": muon_part, "adam": adam_part},
+                   _MuonLabels(muon_weight_dimension_numbers))
