@@ -32,14 +32,18 @@ def _typed_key(owner: str, key: Any) -> jax.Array:
   """A typed PRNG key from a typed key, raw ``uint32[2]`` key data or an integer seed."""
   if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
     return key
-  arr = jnp.asarray(key)
-  if arr.shape == (2,) and arr.dtype == jnp.uint32:
+  try:
+    arr = jnp.asarray(key)
+  except TypeError:  # strings and other non-numeric values
+    arr = None
+  if arr is not None and arr.shape == (2,) and arr.dtype == jnp.uint32:
     return jax.random.wrap_key_data(arr)
-  if arr.shape == () and jnp.issubdtype(arr.dtype, jnp.integer):
+  if arr is not None and arr.shape == () and jnp.issubdtype(arr.dtype, jnp.integer):
     return jax.random.key(arr)
+  what = f"{type(key).__name__} {key!r}" if arr is None else (
+      f"{type(key).__name__} with shape {arr.shape} and dtype {arr.dtype}")
   raise TypeError(
-      f"{owner}: key must be a jax.random.key, raw uint32[2] key data or an integer seed, got "
-      f"{type(key).__name__} with shape {arr.shape} and dtype {arr.dtype}.")
+      f"{owner}: key must be a jax.random.key, raw uint32[2] key data or an integer seed, got {what}.")
 
 
 class AddNoise(Transformation):
