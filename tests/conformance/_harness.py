@@ -88,7 +88,8 @@ def assert_updates_follow_params(params, updates, what: str):
 def assert_finite(tree, what: str):
   for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
     if jnp.issubdtype(leaf.dtype, jnp.inexact):
-      arr = np.asarray(leaf.astype(jnp.complex128 if jnp.iscomplexobj(leaf) else jnp.float32)) if X64 else np.asarray(
+      # Under x64 float64 leaves are checked as float64: a finite value above float32's range is finite.
+      arr = np.asarray(leaf.astype(jnp.complex128 if jnp.iscomplexobj(leaf) else jnp.float64)) if X64 else np.asarray(
           leaf.astype(jnp.complex64 if jnp.iscomplexobj(leaf) else jnp.float32))
       assert np.all(np.isfinite(arr)), f"{what}: non-finite values at {jax.tree_util.keystr(path)}"
 
