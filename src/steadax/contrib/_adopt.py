@@ -1,0 +1,196 @@
+"""ADOPT (Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any β2 with the Optimal Rate",
+NeurIPS 2024).
+
+Adam with two changes that make it converge for any ``b2`` (Algorithm 2 of the paper): the gradient
+is normalised by the *previous* second moment (so the two are independent), and the momentum
+averages the normalised gradients:
+
+    step 0:  v = |g|^2, no update;
+    step t:  m = b1 m + (1 - b1) clip(g / max(sqrt(v_{t-1}), eps), c(t)),   v = b2 v + (1 - b2) |g|^2,
+             u = m     (Nesterov: b1 m + (1 - b1) clip(...)).
+
+``c(t) = clip_value_fn(t)`` (default ``t^0.25``) is the clipping of the paper's Section 4 that
+stabilises the first steps. Complex normalised gradients have their modulus clipped (phase kept);
+``nu`` is real for complex parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._combine import chain
+from .._core._module import static_field
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._tree import tree_map_n, zeros_like
+from .._core._types import ScalarOrSchedule
+from ..transforms._adam import ScaleByAdamState
+from ..transforms._moments import abs_sq
+from ..transforms._scaling import scale_by_learning_rate
+
+__all__ = ["scale_by_adopt", "adopt"]
+
+
+def clip_modulus(x: jax.Array, bound: jax.Array) -> jax.Array:
+  """``clip(x, -bound, bound)``; complex ``x`` has its modulus bounded and keeps its phase."""
+  if not jnp.iscomplexobj(x):
+    return jnp.clip(x, -bound, bound)
+  modulus = jnp.abs(x)
+  over = modulus > bound
+  one = jnp.ones_like(modulus)
+  return x * jnp.where(over, bound / jnp.where(over, modulus, one), one).astype(x.dtype)
+
+
+def _fourth_root(count: jax.Array) -> jax.Array:
+  """The default clipping bound ``t^(1/4)`` of ADOPT's Section 4."""
+  return count.astype(jnp.float32) ** 0.25
+
+
+class ScaleByAdopt(Transformation):
+  name = "scale_by_adopt"
+  b1: Any = 0.9
+  b2: Any = 0.9999
+  eps: Any = 1e-6
+  mu_dtype: Any = static_field(default=None)
+  nesterov: bool = static_field(default=False)
+  use_clipping: bool = static_field(default=True)
+  clip_value_fn: Callable = static_field(default=_fourth_root)
+
+  def init_fn(self, params):
+    return ScaleByAdamState(count=zero_count(), mu=zeros_like(params, self.mu_dtype),
+                            nu=zeros_like(params, real=True))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    started = state.count > 0
+    clip_value = self.clip_value_fn(state.count) if self.use_clipping else None
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      b1 = hyper(self.b1, cdt)
+      # The first step only records v = |g|^2 (b2 -> 0) and leaves m unchanged.
+      b2 = jnp.where(started, hyper(self.b2, rdt), np.asarray(0, rdt))
+      one_minus_b2 = jnp.where(started, hyper(1 - self.b2, rdt), np.asarray(1, rdt))
+      return dict(b1=b1, one_minus_b1=hyper(1 - self.b1, cdt), b2=b2, one_minus_b2=one_minus_b2,
+                  eps=hyper(self.eps, rdt), clip=None if clip_value is None else hyper(clip_value, rdt))
+
+    def leaf(g, m, v):
+      cdt = compute_dtype(g.dtype, m.dtype)
+      rdt = real_dtype(cdt)
+      k = scalars(cdt)
+      gc, mc, vc = as_compute(g, cdt), as_compute(m, cdt), as_compute(v, rdt)
+      normalised = gc / jnp.maximum(jnp.sqrt(vc), k["eps"]).astype(cdt)
+      if k["clip"] is not None:
+        normalised = clip_modulus(normalised, k["clip"])
+      # Selected, not multiplied by a zero weight: with eps = 0 the first normalisation is g / 0.
+      m_new = jnp.where(started, k["b1"] * mc + k["one_minus_b1"] * normalised, mc)
+      v_new = k["b2"] * vc + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
+      if self.nesterov:
+        out = jnp.where(started, k["b1"] * m_new + k["one_minus_b1"] * normalised, mc)
+      else:
+        out = m_new
+      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    return out, ScaleByAdamState(count=safe_increment(state.count), mu=mu, nu=nu)
+
+
+def _check(owner: str, b1: Any, b2: Any, eps: Any, clip_value_fn: Any) -> None:
+  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
+  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
+  check_nonnegative(owner, "eps", eps)
+  if not callable(clip_value_fn):
+    raise TypeError(f"{owner}: clip_value_fn must be a callable of the int32 count, got {clip_value_fn!r}.")
+
+
+def scale_by_adopt(
+    b1: Any = 0.9,
+    b2: Any = 0.9999,
+    eps: Any = 1e-6,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = False,
+    use_clipping: bool = True,
+    clip_value_fn: Callable[[jax.Array], jax.Array] = _fourth_root,
+) -> Transformation:
+  """Rescales updates by ADOPT: momentum of gradients normalised by the previous second moment.
+
+  The first update is zero (it only records the second moment).
+
+  Args:
+    b1: decay of the momentum.
+    b2: decay of the second moment.
+    eps: lower bound of ``sqrt(v)`` in the normalisation.
+    mu_dtype: dtype of the momentum (default: each parameter's).
+    nesterov: use Nesterov momentum.
+    use_clipping: clip the normalised gradient to ``[-c, c]`` with ``c = clip_value_fn(count)``.
+    clip_value_fn: the clipping bound as a function of the int32 count (default ``count^0.25``).
+
+  Returns:
+    A transformation with ``ScaleByAdamState(count, mu, nu)``.
+
+  References:
+    Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any β2 with the Optimal Rate",
+    NeurIPS 2024 (Algorithm 2).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.contrib.scale_by_adopt(b1=0.5)
+    >>> s = tx.init(jnp.zeros(1))
+    >>> u, s = tx.update(jnp.array([2.0]), s); u  # step 0 records v = 4
+    Array([0.], dtype=float32)
+    >>> tx.update(jnp.array([2.0]), s)[0]  # 0.5 * clip(2 / 2, 1)
+    Array([0.5], dtype=float32)
+  """
+  _check("scale_by_adopt", b1, b2, eps, clip_value_fn)
+  return ScaleByAdopt(b1, b2, eps, mu_dtype=mu_dtype, nesterov=nesterov, use_clipping=use_clipping,
+                      clip_value_fn=clip_value_fn)
+
+
+def adopt(
+    learning_rate: ScalarOrSchedule,
+    b1: Any = 0.9,
+    b2: Any = 0.9999,
+    eps: Any = 1e-6,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = False,
+    use_clipping: bool = True,
+    clip_value_fn: Callable[[jax.Array], jax.Array] = _fourth_root,
+) -> Transformation:
+  """ADOPT: Adam that converges for any ``b2`` (normalise first, then average).
+
+  Args:
+    learning_rate: a scalar or a schedule.
+    b1: decay of the momentum.
+    b2: decay of the second moment.
+    eps: lower bound of ``sqrt(v)``.
+    mu_dtype: dtype of the momentum.
+    nesterov: use Nesterov momentum.
+    use_clipping: clip the normalised gradient (recommended: stabilises the first steps).
+    clip_value_fn: the clipping bound as a function of the int32 count.
+
+  Returns:
+    ``chain(scale_by_adopt, scale_by_learning_rate)``, as in Optax.
+
+  References:
+    Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any β2 with the Optimal Rate",
+    NeurIPS 2024.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.adopt(0.1)
+    >>> p = {"w": jnp.ones(2, jnp.float16)}
+    >>> opt.update(p, opt.init(p), p)[0]["w"].dtype
+    dtype('float16')
+  """
+  check_schedule_or_scalar("adopt", "learning_rate", learning_rate)
+  _check("adopt", b1, b2, eps, clip_value_fn)
+  return chain(ScaleByAdopt(b1, b2, eps, mu_dtype=mu_dtype, nesterov=nesterov, use_clipping=use_clipping,
+                            clip_value_fn=clip_value_fn), scale_by_learning_rate(learning_rate))

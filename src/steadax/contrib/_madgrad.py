@@ -1,0 +1,153 @@
+"""MADGRAD (Defazio & Jelassi, "Adaptivity without Compromise: A Momentumized, Adaptive, Dual
+Averaged Gradient Method for Stochastic Optimization", JMLR 2022).
+
+Dual averaging with a cube-root AdaGrad denominator and momentum by averaging the iterates
+(Algorithm 1 of the paper), with ``λ_k = (lr + eps) sqrt(k + 1)``:
+
+    s_k = s_{k-1} + λ_k g_k,    v_k = v_{k-1} + λ_k |g_k|^2,    z = x_0 - s_k / (v_k^(1/3) + eps),
+    x_{k+1} = (1 - c) z + c x_k         (c = ``momentum``).
+
+The block includes the learning rate and returns ``x_{k+1} - x_k``, as in Optax. ``grad_sum_sq`` is
+real for complex parameters; the stored initial point ``x0`` is a copy, so parameters and state can
+both be donated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._combine import chain
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._tree import copy_like, tree_map_n, zeros_like
+from .._core._types import ScalarOrSchedule
+from ..transforms._decay import add_decayed_weights
+from ..transforms._moments import abs_sq
+from ..transforms._scaling import value_at
+
+__all__ = ["MadgradState", "scale_by_madgrad", "madgrad"]
+
+
+class MadgradState(NamedTuple):
+  """State of ``scale_by_madgrad`` (Optax's field names).
+
+  Attributes:
+    count: int32 number of updates so far.
+    grad_sum_sq: ``Σ λ_k |g_k|^2`` (real for complex parameters).
+    s: ``Σ λ_k g_k``.
+    x0: the initial parameters.
+  """
+
+  count: jax.Array
+  grad_sum_sq: Any
+  s: Any
+  x0: Any
+
+
+class ScaleByMadgrad(Transformation):
+  name = "scale_by_madgrad"
+  learning_rate: Any
+  momentum: Any = 0.9
+  eps: Any = 1e-6
+
+  def init_fn(self, params):
+    return MadgradState(count=zero_count(), grad_sum_sq=zeros_like(params, real=True), s=zeros_like(params),
+                        x0=copy_like(params))
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("scale_by_madgrad: `params` must be passed to update() (the step is x_{k+1} - x_k).")
+    lr = value_at(self.learning_rate, state.count)
+
+    @per_dtype
+    def scalars(cdt):
+      rdt = real_dtype(cdt)
+      eps = hyper(self.eps, rdt)
+      lamb = (hyper(lr, rdt) + eps) * jnp.sqrt(state.count.astype(rdt) + np.asarray(1, rdt))
+      c = hyper(self.momentum, cdt)
+      return dict(lamb=lamb, eps=eps, c=c, one_minus_c=hyper(1 - self.momentum, cdt))
+
+    def leaf(g, v, s, x0, p):
+      cdt = compute_dtype(g.dtype, s.dtype, p.dtype)
+      rdt = real_dtype(cdt)
+      k = scalars(cdt)
+      gc = as_compute(g, cdt)
+      v_new = as_compute(v, rdt) + k["lamb"] * abs_sq(gc).astype(rdt)
+      s_new = as_compute(s, cdt) + k["lamb"].astype(cdt) * gc
+      z = as_compute(x0, cdt) - s_new / (jnp.cbrt(v_new) + k["eps"]).astype(cdt)
+      pc = as_compute(p, cdt)
+      x_new = k["one_minus_c"] * z + k["c"] * pc
+      return (x_new - pc).astype(p.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
+
+    out, grad_sum_sq, s = tree_map_n(leaf, 3, updates, state.grad_sum_sq, state.s, state.x0, params)
+    return out, MadgradState(count=safe_increment(state.count), grad_sum_sq=grad_sum_sq, s=s, x0=state.x0)
+
+
+def _check(owner: str, learning_rate: Any, momentum: Any, eps: Any) -> None:
+  check_schedule_or_scalar(owner, "learning_rate", learning_rate)
+  check_range(owner, "momentum", momentum, 0.0, 1.0)
+  check_nonnegative(owner, "eps", eps)
+
+
+def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, eps: float = 1e-6) -> Transformation:
+  """MADGRAD's step ``x_{k+1} - x_k`` (learning rate included; no sign flip needed).
+
+  Args:
+    learning_rate: a scalar or a schedule (it weights the gradients in the dual averages).
+    momentum: iterate-averaging weight ``c`` in ``x_{k+1} = (1 - c) z + c x_k``, in [0, 1].
+    eps: added to the learning rate and to the cube-root denominator.
+
+  Returns:
+    A transformation with ``MadgradState(count, grad_sum_sq, s, x0)``; ``update`` needs ``params``.
+
+  References:
+    Defazio & Jelassi, "Adaptivity without Compromise: A Momentumized, Adaptive, Dual Averaged
+    Gradient Method for Stochastic Optimization", JMLR 2022 (arXiv:2101.11075, Algorithm 1).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.contrib.scale_by_madgrad(1.0, momentum=0.0, eps=0.0)
+    >>> p = jnp.array([1.0])
+    >>> tx.update(jnp.array([8.0]), tx.init(p), p)[0]  # x0 - 8 / 64^(1/3) - x
+    Array([-2.], dtype=float32)
+  """
+  _check("scale_by_madgrad", learning_rate, momentum, eps)
+  return ScaleByMadgrad(learning_rate, momentum, eps)
+
+
+def madgrad(
+    learning_rate: ScalarOrSchedule,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    eps: float = 1e-6,
+) -> Transformation:
+  """MADGRAD: momentumized dual averaging with a cube-root adaptive denominator.
+
+  Args:
+    learning_rate: a scalar or a schedule.
+    momentum: iterate-averaging weight in [0, 1].
+    weight_decay: weight decay added to the gradients before the dual averages.
+    eps: added to the learning rate and to the denominator.
+
+  Returns:
+    ``chain(add_decayed_weights, scale_by_madgrad)``, as in Optax.
+
+  References:
+    Defazio & Jelassi, "Adaptivity without Compromise: A Momentumized, Adaptive, Dual Averaged
+    Gradient Method for Stochastic Optimization", JMLR 2022 (arXiv:2101.11075).
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> opt = steadax.contrib.madgrad(0.01)
+    >>> state = jax.eval_shape(opt.init, {"w": jnp.zeros(2, jnp.complex64)})
+    >>> state[1].grad_sum_sq["w"].dtype, state[1].s["w"].dtype
+    (dtype('float32'), dtype('complex64'))
+  """
+  _check("madgrad", learning_rate, momentum, eps)
+  check_nonnegative("madgrad", "weight_decay", weight_decay)
+  return chain(add_decayed_weights(weight_decay), ScaleByMadgrad(learning_rate, momentum, eps))
