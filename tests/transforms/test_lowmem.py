@@ -88,18 +88,18 @@ _SCALES = jnp.asarray(np.geomspace(1e-3, 1.0, 64), jnp.float32)
 
 @functools.partial(jax.jit, static_argnums=(2,))
 def _trajectory(tx, key, steps):
-  p = jnp.zeros(64)
+  p = jnp.zeros(64, jnp.float32)
 
   def body(carry, t):
     p, s = carry
-    noise = jax.random.normal(jax.random.fold_in(key, t), (64,))
+    noise = jax.random.normal(jax.random.fold_in(key, t), (64,), jnp.float32)
     # Gradients shrink 100x after 200 steps: Adam's second moment must decay by ~1e-3 per step,
     # below half a bfloat16 ulp (2^-9), so a round-to-nearest moment cannot follow.
     g = _SCALES * (1.0 + 0.5 * noise) * jnp.where(t < 200, 1.0, 0.01)
     u, s = tx.update(g, s)
     return (p + 1e-3 * u, s), None
 
-  (p, s), _ = jax.lax.scan(body, (p, tx.init(p)), jnp.arange(steps))
+  (p, s), _ = jax.lax.scan(body, (p, tx.init(p)), jnp.arange(steps, dtype=jnp.int32))
   return p, s
 
 

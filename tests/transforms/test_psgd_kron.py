@@ -24,7 +24,7 @@ def _feed_noise(tx, state, key, steps):
   """``steps`` updates with fresh noise gradients; the parameters sit at the quadratic's minimum,
   so the gradient is pure noise."""
   def body(s, k):
-    g = _L @ jax.random.normal(k, (3, 4)) @ _R.T
+    g = _L @ jax.random.normal(k, (3, 4), jnp.float32) @ _R.T
     _, s = tx.update(g, s)
     return s, None
 
@@ -40,7 +40,7 @@ def _kron_preconditioner(factors):
 
 def test_preconditioner_whitens_kronecker_gradient_noise():
   tx = steadax.scale_by_psgd_kron(b1=0.0, preconditioner_update_probability=1.0, key=jax.random.key(1))
-  state = _feed_noise(tx, tx.init(jnp.zeros((3, 4))), jax.random.key(2), 1000)
+  state = _feed_noise(tx, tx.init(jnp.zeros((3, 4), jnp.float32)), jax.random.key(2), 1000)
   q1, q2 = state.preconditioner
   assert q1.shape == (3, 3) and q2.shape == (4, 4)
   whitened = np.linalg.eigvalsh(_kron_preconditioner(state.preconditioner) @ _SIGMA @ _kron_preconditioner(
@@ -60,10 +60,10 @@ def test_diagonal_factor_whitens_each_coordinate():
   @jax.jit
   def run(state):
     def body(s, k):
-      return tx.update(scales * jax.random.normal(k, (3,)), s)[1], None
+      return tx.update(scales * jax.random.normal(k, (3,), jnp.float32), s)[1], None
     return jax.lax.scan(body, state, jax.random.split(jax.random.key(0), 1500))[0]
 
-  (q,) = run(tx.init(jnp.zeros(3))).preconditioner
+  (q,) = run(tx.init(jnp.zeros(3, jnp.float32))).preconditioner
   assert q.shape == (3,)  # vectors get a diagonal factor by default
   # P = diag(q^2) ~ Sigma^{-1/2} = 1 / scales: P_ii scales_i ~ 1 across a 400x range of scales.
   np.testing.assert_allclose(np.asarray(q * q * scales), 1.0, rtol=0.35)
