@@ -87,7 +87,8 @@ ENTRIES = [
     Entry("sophia", lambda: steadax.contrib.sophia(0.1), lambda o: o.contrib.sophia(0.1), extra_args=_obj_fn,
           notes="Hutchinson's random signs come from the same key (0) as Optax's, split the same way"),
     Entry("sophia_interval_no_clip",
-          lambda: steadax.contrib.sophia(0.5, eps=1.0, gamma=1.0, clip_threshold=None, update_interval=3, weight_decay=0.0,
+          lambda: steadax.contrib.sophia(0.5, eps=1.0, gamma=1.0, clip_threshold=None, update_interval=3,
+                                         weight_decay=0.0,
                                          hessian_diagonal_fn=steadax.contrib.hutchinson_estimator_diag_hessian(
                                              jax.random.PRNGKey(3))),
           lambda o: o.contrib.sophia(0.5, eps=1.0, gamma=1.0, clip_threshold=None, update_interval=3, weight_decay=0.0,

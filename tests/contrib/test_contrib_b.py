@@ -189,7 +189,8 @@ def test_hutchinson_is_exact_for_a_diagonal_hessian_real_and_complex():
 
   def loss(p):  # Hessian diag(2, 4) for x; for z: d2/dRe^2 = 6, d2/dIm^2 = 10
     z = p["z"]
-    return jnp.sum(jnp.asarray([1.0, 2.0], jnp.float32) * p["x"] ** 2) + jnp.sum(3 * jnp.real(z) ** 2 + 5 * jnp.imag(z) ** 2)
+    x_part = jnp.sum(jnp.asarray([1.0, 2.0], jnp.float32) * p["x"] ** 2)
+    return x_part + jnp.sum(3 * jnp.real(z) ** 2 + 5 * jnp.imag(z) ** 2)
 
   d, _ = est.update(params, est.init(params), params, obj_fn=loss)
   np.testing.assert_allclose(np.asarray(d["x"]), [2.0, 4.0], rtol=1e-6)
@@ -521,3 +522,15 @@ def test_missing_extra_arguments_name_the_argument():
   dp = contrib.differentially_private_aggregate(1.0, 1.0, key=0)
   with pytest.raises(ValueError, match="differentially_private_aggregate: .*per-example"):
     dp.update({"s": jnp.ones(())}, dp.init({"s": jnp.ones(())}))
+
+
+def test_sophia_verbose_prints_the_win_rate(capfd):
+  opt = contrib.sophia(0.1, verbose=True, print_win_rate_every_n_steps=1)
+  p = jnp.asarray([1.0, 0.001], jnp.float32)
+
+  def loss(x):
+    return jnp.sum(x**2)
+
+  opt.update(jax.grad(loss)(p), opt.init(p), p, obj_fn=loss)
+  jax.effects_barrier()
+  assert "Sophia optimizer win rate: 0.0" in capfd.readouterr().out  # every step clipped at first

@@ -18,7 +18,6 @@ import warnings
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import Transformation, identity

@@ -16,7 +16,6 @@ to several ascent steps as in Optax).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
