@@ -96,6 +96,35 @@ def _thresholds(signed: bool) -> np.ndarray:
   return ((table[:-1] + table[1:]) / 2).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=None)
+def _code_lookup(signed: bool) -> tuple[np.ndarray, np.ndarray]:
+  """A table from the upper 16 bits of a float32 to the code of the smallest value with those bits.
+
+  The upper 16 bits (sign, exponent, 7 mantissa bits) cut ``[-1, 1]`` into intervals narrower than
+  the gaps between the map's thresholds, so each holds at most one threshold: the nearest code is
+  the table entry or the next one, found with one gather and one comparison instead of a binary
+  search over the 255 thresholds (a chain of gathers, 20x slower than Adam's step on CPUs).
+  """
+  thresholds = _thresholds(signed)
+  patterns = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
+  ends = (patterns.view(np.float32), (patterns | np.uint32(0xFFFF)).view(np.float32))
+  low, high = np.minimum(*ends), np.maximum(*ends)
+  first = np.searchsorted(thresholds, low, side="right")
+  last = np.searchsorted(thresholds, high, side="right")
+  inside = np.isfinite(low) & np.isfinite(high) & (high >= -1) & (low <= 1)
+  assert np.all(last[inside] - first[inside] <= 1), "a bucket holds two thresholds"
+  bounds = np.append(thresholds, np.float32(np.inf)).astype(np.float32)
+  return np.minimum(first, 255).astype(np.uint8), bounds
+
+
+def _nearest_codes(normalized: jax.Array, signed: bool) -> jax.Array:
+  lookup, bounds = _code_lookup(signed)
+  bucket = (jax.lax.bitcast_convert_type(normalized, jnp.uint32) >> 16).astype(jnp.int32)
+  code = jnp.take(jnp.asarray(lookup), bucket).astype(jnp.int32)
+  above = normalized >= jnp.take(jnp.asarray(bounds), code)
+  return (code + above.astype(jnp.int32)).astype(jnp.uint8)
+
+
 def _layout(n: int, block_size: int) -> int:
   """Number of blocks holding ``n`` values."""
   return -(-n // block_size)
@@ -108,7 +137,7 @@ def _quantize(flat: jax.Array, blocks: int, block_size: int, signed: bool) -> Bl
   absmax = jnp.max(jnp.abs(x), axis=1, initial=0.0)
   safe = jnp.where(absmax > 0, absmax, jnp.ones_like(absmax))
   normalized = (x / safe[:, None]).astype(jnp.float32)
-  codes = jnp.searchsorted(jnp.asarray(_thresholds(signed)), normalized).astype(jnp.uint8)
+  codes = _nearest_codes(normalized, signed)
   return BlockQuantized(codes=codes, scale=absmax.astype(jnp.float32))
 
 
