@@ -30,6 +30,7 @@ from ._core._module import Module as Module, static_field as static_field
 from ._core._policy import safe_increment as safe_increment
 from ._core._tree import global_norm as global_norm
 from ._core._types import (
+    MaskOrFn as MaskOrFn,
     OptState as OptState,
     Params as Params,
     ScalarOrSchedule as ScalarOrSchedule,
@@ -50,6 +51,13 @@ from . import assignment as assignment
 from . import perturbations as perturbations
 from . import tree as tree
 from . import tree_utils as tree_utils
+# The rest of Optax's surface (issue 5): linear algebra, utilities, projections, second order,
+# experimental.
+from ._linalg import *  # noqa: F401,F403
+from ._utils import *  # noqa: F401,F403
+from . import projections as projections
+from . import second_order as second_order
+from . import experimental as experimental
 from .tree_utils import tree_map_params as tree_map_params
 # The loss names Optax also keeps at its top level (optax 0.2.8).
 from .losses import (

@@ -8,7 +8,9 @@ from typing import Any, Protocol, Union
 import jax
 import numpy as np
 
-__all__ = ["Params", "Updates", "OptState", "Schedule", "ScalarOrSchedule", "PyTree", "Numeric"]
+__all__ = [
+    "Params", "Updates", "OptState", "Schedule", "ScalarOrSchedule", "PyTree", "Numeric", "MaskOrFn",
+]
 
 PyTree = Any
 Params = Any  # a pytree of arrays
@@ -23,3 +25,6 @@ class _ScheduleProtocol(Protocol):
 
 Schedule = Callable[[jax.Array], jax.Array]
 ScalarOrSchedule = Union[float, jax.Array, Schedule]
+# A mask argument (``weight_decay_mask``, ``masked``'s ``mask``): a tree of booleans matching the
+# parameters (or a prefix of them), a callable building one from the parameters, or None for "all".
+MaskOrFn = Union[Any, Callable[[Params], Any], None]

@@ -52,6 +52,11 @@ from ._psgd_kron import __all__ as _psgd_kron_all
 
 __all__ += [*_adam_8bit_all, *_lowmem_all, *_mars_all, *_psgd_kron_all]
 
+# Optax's normalize_by_update_norm (issue 5).
+from ._normalize import *  # noqa: F401,F403
+from ._normalize import __all__ as _normalize_all
+
+__all__ += [*_normalize_all]
 
 # Beyond Optax: SOAP and Shampoo blocks (issue 3).
 from ._shampoo import *  # noqa: F401,F403

@@ -14,13 +14,17 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import Transformation
+from .._core._base import EmptyState, Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
 from .._core._tree import global_norm, tree_map
 from ._moments import abs_sq
 
-__all__ = ["clip", "clip_by_global_norm", "clip_by_block_rms"]
+__all__ = ["ClipState", "ClipByGlobalNormState", "clip", "clip_by_global_norm", "clip_by_block_rms"]
+
+# Optax's names for the (empty) states of clip and clip_by_global_norm.
+ClipState = EmptyState
+ClipByGlobalNormState = EmptyState
 
 
 def _check_scalar(owner: str, name: str, value: Any) -> None:

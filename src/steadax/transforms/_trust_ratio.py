@@ -17,13 +17,18 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import Transformation
+from .._core._base import EmptyState, Transformation
 from .._core._checks import check_nonnegative
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
 from .._core._tree import tree_map
 from ._moments import safe_norm, safe_root_mean_squares
 
-__all__ = ["scale_by_trust_ratio", "scale_by_param_block_norm", "scale_by_param_block_rms"]
+__all__ = [
+    "ScaleByTrustRatioState", "scale_by_trust_ratio", "scale_by_param_block_norm",
+    "scale_by_param_block_rms",
+]
+
+ScaleByTrustRatioState = EmptyState  # Optax's name for scale_by_trust_ratio's (empty) state
 
 
 def _require_params(owner: str, params: Any) -> None:

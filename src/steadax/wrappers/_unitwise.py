@@ -24,6 +24,7 @@ from .._core._policy import (
 )
 
 __all__ = [
+    "AdaptiveGradClipState",
     "NonNegativeParamsState",
     "keep_params_nonnegative",
     "unitwise_norm",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 NonNegativeParamsState = EmptyState  # Optax's name for keep_params_nonnegative's (empty) state
+AdaptiveGradClipState = EmptyState  # Optax's name for adaptive_grad_clip's (empty) state
 
 
 def _abs_sq(x: jax.Array) -> jax.Array:

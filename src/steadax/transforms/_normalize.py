@@ -1,0 +1,57 @@
+"""Normalization of the whole update tree by its global l2 norm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core._base import Transformation
+from .._core._checks import check_nonnegative
+from .._core._policy import as_compute, compute_dtype, hyper, per_dtype
+from .._core._tree import global_norm, tree_map
+from ._clipping import _check_scalar
+
+__all__ = ["normalize_by_update_norm"]
+
+
+class NormalizeByUpdateNorm(Transformation):
+  name = "normalize_by_update_norm"
+  scale_factor: Any = 1.0
+  eps: Any = 1e-6
+
+  def update_fn(self, updates, state, params=None, **extra_args):
+    norm = global_norm(updates)  # the widest dtype present, at least float32
+    factor = hyper(self.scale_factor, norm.dtype) / (norm + hyper(self.eps, norm.dtype))
+    factors = per_dtype(lambda cdt: factor.astype(cdt))
+
+    def leaf(g):
+      cdt = compute_dtype(g.dtype, norm.dtype)
+      return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
+
+    return tree_map(leaf, updates), state
+
+
+def normalize_by_update_norm(scale_factor: Any = 1.0, eps: Any = 1e-6) -> Transformation:
+  """Divides the updates by their global l2 norm: ``u * scale_factor / (||u|| + eps)``.
+
+  The norm is taken over all leaves together in the widest floating dtype present (at least
+  float32); each leaf is scaled in at least float32 and keeps its dtype. A zero update stays zero.
+
+  Args:
+    scale_factor: the norm of the normalized updates (up to ``eps``); a negative value turns
+      gradients into descent directions.
+    eps: added to the norm so that small updates are not blown up (non-negative).
+
+  Returns:
+    A stateless transformation.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.normalize_by_update_norm(scale_factor=-1.0, eps=0.0)
+    >>> tx.update({"a": jnp.array([3.0]), "b": jnp.array([4.0])}, tx.init(None))[0]
+    {'a': Array([-0.6], dtype=float32), 'b': Array([-0.8], dtype=float32)}
+  """
+  _check_scalar("normalize_by_update_norm", "scale_factor", scale_factor)
+  _check_scalar("normalize_by_update_norm", "eps", eps)
+  check_nonnegative("normalize_by_update_norm", "eps", eps)
+  return NormalizeByUpdateNorm(scale_factor, eps)
+
