@@ -88,8 +88,9 @@ def test_factors_stay_upper_triangular_and_keep_their_dtypes():
   tx = steadax.scale_by_psgd_kron(preconditioner_update_probability=1.0, precond_dtype=jnp.float32)
   state = tx.init(params)
   grads = {"w": jnp.asarray(_RNG.normal(size=(3, 4)), jnp.bfloat16)}
+  update = jax.jit(tx.update)
   for _ in range(3):
-    updates, state = tx.update(grads, state, params)
+    updates, state = update(grads, state, params)
   for q in state.preconditioner["w"]:
     assert q.dtype == jnp.float32
     np.testing.assert_array_equal(np.tril(np.asarray(q), -1), 0.0)
@@ -125,8 +126,9 @@ def test_key_in_state_keeps_its_dtype_and_makes_runs_reproducible():
     tx = steadax.scale_by_psgd_kron(preconditioner_update_probability=0.5, key=key)
     state = tx.init(params)
     outs = []
+    update = jax.jit(tx.update)
     for _ in range(4):
-      u, new_state = tx.update(g, state)
+      u, new_state = update(g, state)
       assert new_state.rng_key.dtype == state.rng_key.dtype and new_state.rng_key.shape == ()
       state = new_state
       outs.append(np.asarray(u))
@@ -144,8 +146,9 @@ def test_complex_parameters_get_complex_dense_factors():
   p = jnp.asarray(_RNG.normal(size=(2, 3)) + 1j * _RNG.normal(size=(2, 3)), jnp.complex64)
   tx = steadax.scale_by_psgd_kron(preconditioner_update_probability=1.0)
   state = tx.init(p)
+  update = jax.jit(tx.update)
   for _ in range(3):
-    u, state = tx.update(p, state)
+    u, state = update(p, state)
   q1, q2 = state.preconditioner
   assert q1.dtype == jnp.complex64 and u.dtype == jnp.complex64
   np.testing.assert_array_equal(np.tril(np.asarray(q1), -1), 0)
