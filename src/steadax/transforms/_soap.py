@@ -58,7 +58,8 @@ class ScaleBySoapState(NamedTuple):
     statistics: per parameter, a tuple with one ``(d, d)`` matrix ``EMA(G_(k) G_(k)^H)`` per axis
       (shape ``(0, 0)`` for axes that are not preconditioned).
     eigenbases: per parameter, the matching tuple of eigenvector matrices (columns by decreasing
-      eigenvalue).
+      eigenvalue). For a matrix, ``eigenbases[0]`` is ``Q_L`` and ``eigenbases[1]`` is
+      ``conj(Q_R)`` (the eigenvectors of ``G^T conj(G)``; the same as ``Q_R`` for real parameters).
   """
 
   count: jax.Array
