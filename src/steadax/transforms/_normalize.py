@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
+
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype
@@ -20,7 +22,11 @@ class NormalizeByUpdateNorm(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     norm = global_norm(updates)  # the widest dtype present, at least float32
-    factor = hyper(self.scale_factor, norm.dtype) / (norm + hyper(self.eps, norm.dtype))
+    denominator = norm + hyper(self.eps, norm.dtype)
+    # A zero update with eps = 0 stays zero (0 * finite) instead of becoming 0 / 0 (Optax's NaN).
+    positive = denominator > 0
+    safe = jnp.where(positive, denominator, jnp.ones_like(denominator))
+    factor = jnp.where(positive, hyper(self.scale_factor, norm.dtype) / safe, jnp.zeros_like(denominator))
     factors = per_dtype(lambda cdt: factor.astype(cdt))
 
     def leaf(g):
@@ -34,7 +40,8 @@ def normalize_by_update_norm(scale_factor: Any = 1.0, eps: Any = 1e-6) -> Transf
   """Divides the updates by their global l2 norm: ``u * scale_factor / (||u|| + eps)``.
 
   The norm is taken over all leaves together in the widest floating dtype present (at least
-  float32); each leaf is scaled in at least float32 and keeps its dtype. A zero update stays zero.
+  float32); each leaf is scaled in at least float32 and keeps its dtype. A zero update stays zero,
+  also with ``eps=0`` (where Optax returns NaN).
 
   Args:
     scale_factor: the norm of the normalized updates (up to ``eps``); a negative value turns

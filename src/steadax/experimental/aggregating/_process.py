@@ -118,11 +118,12 @@ def _axes(axis: Any) -> tuple[int, ...]:
 
 
 def _check_axis(owner: str, per_elt_axis: Any) -> Any:
-  try:
-    axes = _axes(per_elt_axis)
-  except TypeError:
-    raise TypeError(f"{owner}: `per_elt_axis` must be an int or a sequence of ints, got {per_elt_axis!r}.") from None
-  if not axes or any(isinstance(a, bool) for a in axes):
+  items = [per_elt_axis] if isinstance(per_elt_axis, (int, np.integer)) else per_elt_axis
+  if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)) or not all(
+      isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in items):
+    raise TypeError(f"{owner}: `per_elt_axis` must be an int or a sequence of ints, got {per_elt_axis!r}.")
+  axes = _axes(per_elt_axis)
+  if not axes:
     raise ValueError(f"{owner}: `per_elt_axis` must name at least one axis, got {per_elt_axis!r}.")
   return per_elt_axis if isinstance(per_elt_axis, (int, np.integer)) else axes
 
