@@ -277,3 +277,20 @@ def test_soap_and_grafted_shampoo_converge():
                lambda lr: steadax.shampoo(lr)):
     steps, curves = _steps_to_threshold(make)
     assert steps.min() < 150, curves[:, -1]
+
+
+@pytest.mark.parametrize("name, make, bytes_per_parameter", [
+    ("adam", lambda: steadax.adam(0.1), 8.0),
+    ("muon", lambda: steadax.contrib.muon(0.1), 4.0),
+    ("galore", lambda: steadax.contrib.galore(0.1, rank=128), 1.5),
+    ("soap", lambda: steadax.soap(0.1), 24.0),
+    ("shampoo", lambda: steadax.shampoo(0.1), 24.0),
+    ("shampoo_unblocked", lambda: steadax.shampoo(0.1, block_size=1024), 24.0),
+])
+def test_state_memory_per_parameter(name, make, bytes_per_parameter):
+  """The documented state sizes (docs/optimizers.md) of a float32 1024x1024 matrix, from abstract
+  values (no memory is allocated), up to a few bytes of counters and Muon's coefficients."""
+  param = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)
+  state = jax.eval_shape(make().init, param)
+  total = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(state))
+  assert 0 <= total - bytes_per_parameter * 1024 * 1024 < 64, (name, total)
