@@ -29,7 +29,7 @@ from .._core._tree import is_none
 from .._core._types import ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import conj_t
+from ..transforms._matrix import conj_t, replicate_whole
 from ..transforms._scaling import scale_by_learning_rate
 from ._axes import leaf_dims, leaf_paths, matrix_view
 
@@ -127,15 +127,19 @@ class ScaleByGalore(Transformation):
     views = self._views(updates)
     refresh = (state.count % self.update_proj_gap) == 0
 
-    lows, new_projectors = [], []
+    lows, new_projectors, restores = [], [], []
     for g, p, view in zip(grads, projectors, views):
       if g is None or view is None:
         lows.append(g)
         new_projectors.append(p)
+        restores.append(None)
         continue
       _, _, left, r = _plan(view, self.rank)
       cdt = compute_dtype(g.dtype, p.dtype)
-      g2 = as_compute(view.to_matrices(g), cdt)
+      # The SVD and the products need the whole matrix (sharded axes are gathered once).
+      (whole,), (restore,) = replicate_whole(g)
+      restores.append(restore)
+      g2 = as_compute(view.to_matrices(whole), cdt)
       if r > 0:
         def fresh(g2=g2, left=left, r=r, dtype=p.dtype):
           u, _, vh = jnp.linalg.svd(g2, full_matrices=False)
@@ -151,7 +155,7 @@ class ScaleByGalore(Transformation):
     low_updates = treedef.flatten_up_to(low_updates)
 
     out = []
-    for g, low, p, view in zip(grads, low_updates, new_projectors, views):
+    for g, low, p, view, restore in zip(grads, low_updates, new_projectors, views, restores):
       if g is None or view is None:
         out.append(low)
         continue
@@ -159,7 +163,7 @@ class ScaleByGalore(Transformation):
       cdt = compute_dtype(g.dtype, p.dtype)
       pc, lc = as_compute(p, cdt), as_compute(low, cdt)
       full = view.from_matrices(pc @ lc if left else lc @ conj_t(pc))
-      out.append((full * hyper(self.scale, real_dtype(cdt)).astype(cdt)).astype(g.dtype))
+      out.append(restore((full * hyper(self.scale, real_dtype(cdt)).astype(cdt)).astype(g.dtype)))
 
     return treedef.unflatten(out), GaLoreState(
         count=safe_increment(state.count), base_optimizer_state=base_state,

@@ -44,7 +44,7 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
   * Explicit mesh axes (``jax.sharding.AxisType.Explicit``): ``reshard`` to a spec with ``None`` on
     ``axes`` and back afterwards (the way back is a local slice, no collective).
   * Auto mesh axes: a sharding constraint with ``None`` on ``axes`` and ``UNCONSTRAINED`` elsewhere;
-    the partitioner propagates the rest.
+    the partitioner propagates the rest. Meshes mixing both kinds get both.
   * Inside ``shard_map`` (manual axes) values are per-device blocks already: nothing changes.
 
   Args:
@@ -67,16 +67,27 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
   axes = {a % x.ndim for a in axes}
   named = jax.sharding.NamedSharding
   spec = tuple(sharding.spec) + (None,) * (x.ndim - len(tuple(sharding.spec)))
+  restore = _identity
   if any(t == axis_type.Explicit for t in types):
     new_spec = tuple(None if i in axes else s for i, s in enumerate(spec))
-    if new_spec == spec:
-      return x, _identity
-    gathered = jax.sharding.reshard(x, named(mesh, jax.sharding.PartitionSpec(*new_spec)))
-    return gathered, lambda y: jax.sharding.reshard(y, sharding)
-  unconstrained = jax.sharding.PartitionSpec.UNCONSTRAINED
-  new_spec = tuple(None if i in axes else unconstrained for i in range(x.ndim))
-  gathered = jax.lax.with_sharding_constraint(x, named(mesh, jax.sharding.PartitionSpec(*new_spec)))
-  return gathered, _identity
+    if new_spec != spec:
+      x = jax.sharding.reshard(x, named(mesh, jax.sharding.PartitionSpec(*new_spec)))
+      restore = lambda y: jax.sharding.reshard(y, sharding)
+    spec = new_spec
+  if any(t == axis_type.Auto for t in types):
+    # Auto axes do not appear in the type: constrain the matrix axes to be whole and leave the
+    # partitioner free elsewhere (a constraint may not name explicit axes).
+    unconstrained = jax.sharding.PartitionSpec.UNCONSTRAINED
+    wanted = tuple(None if i in axes else unconstrained for i in range(x.ndim))
+    x = jax.lax.with_sharding_constraint(x, named(mesh, jax.sharding.PartitionSpec(*wanted)))
+  return x, restore
+
+
+def replicate_whole(*arrays: jax.Array) -> tuple[tuple[jax.Array, ...], tuple[Callable, ...]]:
+  """``replicate_axes`` over every axis of each array: the arrays whole on every device (one
+  all-gather each when sharded) and, per array, the function restoring its sharding."""
+  pairs = [replicate_axes(x, range(x.ndim)) for x in arrays]
+  return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,16 @@ from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
-from ._matrix import axis_statistic, block_sizes, from_blocks, inverse_root, mode_product, num_blocks, to_blocks
+from ._matrix import (
+    axis_statistic,
+    block_sizes,
+    from_blocks,
+    inverse_root,
+    mode_product,
+    num_blocks,
+    replicate_whole,
+    to_blocks,
+)
 from ._moments import abs_sq
 from ._soap import stat_dtype
 
@@ -119,7 +128,7 @@ class ScaleByShampoo(Transformation):
                   c1=(1 - b1**k).astype(cdt), c2=1 - b2**k, eps=hyper(self.eps, rdt),
                   beta=beta, weight=weight, matrix_eps=hyper(self.matrix_eps, rdt))
 
-    def leaf(g, m, v, stats, precs):
+    def local(g, m, v, stats, precs):
       cdt = compute_dtype(g.dtype, m.dtype)
       rdt = real_dtype(cdt)
       k = scalars(cdt)
@@ -165,6 +174,16 @@ class ScaleByShampoo(Transformation):
         direction = direction * ratio.astype(cdt)
       out = from_blocks(direction, shape, sizes)
       return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), new_stats, precs
+
+    def leaf(g, m, v, stats, precs):
+      if not any(x.size for x in precs):
+        return local(g, m, v, stats, precs)
+      # Contractions over a sharded axis are ambiguous under explicit sharding and need collectives
+      # in every product otherwise: work on whole copies, put the results back to the inputs'
+      # shardings (a local slice).
+      (g, m, v), (back_g, back_m, back_v) = replicate_whole(g, m, v)
+      out, m_new, v_new, stats, precs = local(g, m, v, stats, precs)
+      return back_g(out), back_m(m_new), back_v(v_new), stats, precs
 
     out, mu, nu, stats, precs = tree_map_n(
         leaf, 5, updates, state.mu, state.nu, state.statistics, state.preconditioners)

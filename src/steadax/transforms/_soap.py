@@ -42,7 +42,7 @@ from .._core._policy import (
     zero_count,
 )
 from .._core._tree import tree_map_n, zeros_like
-from ._matrix import axis_statistic, conj_t, eigenbasis, mode_product
+from ._matrix import axis_statistic, conj_t, eigenbasis, mode_product, replicate_whole
 from ._moments import abs_sq
 
 __all__ = ["ScaleBySoapState", "scale_by_soap"]
@@ -135,7 +135,7 @@ class ScaleBySoap(Transformation):
                   c1=(1 - b1**k).astype(cdt), c2=1 - b2**k, eps=hyper(self.eps, rdt),
                   beta=beta, one_minus_beta=1 - beta)
 
-    def leaf(g, m, v, stats, bases):
+    def local(g, m, v, stats, bases):
       cdt = compute_dtype(g.dtype, m.dtype, *[q.dtype for q in bases])
       rdt = real_dtype(cdt)
       k = scalars(cdt)
@@ -168,6 +168,16 @@ class ScaleBySoap(Transformation):
 
         bases = jax.lax.cond(refresh, recompute, lambda bases=bases: bases)
       return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), new_stats, bases
+
+    def leaf(g, m, v, stats, bases):
+      if not any(x.size for x in bases):
+        return local(g, m, v, stats, bases)
+      # Contractions over a sharded axis are ambiguous under explicit sharding and need collectives
+      # in every product otherwise: work on whole copies, put the results back to the inputs'
+      # shardings (a local slice).
+      (g, m, v), (back_g, back_m, back_v) = replicate_whole(g, m, v)
+      out, m_new, v_new, stats, bases = local(g, m, v, stats, bases)
+      return back_g(out), back_m(m_new), back_v(v_new), stats, bases
 
     out, mu, nu, stats, bases = tree_map_n(
         leaf, 5, updates, state.mu, state.nu, state.statistics, state.eigenbases)
