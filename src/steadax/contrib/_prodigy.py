@@ -93,11 +93,9 @@ class Prodigy(Transformation):
     dlr = d * lr * correction
 
     # r_k: the inner product <g, x0 - x> accumulated over all leaves in the statistics dtype.
-    leaves_g = jax.tree_util.tree_leaves(updates)
-    leaves_diff = jax.tree_util.tree_leaves(tree_map(lambda p0, p: (p0, p), state.params0, params),
-                                            is_leaf=lambda x: isinstance(x, tuple))
+    leaves = (jax.tree_util.tree_leaves(t) for t in (updates, state.params0, params))
     numerator_step = jnp.zeros([], stat)
-    for g, (p0, p) in zip(leaves_g, leaves_diff):
+    for g, p0, p in zip(*leaves):
       cdt = compute_dtype(p0.dtype, p.dtype)
       numerator_step = numerator_step + _real_dot(g, as_compute(p0, cdt) - as_compute(p, cdt), stat)
     numerator = beta3 * state.numerator_weighted + (d / d0) * dlr * numerator_step
