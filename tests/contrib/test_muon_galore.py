@@ -188,8 +188,8 @@ _SHARDING_SCRIPT = textwrap.dedent("""
     def collectives(fn, *args):
       compiled = jax.jit(fn).lower(*args).compile()
       text = compiled.as_text()
-      return sum(len(re.findall(r"\\b" + op + r"(-start)?\\(", text))
-                 for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")), compiled
+      ops = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+      return sum(len(re.findall(r"\\b" + op + r"(-start)?\\(", text)) for op in ops), compiled
 
     out = {"devices": jax.device_count()}
     dims3 = steadax.contrib.MuonDimensionNumbers(1, 2)
@@ -208,7 +208,8 @@ _SHARDING_SCRIPT = textwrap.dedent("""
           counts.append(count)
         u, s = compiled(g, state)
         ref = steadax.contrib.scale_by_muon(ns_steps=8, weight_dimension_numbers=dims)
-        plain = jax.jit(lambda g, s: ref.update(g, s)[0])(jax.device_put(g, NamedSharding(mesh, P())), ref.init(g))
+        replicated = jax.device_put(g, NamedSharding(mesh, P()))
+        plain = jax.jit(lambda g, s: ref.update(g, s)[0])(replicated, ref.init(g))
         out[f"{kind}/{name}"] = {"counts": counts, "mu_spec": str(s.mu.sharding.spec),
                                  "update_spec": str(u.sharding.spec), "param_spec": str(spec),
                                  "max_diff": float(jnp.max(jnp.abs(u - plain)))}

@@ -56,7 +56,8 @@ def test_soap_is_adam_in_the_fixed_eigenbasis(kind):
   work = np.complex128 if kind == "complex" else np.float64
   # eigenbases[k] diagonalises the mode-k statistic G_(k) G_(k)^H; for the columns that is
   # conj(G^H G), so Q_R (the eigenvectors of G^H G) is its conjugate.
-  q_left, q_right = np.asarray(states[0].eigenbases[0], work), np.conj(np.asarray(states[0].eigenbases[1], work))
+  q_left = np.asarray(states[0].eigenbases[0], work)
+  q_right = np.conj(np.asarray(states[0].eigenbases[1], work))
   # The basis is the eigenbasis of the first statistics, and it is not the identity.
   stat = np.asarray(states[0].statistics[0], work)
   rotated = q_left.conj().T @ stat @ q_left

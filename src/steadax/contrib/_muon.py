@@ -30,7 +30,15 @@ from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._module import static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._policy import (
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    real_dtype,
+    safe_increment,
+    zero_count,
+)
 from .._core._tree import tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
 from ..optimizers._adam import adamw

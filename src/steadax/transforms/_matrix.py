@@ -150,7 +150,10 @@ def inverse_root(s: jax.Array, exponent: Any, relative_eps: Any) -> jax.Array:
   rdt = jnp.finfo(dtype).dtype
   values, vectors = jnp.linalg.eigh(symmetrize(s.astype(dtype)))
   values = jnp.maximum(values, jnp.zeros([], rdt))
-  top = jnp.max(values, axis=-1, keepdims=True) if values.shape[-1] else jnp.zeros(values.shape[:-1] + (1,), rdt)
+  if values.shape[-1]:
+    top = jnp.max(values, axis=-1, keepdims=True)
+  else:
+    top = jnp.zeros(values.shape[:-1] + (1,), rdt)
   positive = top > 0
   reg = values + jnp.asarray(relative_eps).astype(rdt) * top
   safe = jnp.where(positive, reg, jnp.ones_like(reg))

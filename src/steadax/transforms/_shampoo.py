@@ -26,7 +26,15 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._policy import (
+    as_compute,
+    compute_dtype,
+    hyper,
+    per_dtype,
+    real_dtype,
+    safe_increment,
+    zero_count,
+)
 from .._core._tree import tree_map_n, zeros_like
 from ._matrix import (
     axis_statistic,

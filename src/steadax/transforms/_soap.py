@@ -69,7 +69,8 @@ class ScaleBySoapState(NamedTuple):
   eigenbases: Any
 
 
-def preconditioned_axes(shape: tuple[int, ...], max_precond_dim: int, precondition_1d: bool) -> tuple[bool, ...]:
+def preconditioned_axes(shape: tuple[int, ...], max_precond_dim: int,
+                        precondition_1d: bool) -> tuple[bool, ...]:
   """Which axes of a parameter of ``shape`` get an eigenbasis."""
   if len(shape) == 0 or int(np.prod(shape)) == 0 or (len(shape) == 1 and not precondition_1d):
     return (False,) * len(shape)
@@ -191,7 +192,8 @@ def check_soap(owner: str, b1: Any, b2: Any, shampoo_beta: Any, eps: Any, precon
   if shampoo_beta is not None:
     check_range(owner, "shampoo_beta", shampoo_beta, 0.0, 1.0, high_open=True)
   check_nonnegative(owner, "eps", eps)
-  for name, value in (("precondition_frequency", precondition_frequency), ("max_precond_dim", max_precond_dim)):
+  for name, value in (("precondition_frequency", precondition_frequency),
+                      ("max_precond_dim", max_precond_dim)):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
       raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")
 
