@@ -47,6 +47,10 @@ def test_makes_progress(entry):
       f"(needs < {entry.progress} x initial)")
 
 
+# Agreement of values with Optax on a float32 problem is checked with x64 off; with x64 on, the
+# matrix and composition tests check what the flag changes (types), and keeping make test within
+# its time budget matters more than a second numerical comparison.
+@pytest.mark.x32_only
 @pytest.mark.parametrize("entry", DIFFERENTIAL, ids=entry_ids(DIFFERENTIAL))
 def test_agrees_with_optax(entry):
   ours, _ = _run(entry, entry.factory(), 25, steadax.apply_updates)

@@ -342,6 +342,7 @@ _TWO_DEVICES = textwrap.dedent("""
 
 
 
+@pytest.mark.x32_only  # a subprocess on a 2-device host mesh; sharding does not depend on x64
 def test_inside_shard_map_on_two_devices_with_sharded_params_and_a_local_nan():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
   result = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True,
