@@ -30,6 +30,7 @@ from .._core._module import static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
+from ..transforms._adam import one_minus_pow
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import scale_by_learning_rate, value_at
@@ -76,10 +77,6 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
   n: Any
 
 
-def _one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  return np.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
-
-
 class ScaleByAdemamix(Transformation):
   name = "scale_by_ademamix"
   b1: Any = 0.9
@@ -110,7 +107,7 @@ class ScaleByAdemamix(Transformation):
       b1, b3, b2 = hyper(self.b1, cdt), hyper(b3_now, cdt), hyper(self.b2, rdt)
       return dict(b1=b1, one_minus_b1=hyper(1 - self.b1, cdt), b3=b3, one_minus_b3=hyper(1 - b3_now, cdt),
                   b2=b2, one_minus_b2=hyper(1 - self.b2, rdt), alpha=hyper(alpha_now, cdt),
-                  c1=_one_minus_pow(self.b1, count, rdt).astype(cdt), c2=_one_minus_pow(self.b2, count, rdt),
+                  c1=one_minus_pow(self.b1, count, rdt).astype(cdt), c2=one_minus_pow(self.b2, count, rdt),
                   eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
 
     def leaf(g, m1, m2, v):
@@ -149,7 +146,7 @@ class ScaleBySimplifiedAdemamix(Transformation):
       rdt = real_dtype(cdt)
       b2 = hyper(self.b2, rdt)
       return dict(b1=hyper(self.b1, cdt), b2=b2, one_minus_b2=hyper(1 - self.b2, rdt),
-                  alpha=hyper(alpha_now, cdt), c2=_one_minus_pow(self.b2, t, rdt),
+                  alpha=hyper(alpha_now, cdt), c2=one_minus_pow(self.b2, t, rdt),
                   eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
 
     def leaf(g, m, n):

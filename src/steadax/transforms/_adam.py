@@ -54,9 +54,26 @@ class ScaleByAmsgradState(NamedTuple):
   nu_max: Any
 
 
-def _corrections(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  """``1 - decay**count`` in ``dtype``."""
+def one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
+  """``1 - decay**count`` in ``dtype`` (Adam's bias-correction factor)."""
   return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
+
+
+def moment_scalars(b1: Any, b2: Any, count: jax.Array, cdt: Any, nesterov: bool) -> dict:
+  """Decays and bias corrections of an Adam-like update, computed once per compute dtype."""
+  rdt = real_dtype(cdt)
+  b1c, b2r = hyper(b1, cdt), hyper(b2, rdt)
+  c1 = one_minus_pow(b1, count, rdt)
+  c1_next = one_minus_pow(b1, safe_increment(count), rdt).astype(cdt) if nesterov else None
+  return dict(b1=b1c, one_minus_b1=np.asarray(1, cdt) - b1c, b2=b2r, one_minus_b2=np.asarray(1, rdt) - b2r,
+              c1=c1.astype(cdt), c1_next=c1_next, c2=one_minus_pow(b2, count, rdt))
+
+
+def debiased_mean(k: dict, m_new: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
+  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
+  if nesterov:
+    return k["b1"] * m_new / k["c1_next"] + k["one_minus_b1"] * g / k["c1"]
+  return m_new / k["c1"]
 
 
 class ScaleByAdam(Transformation):
@@ -82,14 +99,9 @@ class ScaleByAdam(Transformation):
     @per_dtype
     def scalars(cdt):
       rdt = real_dtype(cdt)
-      c1 = _corrections(self.b1, count, rdt)
-      c1_next = _corrections(self.b1, safe_increment(count), rdt) if self.nesterov else None
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
-      return dict(
-          b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=np.asarray(1, rdt) - b2,
-          c1=c1.astype(cdt),
-          c1_next=None if c1_next is None else c1_next.astype(cdt),
-          c2=_corrections(self.b2, count, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+      k = moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
+      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+      return k
 
     def leaf(g, m, v):
       cdt = compute_dtype(g.dtype, m.dtype)
@@ -99,10 +111,7 @@ class ScaleByAdam(Transformation):
       gc = as_compute(g, cdt)
       m_new = b1 * as_compute(m, cdt) + k["one_minus_b1"] * gc
       v_new = b2 * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      if self.nesterov:
-        m_hat = b1 * m_new / k["c1_next"] + k["one_minus_b1"] * gc / k["c1"]
-      else:
-        m_hat = m_new / k["c1"]
+      m_hat = debiased_mean(k, m_new, gc, self.nesterov)
       v_hat = v_new / k["c2"]
       denom = jnp.sqrt(v_hat + k["eps_root"]) + k["eps"]
       return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
@@ -173,7 +182,7 @@ class ScaleByAmsgrad(Transformation):
     def scalars(cdt):
       rdt = real_dtype(cdt)
       return dict(b1=hyper(self.b1, cdt), b2=hyper(self.b2, rdt),
-                  c1=_corrections(self.b1, count, rdt).astype(cdt), c2=_corrections(self.b2, count, rdt),
+                  c1=one_minus_pow(self.b1, count, rdt).astype(cdt), c2=one_minus_pow(self.b2, count, rdt),
                   eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
 
     def leaf(g, m, v, vmax):
@@ -253,7 +262,7 @@ class ScaleByAdamax(Transformation):
     def scalars(cdt):
       rdt = real_dtype(cdt)
       return dict(b1=hyper(self.b1, cdt), b2=hyper(self.b2, rdt), eps=hyper(self.eps, rdt),
-                  c1=_corrections(self.b1, count, rdt))
+                  c1=one_minus_pow(self.b1, count, rdt))
 
     def leaf(g, m, v):
       cdt = compute_dtype(g.dtype, m.dtype)

@@ -35,7 +35,7 @@ from .._core._policy import (
     zero_count,
 )
 from .._core._tree import tree_map, tree_map_n, zeros_like
-from ._adam import ScaleByAdamState
+from ._adam import ScaleByAdamState, debiased_mean, moment_scalars, one_minus_pow
 from ._moments import abs_sq
 
 __all__ = [
@@ -66,28 +66,6 @@ class ScaleByAdanState(NamedTuple):
   t: jax.Array
 
 
-def _one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  """``1 - decay**count`` in ``dtype`` (the bias-correction factor)."""
-  return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
-
-
-def _moment_scalars(b1: Any, b2: Any, count: jax.Array, cdt: Any, nesterov: bool) -> dict:
-  """Decays and bias corrections of an Adam-like update, computed once per compute dtype."""
-  rdt = real_dtype(cdt)
-  b1c, b2r = hyper(b1, cdt), hyper(b2, rdt)
-  c1 = _one_minus_pow(b1, count, rdt)
-  c1_next = _one_minus_pow(b1, safe_increment(count), rdt).astype(cdt) if nesterov else None
-  return dict(b1=b1c, one_minus_b1=np.asarray(1, cdt) - b1c, b2=b2r, one_minus_b2=np.asarray(1, rdt) - b2r,
-              c1=c1.astype(cdt), c1_next=c1_next, c2=_one_minus_pow(b2, count, rdt))
-
-
-def _debiased_mean(k: dict, m_new: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
-  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
-  if nesterov:
-    return k["b1"] * m_new / k["c1_next"] + k["one_minus_b1"] * g / k["c1"]
-  return m_new / k["c1"]
-
-
 def _check_decays(owner: str, **decays: Any) -> None:
   for name, value in decays.items():
     check_range(owner, name, value, 0.0, 1.0, high_open=True)
@@ -110,7 +88,7 @@ class ScaleByBelief(Transformation):
     @per_dtype
     def scalars(cdt):
       rdt = real_dtype(cdt)
-      k = _moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
+      k = moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
       k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
       return k
 
@@ -123,7 +101,7 @@ class ScaleByBelief(Transformation):
       # The "belief": the squared deviation of the gradient from its prediction m_new (eq. 2).
       surprise = abs_sq(gc - m_new).astype(rdt)
       v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * surprise + k["eps_root"]
-      m_hat = _debiased_mean(k, m_new, gc, self.nesterov)
+      m_hat = debiased_mean(k, m_new, gc, self.nesterov)
       denom = jnp.sqrt(v_new / k["c2"]) + k["eps"]
       return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
@@ -199,7 +177,7 @@ class ScaleByYogi(Transformation):
     @per_dtype
     def scalars(cdt):
       rdt = real_dtype(cdt)
-      k = _moment_scalars(self.b1, self.b2, count, cdt, False)
+      k = moment_scalars(self.b1, self.b2, count, cdt, False)
       k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
       return k
 
@@ -298,7 +276,7 @@ class ScaleByRadam(Transformation):
     @per_dtype
     def scalars(cdt):
       rdt = real_dtype(cdt)
-      k = _moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
+      k = moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
       k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt), r=r.astype(cdt))
       return k
 
@@ -309,7 +287,7 @@ class ScaleByRadam(Transformation):
       gc = as_compute(g, cdt)
       m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
       v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      m_hat = _debiased_mean(k, m_new, gc, self.nesterov)
+      m_hat = debiased_mean(k, m_new, gc, self.nesterov)
       denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
       out = jnp.where(rectify, k["r"] * m_hat / denom.astype(cdt), m_hat)
       return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
@@ -385,8 +363,8 @@ class ScaleByAdan(Transformation):
       b1, b2, b3 = hyper(self.b1, cdt), hyper(self.b2, cdt), hyper(self.b3, rdt)
       return dict(b1=b1, b2=b2, b3=b3, one_minus_b1=np.asarray(1, cdt) - b1,
                   one_minus_b2=np.asarray(1, cdt) - b2, one_minus_b3=np.asarray(1, rdt) - b3,
-                  c1=_one_minus_pow(self.b1, t, rdt).astype(cdt), c2=_one_minus_pow(self.b2, t, rdt).astype(cdt),
-                  c3=_one_minus_pow(self.b3, t, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+                  c1=one_minus_pow(self.b1, t, rdt).astype(cdt), c2=one_minus_pow(self.b2, t, rdt).astype(cdt),
+                  c3=one_minus_pow(self.b3, t, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
 
     def leaf(g, m, v, n, g_prev):
       cdt = compute_dtype(g.dtype, m.dtype, v.dtype, g_prev.dtype)

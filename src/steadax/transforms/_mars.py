@@ -19,6 +19,7 @@ from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
+from ._adam import one_minus_pow
 from ._moments import abs_sq
 
 __all__ = ["ScaleByMarsState", "scale_by_mars"]
@@ -32,10 +33,6 @@ class ScaleByMarsState(NamedTuple):
   mu: Any
   nu: Any
   prev_grad: Any
-
-
-def _correction(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
 
 
 class ScaleByMars(Transformation):
@@ -72,7 +69,7 @@ class ScaleByMars(Transformation):
       return dict(
           weight=jnp.where(first, jnp.zeros([], rdt), weight).astype(cdt),
           b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=np.asarray(1, rdt) - b2,
-          c1=_correction(self.b1, count, rdt).astype(cdt), c2=_correction(self.b2, count, rdt),
+          c1=one_minus_pow(self.b1, count, rdt).astype(cdt), c2=one_minus_pow(self.b2, count, rdt),
           eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt),
           max_norm=None if self.max_norm is None else hyper(self.max_norm, rdt))
 
