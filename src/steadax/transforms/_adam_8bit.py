@@ -31,6 +31,7 @@ from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._module import static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from ._adam import one_minus_pow
 from .._core._tree import tree_map, tree_map_n
 from ._moments import abs_sq
 
@@ -201,8 +202,8 @@ class ScaleByAdam8bit(Transformation):
       one = np.asarray(1, rdt)
       return dict(
           b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=one - b2,
-          c1=(one - hyper(self.b1, rdt) ** count.astype(rdt)).astype(cdt),
-          c2=one - b2 ** count.astype(rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+          c1=one_minus_pow(self.b1, count, rdt).astype(cdt),
+          c2=one_minus_pow(self.b2, count, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
 
     def leaf(g, m, v):
       cdt = compute_dtype(g.dtype)

@@ -40,6 +40,7 @@ from .._core._policy import (
     safe_increment,
     zero_count,
 )
+from ._adam import one_minus_pow
 from .._core._tree import global_norm, is_none, zeros_like
 from ._moments import abs_sq
 from ._noise import _typed_key
@@ -247,7 +248,7 @@ class ScaleByPsgdKron(Transformation):
       b1 = hyper(self.b1, cdt)
       one = np.asarray(1, rdt)
       return dict(b1=b1, one_minus_b1=np.asarray(1, cdt) - b1,
-                  c1=(one - hyper(self.b1, rdt) ** count.astype(rdt)).astype(cdt),
+                  c1=one_minus_pow(self.b1, count, rdt).astype(cdt),
                   lr=hyper(self.preconditioner_lr, rdt), tiny=np.asarray(jnp.finfo(rdt).tiny, rdt),
                   damping=np.asarray(np.sqrt(np.finfo(np.float32).eps), rdt))
 
