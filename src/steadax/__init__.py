@@ -26,7 +26,13 @@ from ._core._base import (
 from ._core._combine import chain as chain, named_chain as named_chain
 from ._core._config import is_strict as is_strict, set_strict as set_strict, strict_mode as strict_mode
 from ._core._contract import ContractError as ContractError
-from ._core._module import Module as Module, static_field as static_field
+from ._core._module import (
+    Fn as Fn,
+    Module as Module,
+    child_field as child_field,
+    hyper_field as hyper_field,
+    static_field as static_field,
+)
 from ._core._policy import safe_increment as safe_increment
 from ._core._tree import global_norm as global_norm
 from ._core._types import (

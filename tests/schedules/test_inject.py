@@ -228,7 +228,7 @@ class _CountingState(NamedTuple):
 class _ValueSchedule(steadax.Module):
   """A stateful schedule: the learning rate is scale / (1 + the sum of the losses seen so far)."""
 
-  scale: Any
+  scale: Any = steadax.hyper_field()
 
   def init(self):
     return _CountingState(jnp.zeros([], jnp.float32))

@@ -9,7 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from ._contract import conform_init, conform_state, conform_updates
-from ._module import Module, static_field
+from ._leafwise import leafwise
+from ._roles import check_roles, init_from_roles, roles_of
+from ._module import Module, child_field, static_field
 from ._policy import check_float_params, promote_types
 from ._types import OptState, Params, Updates
 
@@ -151,7 +153,7 @@ class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
 
 
 class _WithExtraArgs(GradientTransformationExtraArgs):
-  inner: Any
+  inner: Any = child_field()
 
   def init(self, params):
     return self.inner.init(params)
@@ -203,7 +205,10 @@ class Transformation(GradientTransformationExtraArgs):
     return self.name or type(self).__name__
 
   def init_fn(self, params: Params) -> OptState:
-    del params
+    """The fresh state: built from the roles of ``State`` when the class declares one."""
+    state_cls = getattr(type(self), "State", None)
+    if state_cls is not None and roles_of(state_cls) is not None:
+      return init_from_roles(state_cls, self, params)
     return EmptyState()
 
   def update_fn(self, updates, state, params=None, **extra_args):  # pragma: no cover - abstract
@@ -212,7 +217,26 @@ class Transformation(GradientTransformationExtraArgs):
   def init(self, params: Params) -> OptState:
     if self.requires_float:
       check_float_params(self.owner, params)
-    return conform_init(self.owner, self.init_fn(params))
+    state = self.init_fn(params)
+    check_roles(self.owner, self, state, params)
+    return conform_init(self.owner, state)
+
+  def leafwise(self, fn, updates, *states, params=None, reads=(), scalars=None):
+    """The per-leaf primitive (``steadax._core._leafwise.leafwise``) under this transformation's name.
+
+    Args:
+      fn: ``fn(k, g, *state_leaves, *read_leaves) -> update`` or ``(update, *new_state_leaves)``,
+        written on compute-dtype inputs.
+      updates: the incoming updates.
+      *states: state trees, each written back in its stored dtype.
+      params: the parameters (the updates take their dtypes), or None.
+      reads: read-only trees passed after the state leaves.
+      scalars: ``scalars(dtype) -> Scalars`` built once per real compute dtype.
+
+    Returns:
+      ``(updates, *new_states)``.
+    """
+    return leafwise(self.owner, fn, updates, *states, params=params, reads=reads, scalars=scalars)
 
   def update(self, updates: Updates, state: OptState, params: Params | None = None, **extra_args):
     new_updates, new_state = self.update_fn(updates, state, params, **extra_args)

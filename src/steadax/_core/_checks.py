@@ -8,7 +8,9 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["check_range", "check_positive", "check_nonnegative", "check_schedule_or_scalar"]
+__all__ = [
+    "check_range", "check_positive", "check_nonnegative", "check_decay", "check_schedule_or_scalar",
+]
 
 
 def _concrete(value: Any) -> float | None:
@@ -46,6 +48,11 @@ def check_positive(owner: str, name: str, value: Any) -> None:
 
 def check_nonnegative(owner: str, name: str, value: Any) -> None:
   check_range(owner, name, value, 0.0, math.inf)
+
+
+def check_decay(owner: str, name: str, value: Any) -> None:
+  """A decay rate (``b1``, ``b2``, ``momentum``) lies in [0, 1]."""
+  check_range(owner, name, value, 0.0, 1.0)
 
 
 def check_schedule_or_scalar(owner: str, name: str, value: Any) -> None:

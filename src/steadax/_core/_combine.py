@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._base import GradientTransformation, Transformation, with_extra_args_support
+from ._module import child_field, static_field
 
 __all__ = ["chain", "named_chain", "Chain", "NamedChain"]
 
@@ -14,7 +15,7 @@ class Chain(Transformation):
 
   name = "chain"
   requires_float = False
-  transforms: tuple
+  transforms: tuple = child_field()
 
   def init_fn(self, params):
     return tuple(t.init(params) for t in self.transforms)
@@ -54,8 +55,8 @@ class NamedChain(Transformation):
 
   name = "named_chain"
   requires_float = False
-  names: tuple = ()
-  transforms: tuple = ()
+  names: tuple = static_field(())
+  transforms: tuple = child_field(())
 
   def __post_init__(self):
     if len(set(self.names)) != len(self.names):

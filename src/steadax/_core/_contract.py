@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._config import is_strict
-from ._policy import key_path_str
+from ._policy import compute_dtype, key_path_str
 
 __all__ = ["ContractError", "conform_init", "conform_state", "conform_updates", "is_weak"]
 
@@ -144,10 +144,26 @@ def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any)
       raise ContractError(
           f"{owner}: update at {where} has shape {np.shape(new)}, expected {np.shape(old)}."
       )
-    target = ref.dtype if _is_array_like(ref) else jnp.result_type(ref)
+    target = np.dtype(ref.dtype if _is_array_like(ref) else jnp.result_type(ref))
     if new.dtype != target or is_weak(new):
+      incoming = np.dtype(old.dtype) if _is_array_like(old) else target
       if jnp.issubdtype(new.dtype, jnp.complexfloating) and not jnp.issubdtype(target, jnp.complexfloating):
-        new = jnp.real(new)
+        where = key_path_str(jax.tree_util.tree_flatten_with_path(old_updates)[0][i][0])
+        raise ContractError(
+            f"{owner}: update at {where} is complex ({new.dtype.name}) for a real parameter "
+            f"({target.name}); the imaginary part would be lost."
+        )
+      # The documented casts: to the parameter's dtype from the incoming update's dtype (a
+      # transformation that keeps its input's dtype) or from their compute dtype (one that computed
+      # in at least float32). Anything else is a dtype the transformation had no reason to produce.
+      allowed = {target, incoming, np.dtype(compute_dtype(incoming, target))}
+      if is_strict() and np.dtype(new.dtype) not in allowed and jnp.issubdtype(target, jnp.inexact):
+        where = key_path_str(jax.tree_util.tree_flatten_with_path(old_updates)[0][i][0])
+        raise ContractError(
+            f"{owner}: update at {where} came back as {np.dtype(new.dtype).name}; expected "
+            f"{target.name} (the parameter's), {incoming.name} (the incoming update's) or their "
+            "compute dtype."
+        )
       new = new.astype(target)
     fixed.append(new)
   return jax.tree_util.tree_unflatten(new_def, fixed)

@@ -1,57 +1,129 @@
-"""Frozen dataclass pytrees: the base of every steadax object that carries hyperparameters.
+"""Frozen dataclass pytrees with declared fields: the base of every steadax object.
 
-A ``Module`` subclass is a frozen dataclass registered with JAX. Its fields are split at flatten time:
+Every field of a ``Module`` subclass is declared as one of three kinds, and the kind alone decides
+where the field goes when JAX flattens the object:
 
-* fields declared with ``static_field()`` always go to the tree's auxiliary data;
-* other fields are *leaves* when they hold numbers, arrays or pytrees of those (including other
-  Modules), and auxiliary data otherwise (plain callables, strings, dtypes, booleans, ``None``).
+* ``hyper_field(default)``: a hyperparameter (a learning rate, a decay, an epsilon, a schedule). Always a
+  child of the pytree, whatever it holds: a number is a leaf, a schedule Module is a subtree, None
+  is an empty subtree. ``jax.jit(step)(tx, ...)`` traces a new learning rate instead of recompiling.
+* ``child_field()``: an inner transformation or a tuple/dict of them. Always a child, like ``hyper_field``.
+* ``static_field(default)``: a flag, a dtype, a mask, a user callable: always in the auxiliary
+  data, so part of the compiled program's identity.
 
-So ``jax.jit(step)(tx, ...)`` sees a learning rate of ``0.1`` as a traced scalar (a new value does not
-recompile) while flags, masks and user callables are part of the compiled program's identity.
+An annotated field declared with none of the three raises a TypeError when the class is defined.
+The tree structure is a function of the class and of the static fields only: mapping every leaf of
+a transformation to ``False`` or ``None`` (what ``eqx.partition`` and ``eqx.filter_jit`` do) gives a
+tree with the same structure, and key paths (``GetAttrKey``) round-trip through ``tree_unflatten``.
+
+Values are converted and checked when the object is *built* (``__init__``, ``.replace``), never
+when JAX rebuilds it from leaves (``tree_unflatten`` skips ``__init__``), so traced or filtered
+values pass through untouched:
+
+* plain Python callables inside ``hyper_field``/``child_field`` fields are wrapped in ``Fn``, a Module with
+  the callable as static data (no leaves), so the field stays a child and jit never sees a function
+  leaf;
+* ``hyper_field(check=...)`` validates concrete values (``b1=1.5`` raises from the factory, the class
+  and ``.replace`` alike) and skips tracers and non-numeric values.
+
 Equality is identity, as for Optax's transformations built from closures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["Module", "static_field", "field"]
+__all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
-_NUMERIC_SCALARS = (int, float, complex, np.ndarray, np.generic, jax.Array)
+_KIND = "steadax_kind"
+_CHECK = "steadax_check"
+_HYPER, _CHILD, _STATIC = "hyper", "child", "static"
 
 
-def static_field(**kwargs: Any) -> Any:
-  """A dataclass field that is always static (part of the compiled program's identity)."""
+def _declare(kind: str, default: Any, default_factory: Any, check: Any, kwargs: dict) -> Any:
   metadata = dict(kwargs.pop("metadata", {}) or {})
-  metadata["static"] = True
+  metadata[_KIND] = kind
+  if check is not None:
+    metadata[_CHECK] = check
+  if default is not dataclasses.MISSING:
+    kwargs["default"] = default
+  if default_factory is not dataclasses.MISSING:
+    kwargs["default_factory"] = default_factory
   return dataclasses.field(metadata=metadata, **kwargs)
 
 
-def field(**kwargs: Any) -> Any:
-  """A dataclass field whose value decides, at flatten time, whether it is a leaf."""
-  return dataclasses.field(**kwargs)
+def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = None,
+          default_factory: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+  """Declare a hyperparameter field: always a pytree child (a leaf when it holds a number).
+
+  Args:
+    default: the default value (a number, a tuple of numbers, a schedule, None).
+    check: ``check(owner, name, value)`` run on the value when the object is built; it should
+      ignore tracers and non-numeric values (the helpers of ``_core._checks`` do).
+    default_factory: as in ``dataclasses.field``.
+    **kwargs: passed to ``dataclasses.field``.
+
+  Returns:
+    A dataclass field.
+
+  Example:
+    >>> class Scale(Module):
+    ...   factor: float = hyper_field(1.0)
+    >>> jax.tree_util.tree_leaves(Scale(0.5))
+    [0.5]
+  """
+  return _declare(_HYPER, default, default_factory, check, kwargs)
 
 
-def _is_numeric_leaf(value: Any) -> bool:
-  return isinstance(value, _NUMERIC_SCALARS) and not isinstance(value, bool)
+def child_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+          **kwargs: Any) -> Any:
+  """Declare a field holding inner transformations (one, or a tuple/dict of them): a pytree child.
+
+  Args:
+    default: the default value.
+    default_factory: as in ``dataclasses.field``.
+    **kwargs: passed to ``dataclasses.field``.
+
+  Returns:
+    A dataclass field.
+
+  Example:
+    >>> class Wrap(Module):
+    ...   inner: Any = child_field()
+    >>> class Scale(Module):
+    ...   factor: float = hyper_field(1.0)
+    >>> len(jax.tree_util.tree_leaves(Wrap(Scale(2.0))))
+    1
+  """
+  return _declare(_CHILD, default, default_factory, None, kwargs)
 
 
-def _is_dynamic(value: Any) -> bool:
-  """Whether a field value belongs among the tree's children."""
-  if value is None or isinstance(value, (bool, str, bytes, type, np.dtype)):
-    return False
-  if _is_numeric_leaf(value) or isinstance(value, Module):
-    return True
-  if callable(value):
-    return False
-  if isinstance(value, (tuple, list, dict)):
-    leaves = jax.tree_util.tree_leaves(value, is_leaf=lambda x: isinstance(x, Module))
-    return bool(leaves) and all(_is_numeric_leaf(l) or isinstance(l, Module) for l in leaves)
-  return False
+def static_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+                 **kwargs: Any) -> Any:
+  """Declare a static field: auxiliary data, part of the compiled program's identity.
+
+  Flags, dtypes, masks, integer sizes used in Python control flow and user callables are static.
+  Unhashable values (a mask tree) are compared by identity.
+
+  Args:
+    default: the default value.
+    default_factory: as in ``dataclasses.field``.
+    **kwargs: passed to ``dataclasses.field``.
+
+  Returns:
+    A dataclass field.
+
+  Example:
+    >>> class Flagged(Module):
+    ...   flag: bool = static_field(False)
+    >>> jax.tree_util.tree_leaves(Flagged(True))
+    []
+  """
+  return _declare(_STATIC, default, default_factory, None, kwargs)
 
 
 def _static_equal(a: Any, b: Any) -> bool:
@@ -78,75 +150,153 @@ def _static_hash(value: Any) -> int:
 
 
 class _Aux:
-  """Auxiliary data of a Module: hashable even when a static value (a mask tree) is not."""
+  """Auxiliary data of a Module: its static values, hashable even when one (a mask tree) is not."""
 
-  __slots__ = ("dynamic_names", "static_items")
+  __slots__ = ("values",)
 
-  def __init__(self, dynamic_names: tuple[str, ...], static_items: tuple[tuple[str, Any], ...]):
-    self.dynamic_names = dynamic_names
-    self.static_items = static_items
+  def __init__(self, values: tuple):
+    self.values = values
 
   def __eq__(self, other: object) -> bool:
-    if not isinstance(other, _Aux):
-      return NotImplemented
-    if self.dynamic_names != other.dynamic_names or len(self.static_items) != len(other.static_items):
+    if not isinstance(other, _Aux) or len(self.values) != len(other.values):
       return False
-    return all(
-        na == nb and _static_equal(va, vb)
-        for (na, va), (nb, vb) in zip(self.static_items, other.static_items)
-    )
+    return all(_static_equal(a, b) for a, b in zip(self.values, other.values))
 
   def __hash__(self) -> int:
-    return hash((self.dynamic_names, tuple((n, _static_hash(v)) for n, v in self.static_items)))
+    return hash(tuple(_static_hash(v) for v in self.values))
 
   def __repr__(self) -> str:
-    return f"_Aux(dynamic={self.dynamic_names}, static={[n for n, _ in self.static_items]})"
+    return f"_Aux({self.values!r})"
+
+
+def _is_plain_callable(x: Any) -> bool:
+  return (
+      callable(x)
+      and not isinstance(x, (Module, type, np.ndarray, np.generic, jax.Array))
+      and not hasattr(x, "_fields")  # an (init, update) NamedTuple stays a tuple of two
+  )
+
+
+def _freeze_callables(value: Any) -> Any:
+  """Wrap plain callables found in a hyper/child value in ``Fn`` (so they are never leaves)."""
+  if value is None or isinstance(value, Module):
+    return value
+  if _is_plain_callable(value):
+    return Fn(value)
+  if isinstance(value, (tuple, list, dict)):
+    return jax.tree_util.tree_map(
+        lambda x: Fn(x) if _is_plain_callable(x) else x,
+        value,
+        is_leaf=lambda x: isinstance(x, Module) or _is_plain_callable(x),
+    )
+  return value
+
+
+def _is_concrete(value: Any) -> bool:
+  return not any(isinstance(l, jax.core.Tracer) for l in jax.tree_util.tree_leaves(value))
 
 
 class Module:
   """Base class: subclasses become frozen dataclasses registered as JAX pytrees.
 
+  Every annotated field must be declared with ``hyper_field``, ``child_field`` or ``static_field``.
+
   Example:
     >>> import jax
     >>> class Scale(Module):
-    ...   factor: float
-    >>> jax.tree_util.tree_leaves(Scale(0.5))
-    [0.5]
+    ...   factor: float = hyper_field(1.0)
+    ...   flag: bool = static_field(False)
+    >>> tx = Scale(0.5)
+    >>> jax.tree_util.tree_structure(jax.tree_util.tree_map(lambda _: False, tx)) == (
+    ...     jax.tree_util.tree_structure(tx))
+    True
   """
 
   def __init_subclass__(cls, **kwargs: Any) -> None:
     super().__init_subclass__(**kwargs)
     if "__annotations__" not in cls.__dict__:
       cls.__annotations__ = {}
+    # Fields declared by a subclass body without hyper/child/static_field are an error: the
+    # structure must never be inferred from a value.
+    for name in cls.__dict__["__annotations__"]:
+      annotation = cls.__dict__["__annotations__"][name]
+      if isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar")):
+        continue
+      default = cls.__dict__.get(name, dataclasses.MISSING)
+      if not (isinstance(default, dataclasses.Field) and _KIND in default.metadata):
+        raise TypeError(
+            f"{cls.__qualname__}.{name}: declare the field with hyper_field(...), child_field(...) or "
+            "static_field(...); steadax never decides a field's kind from its value."
+        )
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
-    names = tuple(f.name for f in dataclasses.fields(cls))
-    static = frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("static", False))
+    fields = dataclasses.fields(cls)
+    dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
+    static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
+    checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
+    keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
+    cls._dynamic_fields = dynamic
+    cls._static_fields = static
+
+    generated_init = cls.__init__
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+      generated_init(self, *args, **kw)
+      for name in dynamic:
+        value = self.__dict__[name]
+        frozen = _freeze_callables(value)
+        if frozen is not value:
+          object.__setattr__(self, name, frozen)
+      owner = getattr(self, "owner", type(self).__name__)
+      for name, check in checks:
+        value = self.__dict__[name]
+        if _is_concrete(value):
+          check(owner, name, value)
+
+    __init__.__wrapped__ = generated_init
+    cls.__init__ = __init__
 
     def flatten_with_keys(obj):
-      dyn_names, children, static_items = [], [], []
-      for name in names:
-        value = obj.__dict__[name]
-        if name not in static and _is_dynamic(value):
-          dyn_names.append(name)
-          children.append((jax.tree_util.GetAttrKey(name), value))
-        else:
-          static_items.append((name, value))
-      return children, _Aux(tuple(dyn_names), tuple(static_items))
+      d = obj.__dict__
+      return [(k, d[n]) for k, n in zip(keys, dynamic)], _Aux(tuple(d[n] for n in static))
 
     def flatten(obj):
-      children, aux = flatten_with_keys(obj)
-      return [c for _, c in children], aux
+      d = obj.__dict__
+      return [d[n] for n in dynamic], _Aux(tuple(d[n] for n in static))
 
     def unflatten(aux: _Aux, children):
       obj = object.__new__(cls)
-      for name, value in aux.static_items:
+      for name, value in zip(static, aux.values):
         object.__setattr__(obj, name, value)
-      for name, value in zip(aux.dynamic_names, children):
+      for name, value in zip(dynamic, children):
         object.__setattr__(obj, name, value)
       return obj
 
     jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
 
   def replace(self, **changes: Any):
-    """A copy with some fields changed (``dataclasses.replace``)."""
+    """A copy with some fields changed (``dataclasses.replace``: converted and checked again)."""
     return dataclasses.replace(self, **changes)
+
+
+class Fn(Module):
+  """A plain Python callable held as static data, so it can sit in a hyperparameter field.
+
+  ``hyper_field`` and ``child_field`` fields wrap plain callables (a schedule written as a ``def``) in ``Fn``
+  when the object is built; calling it calls the function.
+
+  Example:
+    >>> f = Fn(lambda count: 2 * count)
+    >>> f(3), jax.tree_util.tree_leaves(f)
+    (6, [])
+  """
+
+  fn: Callable = static_field()
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    return self.fn(*args, **kwargs)
+
+  def __getattr__(self, name: str) -> Any:
+    # Attributes of the wrapped callable (an (init, update) pair's methods, a schedule's fields).
+    if name.startswith("__") or name == "fn":
+      raise AttributeError(name)
+    return getattr(self.__dict__["fn"], name)

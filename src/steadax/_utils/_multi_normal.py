@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._module import Module
+from .._core._module import Module, hyper_field
 from .._core._policy import compute_dtype
 from ..tree._leafwise import result_dtype, with_weak
 
@@ -37,8 +37,8 @@ class MultiNormalDiagFromLogScale(Module):
   log-densities that of the point and the parameters; both are computed in at least float32.
   """
 
-  loc: Any
-  log_scale: Any
+  loc: Any = hyper_field()
+  log_scale: Any = hyper_field()
 
   @property
   def param_shape(self) -> tuple[int, ...]:

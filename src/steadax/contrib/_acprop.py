@@ -29,16 +29,17 @@ from ..transforms._adam_variants import ScaleByBeliefState
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import scale_by_learning_rate
+from .._core._module import hyper_field
 
 __all__ = ["scale_by_acprop", "acprop"]
 
 
 class ScaleByAcprop(Transformation):
   name = "scale_by_acprop"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-16
-  eps_root: Any = 1e-16
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-16)
+  eps_root: Any = hyper_field(1e-16)
 
   def init_fn(self, params):
     return ScaleByBeliefState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))

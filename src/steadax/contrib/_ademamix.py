@@ -26,7 +26,7 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
@@ -79,12 +79,12 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
 
 class ScaleByAdemamix(Transformation):
   name = "scale_by_ademamix"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  b3: Any = 0.9999
-  alpha: Any = 6.0
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  b3: Any = hyper_field(0.9999)
+  alpha: Any = hyper_field(6.0)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
   mu_dtype: Any = static_field(default=None)
 
   def init_fn(self, params):
@@ -128,11 +128,11 @@ class ScaleByAdemamix(Transformation):
 
 class ScaleBySimplifiedAdemamix(Transformation):
   name = "scale_by_simplified_ademamix"
-  b1: Any = 0.99
-  b2: Any = 0.95
-  alpha: Any = 0.0
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  b1: Any = hyper_field(0.99)
+  b2: Any = hyper_field(0.95)
+  alpha: Any = hyper_field(0.0)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
 
   def init_fn(self, params):
     return ScaleBySimplifiedAdEMAMixState(t=zero_count(), m=zeros_like(params), n=zeros_like(params, real=True))

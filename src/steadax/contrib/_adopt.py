@@ -26,7 +26,7 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
@@ -54,9 +54,9 @@ def _fourth_root(count: jax.Array) -> jax.Array:
 
 class ScaleByAdopt(Transformation):
   name = "scale_by_adopt"
-  b1: Any = 0.9
-  b2: Any = 0.9999
-  eps: Any = 1e-6
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.9999)
+  eps: Any = hyper_field(1e-06)
   mu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=False)
   use_clipping: bool = static_field(default=True)

@@ -28,6 +28,7 @@ from .._core._tree import copy_like, tree_map, tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
+from .._core._module import hyper_field
 
 __all__ = ["COCOBState", "scale_by_cocob", "cocob"]
 
@@ -52,8 +53,8 @@ class COCOBState(NamedTuple):
 
 class ScaleByCOCOB(Transformation):
   name = "scale_by_cocob"
-  alpha: Any = 100.0
-  eps: Any = 1e-8
+  alpha: Any = hyper_field(100.0)
+  eps: Any = hyper_field(1e-08)
 
   def init_fn(self, params):
     def scale(x):

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._module import child_field
 
 __all__ = ["SplitRealAndImaginaryState", "split_real_and_imaginary"]
 
@@ -54,7 +55,7 @@ def _split_tree(tree: Any) -> Any:
 
 class SplitRealAndImaginary(Transformation):
   name = "split_real_and_imaginary"
-  inner: Any
+  inner: Any = child_field()
 
   def init_fn(self, params):
     return SplitRealAndImaginaryState(inner_state=self.inner.init(_split_tree(params)))

@@ -39,6 +39,7 @@ from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
 from ._reductions import real_inner, sum_scalars
+from .._core._module import hyper_field
 
 __all__ = ["DAdaptAdamWState", "dadapt_adamw"]
 
@@ -72,11 +73,11 @@ def _safe_denominator(v: jax.Array, eps: Any) -> jax.Array:
 
 class DAdaptAdamW(Transformation):
   name = "dadapt_adamw"
-  learning_rate: Any = 1.0
-  betas: Any = (0.9, 0.999)
-  eps: Any = 1e-8
-  estim_lr0: Any = 1e-6
-  weight_decay: Any = 0.0
+  learning_rate: Any = hyper_field(1.0)
+  betas: Any = hyper_field((0.9, 0.999))
+  eps: Any = hyper_field(1e-08)
+  estim_lr0: Any = hyper_field(1e-06)
+  weight_decay: Any = hyper_field(0.0)
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation, identity
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, scalar_stat_dtype
 from .._core._tree import copy_like, tree_map, tree_map_n
 from .._core._types import ScalarOrSchedule
@@ -95,8 +95,8 @@ def _scale(updates, factor):
 
 class ScaleByDoG(Transformation):
   name = "scale_by_dog"
-  init_step_value: Any = 1e-6
-  eps: Any = 1e-8
+  init_step_value: Any = hyper_field(1e-06)
+  eps: Any = hyper_field(1e-08)
   init_step_type: str = static_field(default="heuristic")
 
   def init_fn(self, params):
@@ -134,8 +134,8 @@ class ScaleByDoG(Transformation):
 
 class ScaleByDoWG(Transformation):
   name = "scale_by_dowg"
-  init_estim_sq_dist: Any = None
-  eps: Any = 1e-4
+  init_estim_sq_dist: Any = hyper_field(None)
+  eps: Any = hyper_field(0.0001)
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._tree import is_none
 from .._core._types import ScalarOrSchedule
@@ -75,8 +75,8 @@ def _plan(view, rank: int) -> tuple[int, int, bool, int]:
 
 class ScaleByGalore(Transformation):
   name = "scale_by_galore"
-  base_optimizer: Any = None
-  scale: Any = 1.0
+  base_optimizer: Any = child_field(None)
+  scale: Any = hyper_field(1.0)
   rank: int = static_field(default=128)
   update_proj_gap: int = static_field(default=200)
   weight_dimension_numbers: Any = static_field(default=None)

@@ -29,6 +29,7 @@ from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
+from .._core._module import hyper_field
 
 __all__ = ["MadgradState", "scale_by_madgrad", "madgrad"]
 
@@ -51,9 +52,9 @@ class MadgradState(NamedTuple):
 
 class ScaleByMadgrad(Transformation):
   name = "scale_by_madgrad"
-  learning_rate: Any
-  momentum: Any = 0.9
-  eps: Any = 1e-6
+  learning_rate: Any = hyper_field()
+  momentum: Any = hyper_field(0.9)
+  eps: Any = hyper_field(1e-06)
 
   def init_fn(self, params):
     return MadgradState(count=zero_count(), grad_sum_sq=zeros_like(params, real=True), s=zeros_like(params),

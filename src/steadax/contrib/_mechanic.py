@@ -21,7 +21,7 @@ import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -61,10 +61,10 @@ class MechanicState(NamedTuple):
 
 class Mechanize(Transformation):
   name = "mechanize"
-  base_optimizer: Any
-  weight_decay: Any = 1e-2
-  eps: Any = 1e-8
-  s_init: Any = 1e-6
+  base_optimizer: Any = child_field()
+  weight_decay: Any = hyper_field(0.01)
+  eps: Any = hyper_field(1e-08)
+  s_init: Any = hyper_field(1e-06)
   num_betas: int = static_field(default=6)
 
   def init_fn(self, params):

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -113,10 +113,10 @@ def _polyak_step(learning_rate, weight_decay, lower_bound, adapt, count, barf, g
 
 class Momo(Transformation):
   name = "momo"
-  learning_rate: Any = 1.0
-  beta: Any = 0.9
-  lower_bound: Any = 0.0
-  weight_decay: Any = 0.0
+  learning_rate: Any = hyper_field(1.0)
+  beta: Any = hyper_field(0.9)
+  lower_bound: Any = hyper_field(0.0)
+  weight_decay: Any = hyper_field(0.0)
   adapt_lower_bound: bool = static_field(default=False)
 
   def init_fn(self, params):
@@ -162,12 +162,12 @@ class Momo(Transformation):
 
 class MomoAdam(Transformation):
   name = "momo_adam"
-  learning_rate: Any = 1e-2
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  lower_bound: Any = 0.0
-  weight_decay: Any = 0.0
+  learning_rate: Any = hyper_field(0.01)
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
+  lower_bound: Any = hyper_field(0.0)
+  weight_decay: Any = hyper_field(0.0)
   adapt_lower_bound: bool = static_field(default=False)
 
   def init_fn(self, params):

@@ -29,7 +29,7 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -189,8 +189,8 @@ def orthogonalize(owner: str, where: str, x: jax.Array, dims: Any, coeffs: jax.A
 
 class ScaleByMuon(Transformation):
   name = "scale_by_muon"
-  beta: Any = 0.95
-  eps: Any = 1e-8
+  beta: Any = hyper_field(0.95)
+  eps: Any = hyper_field(1e-08)
   ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS[0])
   ns_steps: int = static_field(default=5)
   mu_dtype: Any = static_field(default=None)
@@ -325,7 +325,7 @@ class ScaleByShape(Transformation):
   """Muon's shape-dependent step scale (stateless)."""
 
   name = "scale_by_shape"
-  consistent_rms: Any = None
+  consistent_rms: Any = hyper_field(None)
   weight_dimension_numbers: Any = static_field(default=None)
 
   def update_fn(self, updates, state, params=None, **extra_args):

@@ -28,6 +28,7 @@ from .._core._types import ScalarOrSchedule
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate, trace
 from ..wrappers._unitwise import per_example_global_norm_clip
+from .._core._module import hyper_field, child_field
 
 __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggregate", "dpsgd"]
 
@@ -48,9 +49,9 @@ def _follow_params(owner: str, params: Any, updates: Any) -> Any:
 class DifferentiallyPrivateAggregate(Transformation):
   name = "differentially_private_aggregate"
   updates_follow_params = False
-  l2_norm_clip: Any
-  noise_multiplier: Any
-  key: Any = 0
+  l2_norm_clip: Any = hyper_field()
+  noise_multiplier: Any = hyper_field()
+  key: Any = hyper_field(0)
 
   def init_fn(self, params):
     return DifferentiallyPrivateAggregateState(rng_key=_typed_key(self.name, self.key))
@@ -137,7 +138,7 @@ class PerExampleChain(Transformation):
   name = "dpsgd"
   requires_float = True
   updates_follow_params = False
-  transforms: tuple = ()
+  transforms: tuple = child_field(())
 
   def init_fn(self, params):
     return tuple(t.init(params) for t in self.transforms)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -57,13 +57,13 @@ def _real_dot(a: jax.Array, b: jax.Array, dtype: Any) -> jax.Array:
 
 class Prodigy(Transformation):
   name = "prodigy"
-  learning_rate: Any = 1.0
-  betas: Any = (0.9, 0.999)
-  beta3: Any = None
-  eps: Any = 1e-8
-  estim_lr0: Any = 1e-6
-  estim_lr_coef: Any = 1.0
-  weight_decay: Any = 0.0
+  learning_rate: Any = hyper_field(1.0)
+  betas: Any = hyper_field((0.9, 0.999))
+  beta3: Any = hyper_field(None)
+  eps: Any = hyper_field(1e-08)
+  estim_lr0: Any = hyper_field(1e-06)
+  estim_lr_coef: Any = hyper_field(1.0)
+  weight_decay: Any = hyper_field(0.0)
   safeguard_warmup: bool = static_field(default=False)
 
   def init_fn(self, params):

@@ -37,6 +37,7 @@ from .._core._policy import (
 )
 from .._core._tree import tree_map
 from ._reductions import scalar_value
+from .._core._module import hyper_field
 
 __all__ = ["ReduceLROnPlateauState", "reduce_on_plateau"]
 
@@ -65,13 +66,13 @@ class ReduceLROnPlateauState(NamedTuple):
 class ReduceOnPlateau(Transformation):
   name = "reduce_on_plateau"
   requires_float = False
-  factor: Any = 0.1
-  patience: Any = 10
-  rtol: Any = 1e-4
-  atol: Any = 0.0
-  cooldown: Any = 0
-  accumulation_size: Any = 1
-  min_scale: Any = 0.0
+  factor: Any = hyper_field(0.1)
+  patience: Any = hyper_field(10)
+  rtol: Any = hyper_field(0.0001)
+  atol: Any = hyper_field(0.0)
+  cooldown: Any = hyper_field(0)
+  accumulation_size: Any = hyper_field(1)
+  min_scale: Any = hyper_field(0.0)
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import EmptyState, GradientTransformation, Transformation, apply_updates, with_extra_args_support
-from .._core._module import static_field
+from .._core._module import child_field, static_field
 from .._core._policy import COUNTER_DTYPE, as_compute, compute_dtype, per_dtype, zero_count
 from .._core._tree import copy_like, global_norm, tree_map
 
@@ -85,8 +85,8 @@ def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 class SAM(Transformation):
   name = "sam"
-  optimizer: Any
-  adv_optimizer: Any
+  optimizer: Any = child_field()
+  adv_optimizer: Any = child_field()
   sync_period: int = static_field(default=2)
   reset_state: bool = static_field(default=True)
   opaque_mode: bool = static_field(default=False)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import (
     accumulator_dtype,
     as_compute,
@@ -65,10 +65,10 @@ class ScheduleFreeState(NamedTuple):
 
 class ScheduleFree(Transformation):
   name = "schedule_free"
-  base_optimizer: Any
-  learning_rate: Any
-  b1: Any = 0.9
-  weight_lr_power: Any = 2.0
+  base_optimizer: Any = child_field()
+  learning_rate: Any = hyper_field()
+  b1: Any = hyper_field(0.9)
+  weight_lr_power: Any = hyper_field(2.0)
   state_dtype: Any = static_field(default=None)
 
   def init_fn(self, params):

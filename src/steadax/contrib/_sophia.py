@@ -28,7 +28,7 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     COUNTER_DTYPE,
     as_compute,
@@ -73,7 +73,7 @@ class SophiaState(NamedTuple):
 
 class HutchinsonEstimator(Transformation):
   name = "hutchinson_estimator_diag_hessian"
-  key: Any = 0
+  key: Any = hyper_field(0)
 
   def init_fn(self, params):
     return HutchinsonState(key=_typed_key(self.name, self.key))
@@ -145,14 +145,14 @@ def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> Transformation
 
 class ScaleBySophia(Transformation):
   name = "sophia"
-  hessian_diagonal_fn: Any
-  b1: Any = 0.965
-  b2: Any = 0.99
-  eps: Any = 1e-8
-  gamma: Any = 0.01
-  clip_threshold: Any = 1.0
-  update_interval: Any = 10
-  print_win_rate_every_n_steps: Any = 0
+  hessian_diagonal_fn: Any = static_field()
+  b1: Any = hyper_field(0.965)
+  b2: Any = hyper_field(0.99)
+  eps: Any = hyper_field(1e-08)
+  gamma: Any = hyper_field(0.01)
+  clip_threshold: Any = hyper_field(1.0)
+  update_interval: Any = hyper_field(10)
+  print_win_rate_every_n_steps: Any = hyper_field(0)
   mu_dtype: Any = static_field(default=None)
   verbose: bool = static_field(default=False)
 

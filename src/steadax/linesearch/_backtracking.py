@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._tree import zeros_like
 from ._common import (
@@ -78,13 +78,13 @@ class BacktrackingLineSearchState(NamedTuple):
 
 class ScaleByBacktrackingLinesearch(Transformation):
   name = "scale_by_backtracking_linesearch"
-  max_backtracking_steps: Any
-  slope_rtol: Any = 1e-4
-  decrease_factor: Any = 0.8
-  increase_factor: Any = 1.5
-  max_learning_rate: Any = 1.0
-  atol: Any = 0.0
-  rtol: Any = 0.0
+  max_backtracking_steps: Any = hyper_field()
+  slope_rtol: Any = hyper_field(0.0001)
+  decrease_factor: Any = hyper_field(0.8)
+  increase_factor: Any = hyper_field(1.5)
+  max_learning_rate: Any = hyper_field(1.0)
+  atol: Any = hyper_field(0.0)
+  rtol: Any = hyper_field(0.0)
   store_grad: bool = static_field(default=False)
   verbose: bool = static_field(default=False)
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._tree import zeros_like
 from ._common import (
@@ -127,14 +127,14 @@ def _where(pred, new, old):
 
 class ScaleByZoomLinesearch(Transformation):
   name = "scale_by_zoom_linesearch"
-  max_linesearch_steps: Any
-  max_learning_rate: Any = None
-  tol: Any = 0.0
-  increase_factor: Any = 2.0
-  slope_rtol: Any = 1e-4
-  curv_rtol: Any = 0.9
-  approx_dec_rtol: Any = 1e-6
-  stepsize_precision: Any = 1e-5
+  max_linesearch_steps: Any = hyper_field()
+  max_learning_rate: Any = hyper_field(None)
+  tol: Any = hyper_field(0.0)
+  increase_factor: Any = hyper_field(2.0)
+  slope_rtol: Any = hyper_field(0.0001)
+  curv_rtol: Any = hyper_field(0.9)
+  approx_dec_rtol: Any = hyper_field(1e-06)
+  stepsize_precision: Any = hyper_field(1e-05)
   initial_guess_strategy: str = static_field(default="keep")
   verbose: bool = static_field(default=False)
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
-from .._core._module import Module, static_field
+from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from ._common import cast, declared_dtype
 
@@ -98,7 +98,7 @@ class WrappedSchedule(Module):
     Array(0.75, dtype=float32)
   """
 
-  schedule_fn: Any
+  schedule_fn: Any = hyper_field()
 
   def init(self) -> WrappedScheduleState:
     return WrappedScheduleState(count=zero_count())
@@ -134,10 +134,10 @@ class InjectHyperparams(Transformation):
   requires_float = False  # the inner transformation checks its parameters
   inner_factory: Callable = static_field()
   numeric_names: tuple = static_field(default=())
-  numeric_values: tuple = ()
+  numeric_values: tuple = hyper_field(())
   numeric_dtypes: tuple = static_field(default=())
   schedule_names: tuple = static_field(default=())
-  schedules: tuple = ()
+  schedules: tuple = hyper_field(())
   static_items: tuple = static_field(default=())
   positional_names: tuple = static_field(default=())
   hyperparam_dtype: Any = static_field(default=None)

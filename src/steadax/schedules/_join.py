@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._core._module import Module, static_field
+from .._core._module import Module, hyper_field, static_field
 from .._core._policy import promote_types
 from ._common import as_count, cast, declared_dtype, static_steps
 
@@ -18,7 +18,7 @@ __all__ = ["join_schedules"]
 class JoinedSchedule(Module):
   """``schedules[i](count - boundaries[i - 1])`` on ``[boundaries[i - 1], boundaries[i])``."""
 
-  schedules: tuple
+  schedules: tuple = hyper_field()
   boundaries: tuple = static_field(default=())
 
   def __call__(self, count: Any) -> jax.Array:

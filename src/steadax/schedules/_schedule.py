@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._core._module import Module, static_field
+from .._core._module import Module, hyper_field, static_field
 from ._common import as_count, cast, concrete_number, declared_dtype, static_steps, value_dtype
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 class ConstantSchedule(Module):
   """``count -> value``, in the value's declared dtype (Python floats as float32)."""
 
-  value: Any
+  value: Any = hyper_field()
 
   def __call__(self, count: Any) -> jax.Array:
     del count
@@ -61,9 +61,9 @@ def constant_schedule(value: Any) -> ConstantSchedule:
 class PolynomialSchedule(Module):
   """``(init - end) * (1 - t / T) ** power + end`` with ``t`` the clipped steps since the start."""
 
-  init_value: Any
-  end_value: Any
-  power: Any
+  init_value: Any = hyper_field()
+  end_value: Any = hyper_field()
+  power: Any = hyper_field()
   transition_steps: Any = static_field()
   transition_begin: Any = static_field(default=0)
 
@@ -146,9 +146,9 @@ def linear_schedule(
 class ExponentialDecay(Module):
   """``init * rate ** ((count - begin) / T)``, optionally floored exponent and bounded by ``end``."""
 
-  init_value: Any
-  decay_rate: Any
-  end_value: Any = None
+  init_value: Any = hyper_field()
+  decay_rate: Any = hyper_field()
+  end_value: Any = hyper_field(None)
   transition_steps: Any = static_field(default=1)
   transition_begin: Any = static_field(default=0)
   staircase: bool = static_field(default=False)
@@ -226,9 +226,9 @@ def exponential_decay(
 class CosineDecay(Module):
   """``init * ((1 - alpha) * (0.5 * (1 + cos(pi * t / T))) ** exponent + alpha)``, ``t <= T``."""
 
-  init_value: Any
-  alpha: Any = 0.0
-  exponent: Any = 1.0
+  init_value: Any = hyper_field()
+  alpha: Any = hyper_field(0.0)
+  exponent: Any = hyper_field(1.0)
   decay_steps: Any = static_field(default=1)
 
   def __call__(self, count: Any) -> jax.Array:
@@ -303,8 +303,8 @@ def _boundaries_and_scales(owner: str, boundaries_and_scales: Any) -> tuple[tupl
 class PiecewiseConstant(Module):
   """``init_value`` times every scale whose boundary the count has reached."""
 
-  init_value: Any
-  scales: tuple = ()
+  init_value: Any = hyper_field()
+  scales: tuple = hyper_field(())
   boundaries: tuple = static_field(default=())
 
   def __call__(self, count: Any) -> jax.Array:
@@ -352,8 +352,8 @@ def _interpolate(kind: str, start: jax.Array, end: jax.Array, pct: jax.Array) ->
 class PiecewiseInterpolate(Module):
   """Linear or cosine interpolation between the cumulative products of the scales."""
 
-  init_value: Any
-  scales: tuple = ()
+  init_value: Any = hyper_field()
+  scales: tuple = hyper_field(())
   boundaries: tuple = static_field(default=())
   interpolate_type: str = static_field(default="linear")
 

@@ -15,7 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import Transformation
-from .._core._module import static_field
+from .._core._checks import check_decay, check_nonnegative
+from .._core._leafwise import Scalars
+from .._core._roles import COUNTER, accumulator, state_roles
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -37,6 +40,7 @@ __all__ = [
 ]
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator("nu_dtype", real=True))
 class ScaleByAdamState(NamedTuple):
   """State of ``scale_by_adam`` (and ``scale_by_adamax``): int32 count, first and second moments."""
 
@@ -45,6 +49,8 @@ class ScaleByAdamState(NamedTuple):
   nu: Any
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator(real=True),
+             nu_max=accumulator(real=True))
 class ScaleByAmsgradState(NamedTuple):
   """State of ``scale_by_amsgrad``: Adam's state plus the running maximum of ``nu``."""
 
@@ -59,8 +65,27 @@ def one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
   return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
 
 
+def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
+  """Adam's per-dtype scalars: the decays and the bias corrections at step ``count``.
+
+  ``c1_next`` (``1 - b1**(count + 1)``) is there for Nesterov's look-ahead (Dozat 2016); further
+  keyword values (``eps=...``) are cast to ``dtype`` and added.
+  """
+  t = count.astype(dtype)
+  b1, b2 = hyper(b1, dtype), hyper(b2, dtype)
+  return Scalars(b1=b1, b2=b2, c1=1 - b1**t, c1_next=1 - b1 ** (t + 1), c2=1 - b2**t,
+                 **{name: hyper(value, dtype) for name, value in more.items()})
+
+
+def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
+  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
+  if nesterov:
+    return k.b1 * m / k.c1_next + (1 - k.b1) * g / k.c1
+  return m / k.c1
+
+
 def moment_scalars(b1: Any, b2: Any, count: jax.Array, cdt: Any, nesterov: bool) -> dict:
-  """Decays and bias corrections of an Adam-like update, computed once per compute dtype."""
+  """Old-style scalars (dict in the compute dtype); to be removed when the variants move to leafwise."""
   rdt = real_dtype(cdt)
   b1c, b2r = hyper(b1, cdt), hyper(b2, rdt)
   c1 = one_minus_pow(b1, count, rdt)
@@ -70,7 +95,7 @@ def moment_scalars(b1: Any, b2: Any, count: jax.Array, cdt: Any, nesterov: bool)
 
 
 def debiased_mean(k: dict, m_new: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
-  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
+  """Old-style bias-corrected first moment (dict scalars); to be removed with ``moment_scalars``."""
   if nesterov:
     return k["b1"] * m_new / k["c1_next"] + k["one_minus_b1"] * g / k["c1"]
   return m_new / k["c1"]
@@ -78,45 +103,26 @@ def debiased_mean(k: dict, m_new: jax.Array, g: jax.Array, nesterov: bool) -> ja
 
 class ScaleByAdam(Transformation):
   name = "scale_by_adam"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  State = ScaleByAdamState
+  b1: Any = hyper_field(0.9, check=check_decay)
+  b2: Any = hyper_field(0.999, check=check_decay)
+  eps: Any = hyper_field(1e-8, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
   nu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=False)
 
-  def init_fn(self, params):
-    return ScaleByAdamState(
-        count=zero_count(),
-        mu=zeros_like(params, self.mu_dtype),
-        nu=zeros_like(params, self.nu_dtype, real=True),
-    )
-
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      k = moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
-      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
-      return k
+    def leaf(k, g, m, v):
+      m = k.b1 * m + (1 - k.b1) * g
+      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      u = debiased_mu(k, m, g, self.nesterov) / (jnp.sqrt(v / k.c2 + k.eps_root) + k.eps)
+      return u, m, v
 
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      b1, b2 = k["b1"], k["b2"]
-      gc = as_compute(g, cdt)
-      m_new = b1 * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      v_new = b2 * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      m_hat = debiased_mean(k, m_new, gc, self.nesterov)
-      v_hat = v_new / k["c2"]
-      denom = jnp.sqrt(v_hat + k["eps_root"]) + k["eps"]
-      return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
@@ -159,10 +165,10 @@ def scale_by_adam(
 
 class ScaleByAmsgrad(Transformation):
   name = "scale_by_amsgrad"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
   mu_dtype: Any = static_field(default=None)
   bias_correction_mu: bool = static_field(default=True)
   bias_correction_nu: bool = static_field(default=True)
@@ -248,9 +254,9 @@ def scale_by_amsgrad(
 
 class ScaleByAdamax(Transformation):
   name = "scale_by_adamax"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
 
   def init_fn(self, params):
     return ScaleByAdamState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))

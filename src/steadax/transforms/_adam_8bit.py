@@ -29,7 +29,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from ._adam import one_minus_pow
 from .._core._tree import tree_map, tree_map_n
@@ -164,10 +164,10 @@ def _from_real_vector(v: jax.Array, shape: tuple[int, ...], dtype: Any) -> jax.A
 
 class ScaleByAdam8bit(Transformation):
   name = "scale_by_adam_8bit"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
   block_size: int = static_field(default=256)
   min_8bit_size: int = static_field(default=4096)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -73,10 +73,10 @@ def _check_decays(owner: str, **decays: Any) -> None:
 
 class ScaleByBelief(Transformation):
   name = "scale_by_belief"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-16
-  eps_root: Any = 1e-16
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-16)
+  eps_root: Any = hyper_field(1e-16)
   nesterov: bool = static_field(default=False)
 
   def init_fn(self, params):
@@ -158,11 +158,11 @@ def _filled(params: Any, value: Any, *, real: bool) -> Any:
 
 class ScaleByYogi(Transformation):
   name = "scale_by_yogi"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-3
-  eps_root: Any = 0.0
-  initial_accumulator_value: Any = 1e-6
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(0.001)
+  eps_root: Any = hyper_field(0.0)
+  initial_accumulator_value: Any = hyper_field(1e-06)
 
   def init_fn(self, params):
     return ScaleByAdamState(
@@ -239,11 +239,11 @@ def scale_by_yogi(
 
 class ScaleByRadam(Transformation):
   name = "scale_by_radam"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
-  threshold: Any = 5.0
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
+  threshold: Any = hyper_field(5.0)
   nesterov: bool = static_field(default=False)
 
   def init_fn(self, params):
@@ -342,11 +342,11 @@ def scale_by_radam(
 
 class ScaleByAdan(Transformation):
   name = "scale_by_adan"
-  b1: Any = 0.98
-  b2: Any = 0.92
-  b3: Any = 0.99
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  b1: Any = hyper_field(0.98)
+  b2: Any = hyper_field(0.92)
+  b3: Any = hyper_field(0.99)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
 
   def init_fn(self, params):
     return ScaleByAdanState(

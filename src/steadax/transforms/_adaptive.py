@@ -19,7 +19,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     accumulator_dtype,
     as_compute,
@@ -67,8 +67,8 @@ class ScaleBySM3State(NamedTuple):
 
 class ScaleByAdaDelta(Transformation):
   name = "scale_by_adadelta"
-  rho: Any = 0.9
-  eps: Any = 1e-6
+  rho: Any = hyper_field(0.9)
+  eps: Any = hyper_field(1e-06)
 
   def init_fn(self, params):
     return ScaleByAdaDeltaState(e_g=zeros_like(params, real=True), e_x=zeros_like(params, real=True))
@@ -124,11 +124,11 @@ def scale_by_adadelta(rho: Any = 0.9, eps: Any = 1e-6) -> Transformation:
 
 class ScaleByNovograd(Transformation):
   name = "scale_by_novograd"
-  b1: Any = 0.9
-  b2: Any = 0.25
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
-  weight_decay: Any = 0.0
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.25)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
+  weight_decay: Any = hyper_field(0.0)
   mu_dtype: Any = static_field(default=None)
 
   def init_fn(self, params):
@@ -218,9 +218,9 @@ def _axis_view(vector: jax.Array, ndim: int, axis: int) -> jax.Array:
 
 class ScaleBySM3(Transformation):
   name = "scale_by_sm3"
-  b1: Any = 0.9
-  b2: Any = 1.0
-  eps: Any = 1e-8
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(1.0)
+  eps: Any = hyper_field(1e-08)
 
   def init_fn(self, params):
     def covers(p):

@@ -19,6 +19,7 @@ from .._core._checks import check_nonnegative, check_positive
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
 from .._core._tree import global_norm, tree_map
 from ._moments import abs_sq
+from .._core._module import hyper_field
 
 __all__ = ["ClipState", "ClipByGlobalNormState", "clip", "clip_by_global_norm", "clip_by_block_rms"]
 
@@ -36,7 +37,7 @@ def _check_scalar(owner: str, name: str, value: Any) -> None:
 
 class Clip(Transformation):
   name = "clip"
-  max_delta: Any
+  max_delta: Any = hyper_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):
     bounds = per_dtype(lambda rdt: hyper(self.max_delta, rdt))
@@ -81,7 +82,7 @@ def clip(max_delta: Any) -> Transformation:
 
 class ClipByGlobalNorm(Transformation):
   name = "clip_by_global_norm"
-  max_norm: Any
+  max_norm: Any = hyper_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):
     norm = global_norm(updates)  # in the widest dtype present, at least float32
@@ -127,7 +128,7 @@ def clip_by_global_norm(max_norm: Any) -> Transformation:
 
 class ClipByBlockRms(Transformation):
   name = "clip_by_block_rms"
-  threshold: Any
+  threshold: Any = hyper_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):
     thresholds = per_dtype(lambda rdt: hyper(self.threshold, rdt))

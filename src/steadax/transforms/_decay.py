@@ -10,6 +10,7 @@ from .._core._base import EmptyState, Transformation
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, zero_count
 from .._core._tree import tree_map
 from .._core._types import ScalarOrSchedule
+from .._core._module import hyper_field
 
 __all__ = ["AddDecayedWeightsState", "WeightDecaySchedule", "add_decayed_weights"]
 
@@ -24,7 +25,7 @@ class WeightDecaySchedule(NamedTuple):
 
 class AddDecayedWeights(Transformation):
   name = "add_decayed_weights"
-  weight_decay: Any = 0.0
+  weight_decay: Any = hyper_field(0.0)
 
   def init_fn(self, params):
     if callable(self.weight_decay):

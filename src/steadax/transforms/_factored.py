@@ -22,7 +22,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     COUNTER_DTYPE,
     accumulator_dtype,
@@ -95,10 +95,10 @@ def _zeros_without_axis(x: Any, axis: int, dtype: Any) -> jax.Array:
 class ScaleByFactoredRms(Transformation):
   name = "scale_by_factored_rms"
   factored: bool = static_field(default=True)
-  decay_rate: Any = 0.8
-  step_offset: Any = 0
+  decay_rate: Any = hyper_field(0.8)
+  step_offset: Any = hyper_field(0)
   min_dim_size_to_factor: int = static_field(default=128)
-  epsilon: Any = 1e-30
+  epsilon: Any = hyper_field(1e-30)
   decay_rate_fn: Callable = static_field(default=_decay_rate_pow)
 
   def _dims(self, x):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
 
@@ -32,11 +32,11 @@ class ScaleByLionState(NamedTuple):
 
 class ScaleByLion(Transformation):
   name = "scale_by_lion"
-  b1: Any = 0.9
-  b2: Any = 0.99
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.99)
   mu_dtype: Any = static_field(default=None)
   mode: str = static_field(default="hard")
-  smooth_beta: Any = 1.0
+  smooth_beta: Any = hyper_field(1.0)
 
   def init_fn(self, params):
     return ScaleByLionState(count=zero_count(), mu=zeros_like(params, self.mu_dtype))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import is_none, zeros_like
 from ._adam import ScaleByAdamState, one_minus_pow
@@ -108,10 +108,10 @@ def stochastic_round(x: jax.Array, dtype: Any, bits: jax.Array) -> jax.Array:
 
 class ScaleByAdamLowmem(Transformation):
   name = "scale_by_adam_lowmem"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
   mu_dtype: Any = static_field(default=jnp.bfloat16)
   nu_dtype: Any = static_field(default=jnp.bfloat16)
   rounding: str = static_field(default="stochastic")

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
 from .._core._tree import tree_map_n, zeros_like
 from ._adam import one_minus_pow
@@ -37,12 +37,12 @@ class ScaleByMarsState(NamedTuple):
 
 class ScaleByMars(Transformation):
   name = "scale_by_mars"
-  b1: Any = 0.95
-  b2: Any = 0.99
-  gamma: Any = 0.025
-  eps: Any = 1e-8
-  eps_root: Any = 0.0
-  max_norm: Any = 1.0
+  b1: Any = hyper_field(0.95)
+  b2: Any = hyper_field(0.99)
+  gamma: Any = hyper_field(0.025)
+  eps: Any = hyper_field(1e-08)
+  eps_root: Any = hyper_field(0.0)
+  max_norm: Any = hyper_field(1.0)
   mu_dtype: Any = static_field(default=None)
   nu_dtype: Any = static_field(default=None)
 

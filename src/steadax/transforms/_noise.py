@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._module import hyper_field
 
 __all__ = ["AddNoiseState", "add_noise"]
 
@@ -48,9 +49,9 @@ def _typed_key(owner: str, key: Any) -> jax.Array:
 
 class AddNoise(Transformation):
   name = "add_noise"
-  eta: Any
-  gamma: Any
-  key: Any = 0
+  eta: Any = hyper_field()
+  gamma: Any = hyper_field()
+  key: Any = hyper_field(0)
 
   def init_fn(self, params):
     return AddNoiseState(count=zero_count(), rng_key=_typed_key(self.name, self.key))

@@ -11,14 +11,15 @@ from .._core._checks import check_nonnegative
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype
 from .._core._tree import global_norm, tree_map
 from ._clipping import _check_scalar
+from .._core._module import hyper_field
 
 __all__ = ["normalize_by_update_norm"]
 
 
 class NormalizeByUpdateNorm(Transformation):
   name = "normalize_by_update_norm"
-  scale_factor: Any = 1.0
-  eps: Any = 1e-6
+  scale_factor: Any = hyper_field(1.0)
+  eps: Any = hyper_field(1e-06)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     norm = global_norm(updates)  # the widest dtype present, at least float32

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype
 from .._core._tree import tree_map_n, zeros_like
+from .._core._module import hyper_field
 
 __all__ = ["ScaleByOptimisticGradientState", "scale_by_optimistic_gradient"]
 
@@ -35,8 +36,8 @@ def _check_not_schedule(owner: str, name: str, value: Any) -> None:
 
 class ScaleByOptimisticGradient(Transformation):
   name = "scale_by_optimistic_gradient"
-  alpha: Any = 1.0
-  beta: Any = 1.0
+  alpha: Any = hyper_field(1.0)
+  beta: Any = hyper_field(1.0)
 
   def init_fn(self, params):
     return ScaleByOptimisticGradientState(

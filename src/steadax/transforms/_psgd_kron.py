@@ -29,7 +29,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
-from .._core._module import Module, static_field
+from .._core._module import Module, hyper_field, static_field
 from .._core._policy import (
     accumulator_dtype,
     as_compute,
@@ -69,10 +69,10 @@ class ScaleByPsgdKronState(NamedTuple):
 class _AnnealedProbability(Module):
   """``clip(max_prob * exp(-decay * (count - flat_start)), min_prob, max_prob)`` in float32."""
 
-  max_prob: Any = 1.0
-  min_prob: Any = 0.03
-  decay: Any = 0.001
-  flat_start: Any = 500
+  max_prob: Any = hyper_field(1.0)
+  min_prob: Any = hyper_field(0.03)
+  decay: Any = hyper_field(0.001)
+  flat_start: Any = hyper_field(500)
 
   def __call__(self, count: jax.Array) -> jax.Array:
     f32 = np.dtype(jnp.float32)
@@ -201,11 +201,11 @@ def _precondition(factors, dense, g):
 
 class ScaleByPsgdKron(Transformation):
   name = "scale_by_psgd_kron"
-  b1: Any = 0.9
-  preconditioner_update_probability: Any = None
-  preconditioner_lr: Any = 0.1
-  preconditioner_init_scale: Any = 1.0
-  key: Any = 0
+  b1: Any = hyper_field(0.9)
+  preconditioner_update_probability: Any = hyper_field(None)
+  preconditioner_lr: Any = hyper_field(0.1)
+  preconditioner_init_scale: Any = hyper_field(1.0)
+  key: Any = hyper_field(0)
   max_size_triangular: int = static_field(default=8192)
   min_ndim_triangular: int = static_field(default=2)
   mu_dtype: Any = static_field(default=None)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -100,9 +100,9 @@ def _check_decay_eps(owner: str, decay: Any, eps: Any, initial_scale: Any) -> No
 
 class ScaleByRms(Transformation):
   name = "scale_by_rms"
-  decay: Any = 0.9
-  eps: Any = 1e-8
-  initial_scale: Any = 0.0
+  decay: Any = hyper_field(0.9)
+  eps: Any = hyper_field(1e-08)
+  initial_scale: Any = hyper_field(0.0)
   eps_in_sqrt: bool = static_field(default=True)
   bias_correction: bool = static_field(default=False)
 
@@ -180,9 +180,9 @@ def scale_by_rms(
 
 class ScaleByStddev(Transformation):
   name = "scale_by_stddev"
-  decay: Any = 0.9
-  eps: Any = 1e-8
-  initial_scale: Any = 0.0
+  decay: Any = hyper_field(0.9)
+  eps: Any = hyper_field(1e-08)
+  initial_scale: Any = hyper_field(0.0)
   eps_in_sqrt: bool = static_field(default=True)
   bias_correction: bool = static_field(default=False)
 
@@ -266,8 +266,8 @@ def scale_by_stddev(
 
 class ScaleByRss(Transformation):
   name = "scale_by_rss"
-  initial_accumulator_value: Any = 0.1
-  eps: Any = 1e-7
+  initial_accumulator_value: Any = hyper_field(0.1)
+  eps: Any = hyper_field(1e-07)
 
   def init_fn(self, params):
     return ScaleByRssState(sum_of_squares=filled_like(params, self.initial_accumulator_value, real=True))

@@ -19,6 +19,7 @@ from .._core._base import Transformation
 from .._core._checks import check_range
 from .._core._policy import as_compute, compute_dtype, hyper, key_path_str, per_dtype
 from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._module import hyper_field
 
 __all__ = ["ScaleByRpropState", "scale_by_rprop"]
 
@@ -41,11 +42,11 @@ def _reject_complex(owner: str, params: Any) -> None:
 
 class ScaleByRprop(Transformation):
   name = "scale_by_rprop"
-  learning_rate: Any
-  eta_minus: Any = 0.5
-  eta_plus: Any = 1.2
-  min_step_size: Any = 1e-6
-  max_step_size: Any = 50.0
+  learning_rate: Any = hyper_field()
+  eta_minus: Any = hyper_field(0.5)
+  eta_plus: Any = hyper_field(1.2)
+  min_step_size: Any = hyper_field(1e-06)
+  max_step_size: Any = hyper_field(50.0)
 
   def init_fn(self, params):
     _reject_complex(self.name, params)

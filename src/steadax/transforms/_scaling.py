@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._base import EmptyState, Transformation
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     accumulator_dtype,
     as_compute,
@@ -84,7 +84,7 @@ def scale_tree(updates: Any, factor: Any) -> Any:
 
 class Scale(Transformation):
   name = "scale"
-  step_size: Any
+  step_size: Any = hyper_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):
     return scale_tree(updates, self.step_size), state
@@ -110,7 +110,7 @@ def scale(step_size: Any) -> Transformation:
 
 class ScaleBySchedule(Transformation):
   name = "scale_by_schedule"
-  step_size_fn: Any
+  step_size_fn: Any = hyper_field()
 
   def init_fn(self, params):
     return ScaleByScheduleState(count=zero_count())
@@ -141,7 +141,7 @@ def scale_by_schedule(step_size_fn: Any) -> Transformation:
 
 class ScaleByLearningRate(Transformation):
   name = "scale_by_learning_rate"
-  learning_rate: Any
+  learning_rate: Any = hyper_field()
   flip_sign: bool = static_field(default=True)
 
   def init_fn(self, params):
@@ -204,7 +204,7 @@ def scale_by_sign() -> Transformation:
 
 class Trace(Transformation):
   name = "trace"
-  decay: Any
+  decay: Any = hyper_field()
   nesterov: bool = static_field(default=False)
   accumulator_dtype: Any = static_field(default=None)
 
@@ -249,7 +249,7 @@ def trace(decay: Any, nesterov: bool = False, accumulator_dtype: Any = None) -> 
 
 class Ema(Transformation):
   name = "ema"
-  decay: Any
+  decay: Any = hyper_field()
   debias: bool = static_field(default=True)
   accumulator_dtype: Any = static_field(default=None)
 

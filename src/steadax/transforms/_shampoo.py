@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -90,12 +90,12 @@ def _block_norms(x: jax.Array) -> jax.Array:
 
 class ScaleByShampoo(Transformation):
   name = "scale_by_shampoo"
-  b1: Any = 0.9
-  b2: Any = 0.999
-  eps: Any = 1e-8
-  matrix_eps: Any = 1e-6
-  shampoo_beta: Any = None
-  exponent_override: Any = None
+  b1: Any = hyper_field(0.9)
+  b2: Any = hyper_field(0.999)
+  eps: Any = hyper_field(1e-08)
+  matrix_eps: Any = hyper_field(1e-06)
+  shampoo_beta: Any = hyper_field(None)
+  exponent_override: Any = hyper_field(None)
   block_size: int = static_field(default=128)
   precondition_frequency: int = static_field(default=10)
   graft_type: str = static_field(default="adam")

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     accumulator_dtype,
     as_compute,
@@ -93,10 +93,10 @@ def rotate(x: jax.Array, bases: tuple, adjoint: bool) -> jax.Array:
 
 class ScaleBySoap(Transformation):
   name = "scale_by_soap"
-  b1: Any = 0.95
-  b2: Any = 0.95
-  shampoo_beta: Any = None
-  eps: Any = 1e-8
+  b1: Any = hyper_field(0.95)
+  b2: Any = hyper_field(0.95)
+  shampoo_beta: Any = hyper_field(None)
+  eps: Any = hyper_field(1e-08)
   precondition_frequency: int = static_field(default=10)
   max_precond_dim: int = static_field(default=10000)
   mu_dtype: Any = static_field(default=None)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     as_compute,
     compute_dtype,
@@ -49,9 +49,9 @@ _TINY = float(np.finfo(np.float64).eps)
 
 class ScaleByPolyak(Transformation):
   name = "scale_by_polyak"
-  f_min: Any = 0.0
-  max_learning_rate: Any = 1.0
-  eps: Any = 0.0
+  f_min: Any = hyper_field(0.0)
+  max_learning_rate: Any = hyper_field(1.0)
+  eps: Any = hyper_field(0.0)
   variant: str = static_field(default="sps")
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -137,10 +137,10 @@ def _norm(x: jax.Array, dtype: Any) -> jax.Array:
 
 class ScaleByDistanceOverGradients(Transformation):
   name = "scale_by_distance_over_gradients"
-  reps_rel: Any = 1e-6
-  eps: Any = 1e-8
+  reps_rel: Any = hyper_field(1e-06)
+  eps: Any = hyper_field(1e-08)
   param_dtype: Any = static_field(default=jnp.float32)
-  global_scale: Any = 1.0
+  global_scale: Any = hyper_field(1.0)
 
   def init_fn(self, params):
     def initial_distance(p):

@@ -22,6 +22,7 @@ from .._core._checks import check_nonnegative
 from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
 from .._core._tree import tree_map
 from ._moments import safe_norm, safe_root_mean_squares
+from .._core._module import hyper_field
 
 __all__ = [
     "ScaleByTrustRatioState", "scale_by_trust_ratio", "scale_by_param_block_norm",
@@ -38,9 +39,9 @@ def _require_params(owner: str, params: Any) -> None:
 
 class ScaleByTrustRatio(Transformation):
   name = "scale_by_trust_ratio"
-  min_norm: Any = 0.0
-  trust_coefficient: Any = 1.0
-  eps: Any = 0.0
+  min_norm: Any = hyper_field(0.0)
+  trust_coefficient: Any = hyper_field(1.0)
+  eps: Any = hyper_field(0.0)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
@@ -97,7 +98,7 @@ def scale_by_trust_ratio(min_norm: Any = 0.0, trust_coefficient: Any = 1.0, eps:
 
 class ScaleByParamBlockNorm(Transformation):
   name = "scale_by_param_block_norm"
-  min_scale: Any = 1e-3
+  min_scale: Any = hyper_field(0.001)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
@@ -132,7 +133,7 @@ def scale_by_param_block_norm(min_scale: Any = 1e-3) -> Transformation:
 
 class ScaleByParamBlockRms(Transformation):
   name = "scale_by_param_block_rms"
-  min_scale: Any = 1e-3
+  min_scale: Any = hyper_field(0.001)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)

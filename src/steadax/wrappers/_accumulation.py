@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import (
     COUNTER_DTYPE,
     as_compute,
@@ -178,8 +178,8 @@ class MultiSteps(Transformation):
 
   name = "MultiSteps"
   requires_float = False
-  opt: Any
-  schedule: Any = None
+  opt: Any = child_field()
+  schedule: Any = hyper_field(None)
   k: int | None = static_field(default=None)
   use_grad_mean: bool = static_field(default=True)
   should_skip_update_fn: Callable | None = static_field(default=None)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from ._branching import all_finite, check_predicate, pinned_state, pinned_updates, zero_updates
 
@@ -56,7 +56,7 @@ def _run_inner(owner, inner, updates, state, params, extra_args):
 
 class _Conditional(Transformation):
   requires_float = False
-  inner: Any
+  inner: Any = child_field()
   should_transform_fn: Any = static_field()
   forward_extra_args: bool = static_field(default=False)
   zero_when_skipped: bool = static_field(default=False)
@@ -171,8 +171,8 @@ class ApplyIfFiniteState(NamedTuple):
 class _ApplyIfFinite(Transformation):
   name = "apply_if_finite"
   requires_float = False
-  inner: Any
-  max_consecutive_errors: Any = 0
+  inner: Any = child_field()
+  max_consecutive_errors: Any = hyper_field(0)
 
   def init_fn(self, params):
     return ApplyIfFiniteState(

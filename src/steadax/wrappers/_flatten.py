@@ -10,6 +10,7 @@ import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._policy import promote_types
+from .._core._module import child_field
 
 __all__ = ["flatten"]
 
@@ -46,7 +47,7 @@ def _unravel(like: Any, flat: jax.Array) -> Any:
 class Flatten(Transformation):
   name = "flatten"
   requires_float = False  # the inner transformation checks its parameters
-  inner: Any
+  inner: Any = child_field()
 
   def init_fn(self, params):
     return self.inner.init(_ravel(params, _flat_dtype(params)))

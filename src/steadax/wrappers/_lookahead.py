@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_range
 from .._core._contract import conform_updates
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, as_compute, compute_dtype, hyper, zero_count
 
 __all__ = ["LookaheadParams", "LookaheadState", "lookahead"]
@@ -65,9 +65,9 @@ class LookaheadParams(NamedTuple):
 class Lookahead(Transformation):
   name = "lookahead"
   updates_follow_params = False  # the updates are LookaheadParams; update_fn checks both halves
-  fast_optimizer: Any
-  sync_period: Any = 1
-  slow_step_size: Any = 0.5
+  fast_optimizer: Any = child_field()
+  sync_period: Any = hyper_field(1)
+  slow_step_size: Any = hyper_field(0.5)
   reset_state: bool = static_field(default=False)
 
   def init_fn(self, params):

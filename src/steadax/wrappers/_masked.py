@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
-from .._core._module import static_field
+from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
@@ -132,7 +132,7 @@ def _apply_mask(owner: str, tree: Any, mask: Any) -> Any:
 class Masked(Transformation):
   name = "masked"
   requires_float = False
-  inner: Any
+  inner: Any = child_field()
   mask: Any = static_field()
   mask_compatible_extra_args: bool = static_field(default=False)
 

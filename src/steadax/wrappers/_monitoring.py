@@ -14,7 +14,7 @@ from .._core._base import (
     Transformation,
     with_extra_args_support,
 )
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import is_inexact_dtype
 from ..transforms._scaling import ema
 from ._branching import cast_like, pinned_state, strong
@@ -98,7 +98,7 @@ def _as_measure(measure: Any) -> GradientTransformation:
 class _Monitor(Transformation):
   name = "monitor"
   requires_float = False
-  measures: tuple
+  measures: tuple = static_field()
   names: tuple = static_field(default=())
 
   def init_fn(self, params):
@@ -162,7 +162,7 @@ class _MeasureWithEma(Transformation):
   requires_float = False
   updates_follow_params = False
   measure: Callable = static_field()
-  average: Any = None
+  average: Any = hyper_field(None)
 
   def init_fn(self, params):
     return (EmptyState(), self.average.init(_floating(self.measure(params))))

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .._core._base import GradientTransformation, Transformation, set_to_zero, with_extra_args_support
-from .._core._module import static_field
+from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from ._masked import Masked, is_params_marker, resolve_prefix
 
@@ -55,7 +55,7 @@ class Partition(Transformation):
   name = "partition"
   requires_float = False
   labels: tuple = static_field()
-  transforms: tuple = ()
+  transforms: tuple = child_field(())
   param_labels: Any = static_field(default=None)
   mask_compatible_extra_args: bool = static_field(default=False)
 

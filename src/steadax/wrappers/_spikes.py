@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
-from .._core._module import static_field
+from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, scalar_stat_dtype, zero_count
 from ._branching import pinned_state, pinned_updates, sum_of_squares, zero_updates
 
@@ -42,12 +42,12 @@ class SkipSpikesState(NamedTuple):
 class _SkipSpikes(Transformation):
   name = "skip_spikes"
   requires_float = False
-  inner: Any
-  factor: Any = 2.0
-  num_std: Any = 0.0
-  decay: Any = 0.99
-  warmup_steps: Any = 10
-  max_consecutive_skips: Any = 10
+  inner: Any = child_field()
+  factor: Any = hyper_field(2.0)
+  num_std: Any = hyper_field(0.0)
+  decay: Any = hyper_field(0.99)
+  warmup_steps: Any = hyper_field(10)
+  max_consecutive_skips: Any = hyper_field(10)
   watch: str = static_field(default="value")
 
   def init_fn(self, params):

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import EmptyState, Transformation
-from .._core._module import static_field
+from .._core._module import hyper_field, static_field
 from .._core._policy import (
     COUNTER_DTYPE,
     as_compute,
@@ -132,8 +132,8 @@ def unitwise_clip(
 
 class AdaptiveGradClip(Transformation):
   name = "adaptive_grad_clip"
-  clipping: Any = 0.01
-  eps: Any = 1e-3
+  clipping: Any = hyper_field(0.01)
+  eps: Any = hyper_field(0.001)
   axis: Any = static_field(default=None)
 
   def update_fn(self, updates, state, params=None, **extra_args):

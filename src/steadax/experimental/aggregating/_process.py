@@ -26,7 +26,7 @@ from ..._core._base import (
     identity,
     with_extra_args_support,
 )
-from ..._core._module import static_field
+from ..._core._module import child_field, static_field
 from ..._core._policy import (
     as_compute,
     compute_dtype,
@@ -165,9 +165,9 @@ class _Process(Transformation):
   name = "process"
   requires_float = False
   updates_follow_params = False
-  preprocessor: Any
-  aggregator: Any
-  postprocessor: Any
+  preprocessor: Any = child_field()
+  aggregator: Any = child_field()
+  postprocessor: Any = child_field()
   aggregator_has_aux: bool = static_field(default=False)
 
   def init_fn(self, params):
@@ -346,7 +346,7 @@ class _AggregatorChain(Transformation, Aggregator):
   name = "average_incrementally_updates"
   requires_float = False
   updates_follow_params = False
-  transforms: tuple = ()
+  transforms: tuple = child_field(())
 
   def init_fn(self, params):
     return tuple(t.init(params) for t in self.transforms)

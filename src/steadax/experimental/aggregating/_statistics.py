@@ -21,7 +21,7 @@ import numpy as np
 from ..._core._base import GradientTransformation, Transformation, identity
 from ..._core._checks import check_range
 from ..._core._combine import chain
-from ..._core._module import static_field
+from ..._core._module import hyper_field, static_field
 from ..._core._policy import (
     as_compute,
     compute_dtype,
@@ -197,7 +197,7 @@ class PerElementMeanAndVarianceEMAState(NamedTuple):
 
 class _TrackMeanVarianceEma(Transformation):
   name = "track_per_element_mean_and_variance_with_ema"
-  ema_decay: Any = 0.9
+  ema_decay: Any = hyper_field(0.9)
 
   def init_fn(self, params):
     return PerElementMeanAndVarianceEMAState(

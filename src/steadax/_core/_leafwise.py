@@ -1,0 +1,240 @@
+"""The one per-leaf primitive: where every elementwise optimizer's maths runs.
+
+An optimizer writes its leaf function on inputs that are already in the compute dtype, with
+per-dtype scalars computed once, and returns the update and its new state leaves:
+
+    def leaf(k, g, m, v):
+      m = k.b1 * m + (1 - k.b1) * g
+      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      return m / k.c1 / (jnp.sqrt(v / k.c2) + k.eps), m, v
+
+    updates, mu, nu = leafwise(owner, leaf, updates, state.mu, state.nu, params=params,
+                               scalars=scalars)
+
+``leafwise`` applies the dtype policy so the leaf function never does:
+
+* **Cast in.** The compute dtype of a leaf is the promotion of its floating inputs (gradient, state
+  leaves, read-only trees), at least float32. Complex inputs get it, real inputs its real part: a
+  real second moment of a complex parameter stays real. Integer inputs (quantised codes) pass as
+  they are.
+* **Scalars once per dtype.** ``scalars(dtype)`` runs once per real compute dtype (not per leaf)
+  and returns a ``Scalars`` record; its values are made *weakly typed*, so ``k.b1 * m`` takes m's
+  dtype whether m is float32, float64 or complex64, and strict dtype promotion never objects.
+* **Promotion.** The leaf function runs under standard dtype promotion, so a complex first
+  moment divides by a real denominator without casts; nothing can widen unnoticed, because:
+* **Check.** In strict mode every output must come back in the dtype it went in with (the update
+  in the gradient's compute dtype, each state leaf in its compute dtype): a leaf function that
+  rounds to float16 or drops an imaginary part raises a ContractError naming the transformation
+  and the tree path, before anything is cast back.
+* **Cast out once.** State leaves are written in their stored (declared) dtype; the update is cast
+  once, to the parameter's dtype (the gradient's where ``params`` is None). A complex update for a
+  real parameter always raises.
+
+It is also the single place where leaves could be grouped (by dtype and sharding) for fused
+multi-tensor execution: every optimizer written on it gets such a strategy without changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._config import is_strict
+from ._contract import ContractError
+from ._policy import compute_dtype, key_path_str, real_dtype
+
+__all__ = ["Scalars", "leafwise", "weak"]
+
+try:  # JAX's own converter is the only way to give a traced value a weak type.
+  from jax._src.lax.lax import _convert_element_type as _convert
+except ImportError:  # pragma: no cover - exercised only on a JAX that moved it
+  _convert = None
+
+
+def weak(value: Any, dtype: Any) -> Any:
+  """``value`` as a weakly typed scalar of ``dtype``: it adapts to the array it multiplies.
+
+  Args:
+    value: a Python number, numpy or JAX scalar (traced or not).
+    dtype: a real floating dtype (the compute dtype's real part).
+
+  Returns:
+    A weakly typed JAX scalar (or a Python float when ``_convert`` is unavailable and the value is
+    concrete).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> (weak(0.5, jnp.float32) * jnp.ones(1, jnp.complex64)).dtype
+    dtype('complex64')
+  """
+  dtype = np.dtype(dtype)
+  value = jnp.asarray(value)
+  if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+    value = jnp.real(value)
+  return _convert(value, dtype, weak_type=True)
+
+
+class Scalars:
+  """A record of per-dtype scalars for a leaf function (``k.b1``, ``k.eps``, ...).
+
+  ``leafwise`` makes every value weakly typed in the real compute dtype it was built for.
+
+  Example:
+    >>> k = Scalars(b1=0.9, eps=1e-8)
+    >>> k.b1
+    0.9
+  """
+
+  def __init__(self, **values: Any):
+    self.__dict__.update(values)
+
+  def items(self):
+    return self.__dict__.items()
+
+  def __repr__(self) -> str:
+    return f"Scalars({', '.join(sorted(self.__dict__))})"
+
+
+def _as_weak_record(record: Any, dtype: np.dtype) -> Scalars:
+  items = record.items() if isinstance(record, (dict, Scalars)) else record._asdict().items()
+  return Scalars(**{
+      name: (value if value is None or isinstance(value, bool) else weak(value, dtype))
+      for name, value in items
+  })
+
+
+def _target(x_dtype: np.dtype, cdt: np.dtype) -> np.dtype:
+  """The compute dtype an input of ``x_dtype`` is cast to: ``cdt``, or its real part."""
+  if not jnp.issubdtype(x_dtype, jnp.inexact):
+    return x_dtype
+  return cdt if jnp.issubdtype(x_dtype, jnp.complexfloating) else real_dtype(cdt)
+
+
+def _cast(x: Any, dtype: np.dtype) -> Any:
+  if x.dtype == dtype:
+    return x
+  return x.astype(dtype)
+
+
+def leafwise(
+    owner: str,
+    fn: Callable[..., Any],
+    updates: Any,
+    *states: Any,
+    params: Any = None,
+    reads: tuple = (),
+    scalars: Callable[[np.dtype], Any] | None = None,
+) -> tuple[Any, ...]:
+  """Run ``fn(k, g, *state_leaves, *read_leaves)`` leaf by leaf under the dtype policy.
+
+  Args:
+    owner: the transformation's name, for error messages.
+    fn: the leaf function. It receives the scalars record ``k`` (None when ``scalars`` is None),
+      the gradient leaf, one leaf of each state tree and of each read-only tree, all in the compute
+      dtype; it returns the update leaf alone (no state trees) or ``(update, *new_state_leaves)``.
+    updates: the incoming updates (None leaves stay None in every output).
+    *states: state trees with the structure of ``updates``; each new leaf is written in the dtype
+      of the leaf it replaces.
+    params: the parameters, or None; they give the dtype of each update leaf.
+    reads: read-only trees (parameters, a copy of the initial parameters, ...) passed after the
+      state leaves.
+    scalars: ``scalars(dtype)`` builds a ``Scalars`` record (or dict) for a real compute dtype;
+      called once per dtype present in the tree.
+
+  Returns:
+    ``(updates, *new_states)``: trees with the structure of ``updates``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> def leaf(k, g, m):
+    ...   m = k.decay * m + g
+    ...   return m, m
+    >>> u, m = leafwise("trace", leaf, jnp.ones(2, jnp.bfloat16), jnp.zeros(2, jnp.float32),
+    ...                 scalars=lambda dt: Scalars(decay=0.9))
+    >>> u.dtype, m.dtype
+    (dtype(bfloat16), dtype('float32'))
+  """
+  treedef = jax.tree_util.tree_structure(updates, is_leaf=lambda x: x is None)
+  grads = treedef.flatten_up_to(updates)
+  state_leaves = [treedef.flatten_up_to(s) for s in states]
+  read_leaves = [treedef.flatten_up_to(r) for r in reads]
+  param_leaves = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
+  records: dict = {}
+  strict = is_strict()
+  n_states = len(states)
+  outs: list = []
+  for i, g in enumerate(grads):
+    if g is None:
+      outs.append((None,) * (1 + n_states))
+      continue
+    leaf_states = [s[i] for s in state_leaves]
+    p = param_leaves[i]
+    out_dtype = np.dtype(p.dtype) if p is not None and hasattr(p, "dtype") else np.dtype(g.dtype)
+    if not jnp.issubdtype(g.dtype, jnp.inexact):
+      # Integer, boolean and float0 gradients (a step counter or an index kept among the
+      # parameters, as Flax's TrainState allows): nothing to optimise. The update is zero in the
+      # parameter's dtype and the state is kept, so the leaf never changes.
+      zero = jnp.zeros(np.shape(g), out_dtype if out_dtype != jax.dtypes.float0 else g.dtype)
+      outs.append((zero, *leaf_states))
+      continue
+    leaf_reads = [r[i] for r in read_leaves]
+    inputs = [g, *leaf_states, *leaf_reads]
+    cdt = compute_dtype(*[x.dtype for x in inputs if x is not None])
+    rdt = real_dtype(cdt)
+    if scalars is None:
+      k = None
+    else:
+      if rdt not in records:
+        records[rdt] = _as_weak_record(scalars(rdt), rdt)
+      k = records[rdt]
+    cast = [None if x is None else _cast(x, _target(x.dtype, cdt)) for x in inputs]
+    # Inside the leaf function every array is already in the compute dtype (complex or its real
+    # part) and every scalar is weak, so the only promotions left are real-with-complex ones
+    # (``m / denom`` for a complex m): standard promotion allows them; the output check below
+    # still rejects any dtype the policy did not expect.
+    with jax.numpy_dtype_promotion("standard"):
+      result = fn(k, *cast)
+    if n_states == 0:
+      result = (result,)
+    elif not isinstance(result, tuple) or len(result) != 1 + n_states:
+      raise ContractError(
+          f"{owner}: the leaf function must return (update, *{n_states} state leaves), got "
+          f"{type(result).__name__} of length {len(result) if isinstance(result, tuple) else 1}."
+      )
+    u, *new_states = result
+    expected = [(_target(g.dtype, cdt), out_dtype, u)]
+    expected += [(_target(s.dtype, cdt), np.dtype(s.dtype), ns) for s, ns in zip(leaf_states, new_states)]
+    written = []
+    for j, (want, store, value) in enumerate(expected):
+      value = jnp.asarray(value)
+      if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(store, jnp.complexfloating):
+        raise ContractError(
+            f"{owner}: the {'update' if j == 0 else f'state leaf {j - 1}'} at "
+            f"{_path(treedef, i)} is complex ({value.dtype}) but is stored as {store.name}; "
+            "the imaginary part would be lost."
+        )
+      if strict and value.dtype != want:
+        raise ContractError(
+            f"{owner}: the leaf function returned the {'update' if j == 0 else f'state leaf {j - 1}'}"
+            f" at {_path(treedef, i)} in {value.dtype}, expected the compute dtype {want.name} "
+            "(round only when writing: leafwise casts to the stored dtype once)."
+        )
+      if np.shape(value) != np.shape(inputs[0] if j == 0 else leaf_states[j - 1]):
+        raise ContractError(
+            f"{owner}: the leaf function returned shape {np.shape(value)} at {_path(treedef, i)}, "
+            f"expected {np.shape(inputs[0] if j == 0 else leaf_states[j - 1])}."
+        )
+      written.append(value.astype(store))
+    outs.append(tuple(written))
+  return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(1 + n_states))
+
+
+def _path(treedef: Any, index: int) -> str:
+  dummy = treedef.unflatten(list(range(treedef.num_leaves)))
+  paths = jax.tree_util.tree_flatten_with_path(dummy)[0]
+  return key_path_str(paths[index][0]) if index < len(paths) else f"leaf {index}"
+
