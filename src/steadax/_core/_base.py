@@ -131,11 +131,11 @@ class _FunctionTransformation(GradientTransformation):
     _set_function_pair(self, "GradientTransformation", init, update, fields)
 
   def init(self, params):
-    return self.init_fn(params)
+    return conform_init(_function_owner(self), self.init_fn(params))
 
   def update(self, updates, state, params=None, **extra_args):
     del extra_args
-    return self.update_fn(updates, state, params)
+    return _conform_pair(self, updates, state, params, *self.update_fn(updates, state, params))
 
 
 class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
@@ -146,10 +146,21 @@ class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
     _set_function_pair(self, "GradientTransformationExtraArgs", init, update, fields)
 
   def init(self, params):
-    return self.init_fn(params)
+    return conform_init(_function_owner(self), self.init_fn(params))
 
   def update(self, updates, state, params=None, **extra_args):
-    return self.update_fn(updates, state, params, **extra_args)
+    result = self.update_fn(updates, state, params, **extra_args)
+    return _conform_pair(self, updates, state, params, *result)
+
+
+def _function_owner(tx: Any) -> str:
+  return f"GradientTransformation({getattr(tx.update_fn, '__qualname__', 'update')})"
+
+
+def _conform_pair(tx: Any, updates: Any, state: Any, params: Any, new_updates: Any, new_state: Any):
+  """A function pair goes through the same contract as every steadax transformation."""
+  owner = _function_owner(tx)
+  return conform_updates(owner, updates, params, new_updates), conform_state(owner, state, new_state)
 
 
 class _WithExtraArgs(GradientTransformationExtraArgs):
