@@ -76,6 +76,12 @@ def assert_same_types(expected, got, what: str):
   assert not weak, f"{what}: weakly typed leaves {weak}"
 
 
+def assert_strongly_typed(tree, what: str):
+  """Every leaf is a strongly typed array (a fresh state: weak types would drift on the first step)."""
+  weak = [p for p, _, _, w in type_signature(tree)[1] if w]
+  assert not weak, f"{what}: weakly typed leaves {weak}"
+
+
 def assert_updates_follow_params(params, updates, what: str):
   p_leaves, p_def = jax.tree_util.tree_flatten(params)
   u_leaves, u_def = jax.tree_util.tree_flatten(updates)
