@@ -20,24 +20,46 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._module import hyper_field, static_field
+from .._core._leafwise import Scalars
 from .._core._policy import (
     as_compute,
     compute_dtype,
     hyper,
-    real_dtype,
     safe_increment,
     scalar_stat_dtype,
     zero_count,
 )
-from .._core._tree import copy_like, tree_map, tree_map_n, zeros_like
+from .._core._roles import COUNTER, SCALAR, accumulator
+from .._core._tree import copy_like, tree_map
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 
 __all__ = ["ProdigyState", "prodigy"]
 
 
+# The roles of ProdigyState's fields (the dtype policy, _core/_roles.py). Not attached with
+# @state_roles yet: Transformation.init checks a record's roles against its own parameters, so
+# flatten(prodigy()), whose state is prodigy's record built on the raveled parameters, would fail
+# that check. Attach them (``state_roles(**_ROLES)``) once the core checks only the records a
+# transformation builds itself.
+_ROLES = dict(
+    exp_avg=accumulator(wide=True),
+    exp_avg_sq=accumulator(real=True, wide=True),
+    grad_sum=accumulator(wide=True),
+    params0=accumulator(),
+    estim_lr=SCALAR,
+    numerator_weighted=SCALAR,
+    count=COUNTER,
+)
+
+
 class ProdigyState(NamedTuple):
-  """State of ``prodigy`` (Optax's field names)."""
+  """State of ``prodigy`` (Optax's field names).
+
+  ``exp_avg``, ``exp_avg_sq`` and ``grad_sum`` are statistics of ``d * g`` with ``d`` starting at
+  ``estim_lr0`` (1e-6): they are stored in at least float32 (in float16 they underflow and the
+  first step overshoots). ``params0`` is a copy of the initial parameters in their dtype.
+  """
 
   exp_avg: Any
   exp_avg_sq: Any
@@ -49,10 +71,21 @@ class ProdigyState(NamedTuple):
 
 
 def _real_dot(a: jax.Array, b: jax.Array, dtype: Any) -> jax.Array:
-  """Re<a, b> summed, in ``dtype``."""
+  """Re<a, b> summed, in ``dtype`` (a whole-tree reduction, outside the leaf functions)."""
   cdt = compute_dtype(a.dtype, b.dtype)
   prod = as_compute(a, cdt) * jnp.conj(as_compute(b, cdt))
-  return jnp.sum(jnp.real(prod)).astype(dtype)
+  return jnp.sum(jnp.real(prod)).astype(dtype)  # the per-leaf sum, in the statistics dtype
+
+
+def _wide_zeros(params: Any, role: Any, tx: Any) -> Any:
+  """Zeros mirroring ``params`` in the dtype ``role`` gives each leaf."""
+  def make(x):
+    dtype = role.leaf_dtype(x.dtype, tx)
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+      return jnp.zeros_like(x, dtype=dtype)  # keeps the parameter's sharding
+    return jnp.zeros(jnp.shape(x), dtype)
+
+  return tree_map(make, params)
 
 
 class Prodigy(Transformation):
@@ -68,10 +101,11 @@ class Prodigy(Transformation):
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)
+    roles = _ROLES
     return ProdigyState(
-        exp_avg=zeros_like(params),
-        exp_avg_sq=zeros_like(params, real=True),
-        grad_sum=zeros_like(params),
+        exp_avg=_wide_zeros(params, roles["exp_avg"], self),
+        exp_avg_sq=_wide_zeros(params, roles["exp_avg_sq"], self),
+        grad_sum=_wide_zeros(params, roles["grad_sum"], self),
         params0=copy_like(params),
         estim_lr=jnp.asarray(hyper(self.estim_lr0, stat)),
         numerator_weighted=jnp.zeros([], stat),
@@ -102,34 +136,29 @@ class Prodigy(Transformation):
 
     grad_weight = (d if self.safeguard_warmup else dlr) / d0
 
-    def moments(g, m, v, s):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      dg = as_compute(g, cdt) * d.astype(cdt)
-      b1, b2, b3 = beta1.astype(cdt), beta2.astype(rdt), beta3.astype(cdt)
-      m_new = b1 * as_compute(m, cdt) + (1 - b1) * dg
-      v_new = b2 * as_compute(v, rdt) + (1 - b2) * abs_sq(dg).astype(rdt)
-      s_new = b3 * as_compute(s, cdt) + grad_weight.astype(cdt) * dg
-      return m_new.astype(m.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
+    def scalars(dt):
+      # Statistics-dtype values, made weak in each compute dtype by leafwise.
+      return Scalars(b1=beta1, b2=beta2, b3=beta3, d=d, dlr=dlr, grad_weight=grad_weight,
+                     d_eps=d * hyper(self.eps, stat), wd_dlr=hyper(self.weight_decay, stat) * dlr)
 
-    exp_avg, exp_avg_sq, grad_sum = tree_map_n(
-        moments, 3, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum)
+    def leaf(k, g, m, v, s, p):
+      # The step uses the previous estimate d (and dlr); only the state sees the new one.
+      dg = g * k.d
+      m = k.b1 * m + (1 - k.b1) * dg
+      v = k.b2 * v + (1 - k.b2) * abs_sq(dg)
+      s = k.b3 * s + k.grad_weight * dg
+      u = -k.wd_dlr * p - k.dlr * m / (jnp.sqrt(v) + k.d_eps)
+      return u, m, v, s
+
+    out, exp_avg, exp_avg_sq, grad_sum = self.leafwise(
+        leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params,
+        reads=(params,), scalars=scalars)
     denominator = jnp.zeros([], stat)
     for s in jax.tree_util.tree_leaves(grad_sum):
       denominator = denominator + jnp.sum(jnp.abs(as_compute(s, compute_dtype(s.dtype)))).astype(stat)
     safe_den = jnp.where(denominator > 0, denominator, jnp.ones_like(denominator))
     estimate = jnp.where(denominator > 0, hyper(self.estim_lr_coef, stat) * numerator / safe_den, d)
     new_d = jnp.maximum(d, estimate)
-
-    def step(m, v, p):
-      cdt = compute_dtype(m.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      denom = jnp.sqrt(as_compute(v, rdt)) + (d * hyper(self.eps, stat)).astype(rdt)
-      out = -(hyper(self.weight_decay, stat) * dlr).astype(cdt) * as_compute(p, cdt) \
-          - dlr.astype(cdt) * as_compute(m, cdt) / denom.astype(cdt)
-      return out.astype(p.dtype)
-
-    out = tree_map(step, exp_avg, exp_avg_sq, params)
     return out, ProdigyState(exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, numerator, count)
 
 
