@@ -8,13 +8,14 @@ wrong (zero) and ``||s||_1 = 0`` kept ``d`` at ``d_0`` for ever.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import steadax
 
 
-def _run(dtype, steps=6):
+def _run(dtype, steps=6, make=None):
   params = {"w": jnp.zeros(16, dtype), "b": jnp.zeros(4, dtype)}
-  opt = steadax.contrib.prodigy()
+  opt = (make or steadax.contrib.prodigy)()
   state = opt.init(params)
   history = []
   for _ in range(steps):
@@ -30,8 +31,10 @@ def _close(a, b, factor=1.5):
   return bool(np.all(np.isfinite(a)) and np.all(a > 0) and np.all((a < factor * b) & (b < factor * a)))
 
 
-def test_float16_steps_and_estimate_match_float32():
-  h16, h32 = _run(jnp.float16), _run(jnp.float32)
+@pytest.mark.parametrize("name", ["prodigy", "dadapt_adamw"])
+def test_float16_steps_and_estimate_match_float32(name):
+  make = getattr(steadax.contrib, name)
+  h16, h32 = _run(jnp.float16, make=make), _run(jnp.float32, make=make)
   for step, ((u16, s16), (u32, s32)) in enumerate(zip(h16, h32)):
     for name in ("w", "b"):
       assert u16[name].dtype == jnp.float16

@@ -24,17 +24,18 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
+from .._core._leafwise import Scalars
 from .._core._policy import (
     as_compute,
     compute_dtype,
     hyper,
-    per_dtype,
     real_dtype,
     safe_increment,
     scalar_stat_dtype,
     zero_count,
 )
-from .._core._tree import tree_map_n, zeros_like
+from .._core._roles import COUNTER, SCALAR, accumulator
+from .._core._tree import tree_map
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
@@ -42,6 +43,35 @@ from ._reductions import real_inner, sum_scalars
 from .._core._module import hyper_field
 
 __all__ = ["DAdaptAdamWState", "dadapt_adamw"]
+
+
+# The roles of DAdaptAdamWState's fields (the dtype policy, _core/_roles.py): ``exp_avg`` and
+# ``grad_sum`` accumulate ``dlr * g`` with ``d`` starting at ``estim_lr0`` (1e-6), and ``s / sqrt(v)``
+# feeds the estimate of ``d``, so all three are stored in at least float32 (in float16, ``s`` and
+# ``v`` underflow to zero for gradients of 1e-3 and the estimate of ``d`` explodes).
+# Not attached with @state_roles yet: Transformation.init checks a record's roles against its own
+# parameters, so flatten(dadapt_adamw()), whose state is this record built on the raveled
+# parameters, would fail that check. Attach them once the core checks only the records a
+# transformation builds itself.
+_ROLES = dict(
+    exp_avg=accumulator(wide=True),
+    exp_avg_sq=accumulator(real=True, wide=True),
+    grad_sum=accumulator(wide=True),
+    estim_lr=SCALAR,
+    numerator_weighted=SCALAR,
+    count=COUNTER,
+)
+
+
+def _role_zeros(params: Any, role: Any, tx: Any) -> Any:
+  """Zeros mirroring ``params`` in the dtype ``role`` gives each leaf."""
+  def make(x):
+    dtype = role.leaf_dtype(x.dtype, tx)
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+      return jnp.zeros_like(x, dtype=dtype)  # keeps the parameter's sharding
+    return jnp.zeros(jnp.shape(x), dtype)
+
+  return tree_map(make, params)
 
 
 class DAdaptAdamWState(NamedTuple):
@@ -82,9 +112,9 @@ class DAdaptAdamW(Transformation):
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)
     return DAdaptAdamWState(
-        exp_avg=zeros_like(params),
-        exp_avg_sq=zeros_like(params, real=True),
-        grad_sum=zeros_like(params),
+        exp_avg=_role_zeros(params, _ROLES["exp_avg"], self),
+        exp_avg_sq=_role_zeros(params, _ROLES["exp_avg_sq"], self),
+        grad_sum=_role_zeros(params, _ROLES["grad_sum"], self),
         estim_lr=jnp.asarray(hyper(self.estim_lr0, stat)),
         numerator_weighted=jnp.zeros([], stat),
         count=zero_count(),
@@ -103,34 +133,34 @@ class DAdaptAdamW(Transformation):
     d = state.estim_lr
     dlr = d * lr * (jnp.sqrt(1 - beta2**k) / (1 - beta1**k))
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      return dict(
-          b1=hyper(self.betas[0], cdt), b1_dlr=((1 - beta1) * dlr).astype(cdt),
-          b2=hyper(self.betas[1], rdt), one_minus_b2=(1 - beta2).astype(rdt),
-          sb2=sqrt_beta2.astype(cdt), sb2_dlr=((1 - sqrt_beta2) * dlr).astype(cdt),
-          eps=hyper(self.eps, rdt), wd_dlr=(hyper(self.weight_decay, stat) * dlr).astype(cdt))
+    eps = hyper(self.eps, stat)
 
-    def leaf(g, m, v, s, p):
-      cdt = compute_dtype(g.dtype, m.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      c = scalars(cdt)
-      gc = as_compute(g, cdt)
-      sc = as_compute(s, cdt)
-      # r's increment uses the statistics before this step (Algorithm 4 of the paper).
-      weighted = sc / _safe_denominator(as_compute(v, rdt), c["eps"]).astype(cdt)
-      numerator = real_inner(gc, weighted).astype(stat)
-      m_new = c["b1"] * as_compute(m, cdt) + c["b1_dlr"] * gc
-      v_new = c["b2"] * as_compute(v, rdt) + c["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      s_new = c["sb2"] * sc + c["sb2_dlr"] * gc
-      l1 = jnp.sum(jnp.abs(s_new)).astype(stat)
-      step = -c["wd_dlr"] * as_compute(p, cdt) - m_new / _safe_denominator(v_new, c["eps"]).astype(cdt)
-      return (step.astype(p.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype),
-              s_new.astype(s.dtype), numerator, l1)
+    def scalars(dt):
+      # Statistics-dtype values, made weak in each compute dtype by leafwise.
+      return Scalars(b1=beta1, b1_dlr=(1 - beta1) * dlr, b2=beta2, sb2=sqrt_beta2,
+                     sb2_dlr=(1 - sqrt_beta2) * dlr, eps=eps, wd_dlr=hyper(self.weight_decay, stat) * dlr)
 
-    out, exp_avg, exp_avg_sq, grad_sum, numerators, l1s = tree_map_n(
-        leaf, 6, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params)
+    # r's increment uses the statistics before this step (Algorithm 4 of the paper): a whole-tree
+    # inner product, each leaf's term in its compute dtype and summed in the statistics dtype.
+    numerators = []
+    for g, v, sl in zip(*(jax.tree_util.tree_leaves(t) for t in (updates, state.exp_avg_sq, state.grad_sum))):
+      cdt = compute_dtype(g.dtype, sl.dtype)
+      weighted = as_compute(sl, cdt) / _safe_denominator(
+          as_compute(v, real_dtype(cdt)), eps.astype(real_dtype(cdt))).astype(cdt)
+      numerators.append(real_inner(as_compute(g, cdt), weighted).astype(stat))
+
+    def leaf(k, g, m, v, s, p):
+      m = k.b1 * m + k.b1_dlr * g
+      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      s = k.sb2 * s + k.sb2_dlr * g
+      return -k.wd_dlr * p - m / _safe_denominator(v, k.eps), m, v, s
+
+    out, exp_avg, exp_avg_sq, grad_sum = self.leafwise(
+        leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params,
+        reads=(params,), scalars=scalars)
+    # ||s_k||_1: a whole-tree reduction in the statistics dtype.
+    l1s = [jnp.sum(jnp.abs(as_compute(sl, compute_dtype(sl.dtype)))).astype(stat)
+           for sl in jax.tree_util.tree_leaves(grad_sum)]
     numerator = sqrt_beta2 * state.numerator_weighted + (1 - sqrt_beta2) * dlr * sum_scalars(numerators, stat)
     denominator = (1 - sqrt_beta2) * sum_scalars(l1s, stat)
     positive = denominator > 0
