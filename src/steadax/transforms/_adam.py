@@ -12,23 +12,13 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_decay, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment
 from ._moments import abs_sq
 
 __all__ = [
@@ -82,23 +72,6 @@ def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool) -> jax.A
   if nesterov:
     return k.b1 * m / k.c1_next + (1 - k.b1) * g / k.c1
   return m / k.c1
-
-
-def moment_scalars(b1: Any, b2: Any, count: jax.Array, cdt: Any, nesterov: bool) -> dict:
-  """Old-style scalars (dict in the compute dtype); to be removed when the variants move to leafwise."""
-  rdt = real_dtype(cdt)
-  b1c, b2r = hyper(b1, cdt), hyper(b2, rdt)
-  c1 = one_minus_pow(b1, count, rdt)
-  c1_next = one_minus_pow(b1, safe_increment(count), rdt).astype(cdt) if nesterov else None
-  return dict(b1=b1c, one_minus_b1=np.asarray(1, cdt) - b1c, b2=b2r, one_minus_b2=np.asarray(1, rdt) - b2r,
-              c1=c1.astype(cdt), c1_next=c1_next, c2=one_minus_pow(b2, count, rdt))
-
-
-def debiased_mean(k: dict, m_new: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
-  """Old-style bias-corrected first moment (dict scalars); to be removed with ``moment_scalars``."""
-  if nesterov:
-    return k["b1"] * m_new / k["c1_next"] + k["one_minus_b1"] * g / k["c1"]
-  return m_new / k["c1"]
 
 
 class ScaleByAdam(Transformation):
@@ -165,52 +138,29 @@ def scale_by_adam(
 
 class ScaleByAmsgrad(Transformation):
   name = "scale_by_amsgrad"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
+  State = ScaleByAmsgradState
+  b1: Any = hyper_field(0.9, check=check_decay)
+  b2: Any = hyper_field(0.999, check=check_decay)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
   bias_correction_mu: bool = static_field(default=True)
   bias_correction_nu: bool = static_field(default=True)
 
-  def init_fn(self, params):
-    return ScaleByAmsgradState(
-        count=zero_count(),
-        mu=zeros_like(params, self.mu_dtype),
-        nu=zeros_like(params, real=True),
-        nu_max=zeros_like(params, real=True),
-    )
-
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      return dict(b1=hyper(self.b1, cdt), b2=hyper(self.b2, rdt),
-                  c1=one_minus_pow(self.b1, count, rdt).astype(cdt), c2=one_minus_pow(self.b2, count, rdt),
-                  eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+    def leaf(k, g, m, v, v_max):
+      m = k.b1 * m + (1 - k.b1) * g
+      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      m_hat = m / k.c1 if self.bias_correction_mu else m
+      v_hat = v / k.c2 if self.bias_correction_nu else v
+      v_max = jnp.maximum(v_max, v_hat)
+      return m_hat / (jnp.sqrt(v_max + k.eps_root) + k.eps), m, v, v_max
 
-    def leaf(g, m, v, vmax):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      b1, b2 = k["b1"], k["b2"]
-      gc = as_compute(g, cdt)
-      m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
-      v_new = b2 * as_compute(v, rdt) + (jnp.asarray(1, rdt) - b2) * abs_sq(gc).astype(rdt)
-      m_hat = m_new / k["c1"] if self.bias_correction_mu else m_new
-      v_hat = v_new / k["c2"] if self.bias_correction_nu else v_new
-      vmax_new = jnp.maximum(as_compute(vmax, rdt), v_hat)
-      denom = jnp.sqrt(vmax_new + k["eps_root"]) + k["eps"]
-      return (
-          (m_hat / denom.astype(cdt)).astype(g.dtype),
-          m_new.astype(m.dtype),
-          v_new.astype(v.dtype),
-          vmax_new.astype(vmax.dtype),
-      )
-
-    out, mu, nu, nu_max = tree_map_n(leaf, 4, updates, state.mu, state.nu, state.nu_max)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    out, mu, nu, nu_max = self.leafwise(leaf, updates, state.mu, state.nu, state.nu_max, params=params,
+                                        scalars=scalars)
     return out, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
 
 
@@ -254,34 +204,21 @@ def scale_by_amsgrad(
 
 class ScaleByAdamax(Transformation):
   name = "scale_by_adamax"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-
-  def init_fn(self, params):
-    return ScaleByAdamState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
+  State = ScaleByAdamState
+  b1: Any = hyper_field(0.9, check=check_decay)
+  b2: Any = hyper_field(0.999, check=check_decay)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      return dict(b1=hyper(self.b1, cdt), b2=hyper(self.b2, rdt), eps=hyper(self.eps, rdt),
-                  c1=one_minus_pow(self.b1, count, rdt))
+    def leaf(k, g, m, u):
+      m = k.b1 * m + (1 - k.b1) * g
+      u = jnp.maximum(jnp.abs(g) + k.eps, k.b2 * u)   # the infinity norm, eps inside (§7.1)
+      return m / (k.c1 * u), m, u
 
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      b1 = k["b1"]
-      gc = as_compute(g, cdt)
-      m_new = b1 * as_compute(m, cdt) + (jnp.asarray(1, cdt) - b1) * gc
-      v_new = jnp.maximum(jnp.abs(gc).astype(rdt) + k["eps"], k["b2"] * as_compute(v, rdt))
-      step = m_new / (k["c1"] * v_new).astype(cdt)
-      return step.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 

@@ -23,19 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
-from ._adam import ScaleByAdamState, debiased_mean, moment_scalars, one_minus_pow
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, accumulator, state_roles
+from .._core._tree import tree_map, zeros_like
+from ._adam import ScaleByAdamState, adam_scalars, debiased_mu
 from ._moments import abs_sq
 
 __all__ = [
@@ -48,6 +41,7 @@ __all__ = [
 ]
 
 
+@state_roles(count=COUNTER, mu=accumulator(), nu=accumulator(real=True))
 class ScaleByBeliefState(NamedTuple):
   """State of ``scale_by_belief``: int32 count, first moment, second central moment."""
 
@@ -56,6 +50,7 @@ class ScaleByBeliefState(NamedTuple):
   nu: Any
 
 
+@state_roles(m=accumulator(), v=accumulator(), n=accumulator(real=True), g=accumulator(), t=COUNTER)
 class ScaleByAdanState(NamedTuple):
   """State of ``scale_by_adan``: the three moments, the previous gradient and the int32 count."""
 
@@ -66,46 +61,33 @@ class ScaleByAdanState(NamedTuple):
   t: jax.Array
 
 
-def _check_decays(owner: str, **decays: Any) -> None:
-  for name, value in decays.items():
-    check_range(owner, name, value, 0.0, 1.0, high_open=True)
+# Decays of the Adam relatives lie in [0, 1): at 1 the bias corrections divide by zero.
+_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
+                                                                high_open=True)
+# The variance of RAdam's adaptive learning rate is finite only for rho_t > 4 (paper, §4).
+_check_threshold = lambda owner, name, value: check_range(owner, name, value, 4.0, np.inf)
 
 
 class ScaleByBelief(Transformation):
   name = "scale_by_belief"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-16)
-  eps_root: Any = hyper_field(1e-16)
+  State = ScaleByBeliefState
+  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-16, check=check_nonnegative)
+  eps_root: Any = hyper_field(1e-16, check=check_nonnegative)
   nesterov: bool = static_field(default=False)
-
-  def init_fn(self, params):
-    return ScaleByBeliefState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      k = moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
-      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
-      return k
+    def leaf(k, g, m, s):
+      m = k.b1 * m + (1 - k.b1) * g
+      # The "belief": the squared deviation of the gradient from its prediction m (eq. 2).
+      s = k.b2 * s + (1 - k.b2) * abs_sq(g - m) + k.eps_root
+      return debiased_mu(k, m, g, self.nesterov) / (jnp.sqrt(s / k.c2) + k.eps), m, s
 
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      # The "belief": the squared deviation of the gradient from its prediction m_new (eq. 2).
-      surprise = abs_sq(gc - m_new).astype(rdt)
-      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * surprise + k["eps_root"]
-      m_hat = debiased_mean(k, m_new, gc, self.nesterov)
-      denom = jnp.sqrt(v_new / k["c2"]) + k["eps"]
-      return (m_hat / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)
 
 
@@ -145,9 +127,6 @@ def scale_by_belief(
     >>> bool(u[0] > 0)
     True
   """
-  _check_decays("scale_by_belief", b1=b1, b2=b2)
-  check_nonnegative("scale_by_belief", "eps", eps)
-  check_nonnegative("scale_by_belief", "eps_root", eps_root)
   return ScaleByBelief(b1, b2, eps, eps_root, nesterov=nesterov)
 
 
@@ -158,13 +137,14 @@ def _filled(params: Any, value: Any, *, real: bool) -> Any:
 
 class ScaleByYogi(Transformation):
   name = "scale_by_yogi"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(0.001)
-  eps_root: Any = hyper_field(0.0)
-  initial_accumulator_value: Any = hyper_field(1e-06)
+  State = ScaleByAdamState
+  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  eps: Any = hyper_field(0.001, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
+  initial_accumulator_value: Any = hyper_field(1e-06, check=check_positive)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # non-zero initial moments: by hand (the roles still check it)
     return ScaleByAdamState(
         count=zero_count(),
         mu=_filled(params, self.initial_accumulator_value, real=False),
@@ -174,27 +154,15 @@ class ScaleByYogi(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      k = moment_scalars(self.b1, self.b2, count, cdt, False)
-      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
-      return k
-
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      g2 = abs_sq(gc).astype(rdt)
-      vc = as_compute(v, rdt)
+    def leaf(k, g, m, v):
+      m = k.b1 * m + (1 - k.b1) * g
+      g2 = abs_sq(g)
       # Additive (not multiplicative) change of v: it moves towards g^2 by at most (1 - b2) g^2.
-      v_new = vc - k["one_minus_b2"] * jnp.sign(vc - g2) * g2
-      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
-      return (m_new / k["c1"] / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+      v = v - (1 - k.b2) * jnp.sign(v - g2) * g2
+      return m / k.c1 / (jnp.sqrt(v / k.c2 + k.eps_root) + k.eps), m, v
 
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
@@ -229,25 +197,18 @@ def scale_by_yogi(
     >>> tx.init(jnp.zeros(2)).nu
     Array([1.e-06, 1.e-06], dtype=float32)
   """
-  _check_decays("scale_by_yogi", b1=b1, b2=b2)
-  check_nonnegative("scale_by_yogi", "eps", eps)
-  check_nonnegative("scale_by_yogi", "eps_root", eps_root)
-  check_range("scale_by_yogi", "initial_accumulator_value", initial_accumulator_value, 0.0, np.inf,
-              low_open=True)
   return ScaleByYogi(b1, b2, eps, eps_root, initial_accumulator_value)
 
 
 class ScaleByRadam(Transformation):
   name = "scale_by_radam"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
-  threshold: Any = hyper_field(5.0)
+  State = ScaleByAdamState
+  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
+  threshold: Any = hyper_field(5.0, check=_check_threshold)
   nesterov: bool = static_field(default=False)
-
-  def init_fn(self, params):
-    return ScaleByAdamState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
 
   def _rectification(self, count: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Whether to rectify, and the rectification ``r_t`` (eqs. 5-6 of the paper).
@@ -258,7 +219,7 @@ class ScaleByRadam(Transformation):
     """
     wide = np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
     b2 = hyper(self.b2, wide)
-    t = count.astype(wide)
+    t = count.astype(wide)  # outside the leaf function: the step count in the widest float
     one_minus_b2 = 1 - b2
     rho_inf = 2 / one_minus_b2 - 1
     b2t_minus_one = jnp.expm1(t * jnp.log1p(-one_minus_b2))
@@ -273,26 +234,16 @@ class ScaleByRadam(Transformation):
     count = safe_increment(state.count)
     rectify, r = self._rectification(count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      k = moment_scalars(self.b1, self.b2, count, cdt, self.nesterov)
-      k.update(eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt), r=r.astype(cdt))
-      return k
+    def leaf(k, g, m, v):
+      m = k.b1 * m + (1 - k.b1) * g
+      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      m_hat = debiased_mu(k, m, g, self.nesterov)
+      adaptive = k.r * m_hat / (jnp.sqrt(v / k.c2 + k.eps_root) + k.eps)
+      return jnp.where(rectify, adaptive, m_hat), m, v
 
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      m_hat = debiased_mean(k, m_new, gc, self.nesterov)
-      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
-      out = jnp.where(rectify, k["r"] * m_hat / denom.astype(cdt), m_hat)
-      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root,
+                                      r=r)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
@@ -332,57 +283,38 @@ def scale_by_radam(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]  # first steps: momentum only
     Array([2.], dtype=float32)
   """
-  _check_decays("scale_by_radam", b1=b1, b2=b2)
-  check_nonnegative("scale_by_radam", "eps", eps)
-  check_nonnegative("scale_by_radam", "eps_root", eps_root)
-  # The variance of the adaptive learning rate is finite only for rho_t > 4 (paper, §4).
-  check_range("scale_by_radam", "threshold", threshold, 4.0, np.inf)
   return ScaleByRadam(b1, b2, eps, eps_root, threshold, nesterov=nesterov)
 
 
 class ScaleByAdan(Transformation):
   name = "scale_by_adan"
-  b1: Any = hyper_field(0.98)
-  b2: Any = hyper_field(0.92)
-  b3: Any = hyper_field(0.99)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
-
-  def init_fn(self, params):
-    return ScaleByAdanState(
-        m=zeros_like(params), v=zeros_like(params), n=zeros_like(params, real=True),
-        g=zeros_like(params), t=zero_count())
+  State = ScaleByAdanState
+  b1: Any = hyper_field(0.98, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.92, check=_check_decay_below_one)
+  b3: Any = hyper_field(0.99, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     t = safe_increment(state.t)
     first = state.t == 0
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2, b3 = hyper(self.b1, cdt), hyper(self.b2, cdt), hyper(self.b3, rdt)
-      return dict(b1=b1, b2=b2, b3=b3, one_minus_b1=np.asarray(1, cdt) - b1,
-                  one_minus_b2=np.asarray(1, cdt) - b2, one_minus_b3=np.asarray(1, rdt) - b3,
-                  c1=one_minus_pow(self.b1, t, rdt).astype(cdt), c2=one_minus_pow(self.b2, t, rdt).astype(cdt),
-                  c3=one_minus_pow(self.b3, t, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
-
-    def leaf(g, m, v, n, g_prev):
-      cdt = compute_dtype(g.dtype, m.dtype, v.dtype, g_prev.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
+    def leaf(k, g, m, v, n, g_prev):
       # No previous gradient at the first step: the difference term starts at zero.
-      diff = jnp.where(first, jnp.zeros_like(gc), gc - as_compute(g_prev, cdt))
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      v_new = k["b2"] * as_compute(v, cdt) + k["one_minus_b2"] * diff
-      lookahead = abs_sq(gc + k["one_minus_b2"] * diff).astype(rdt)
-      n_new = k["b3"] * as_compute(n, rdt) + k["one_minus_b3"] * lookahead
-      step = m_new / k["c1"] + k["one_minus_b2"] * (v_new / k["c2"])
-      denom = jnp.sqrt(n_new / k["c3"] + k["eps_root"]) + k["eps"]
-      return ((step / denom.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype),
-              n_new.astype(n.dtype), g.astype(g_prev.dtype))
+      d = jnp.where(first, jnp.zeros_like(g), g - g_prev)
+      m = k.b1 * m + (1 - k.b1) * g
+      v = k.b2 * v + (1 - k.b2) * d
+      n = k.b3 * n + (1 - k.b3) * abs_sq(g + (1 - k.b2) * d)
+      step = m / k.c1 + (1 - k.b2) * (v / k.c2)
+      return step / (jnp.sqrt(n / k.c3 + k.eps_root) + k.eps), m, v, n, g
 
-    out, m, v, n, g_prev = tree_map_n(leaf, 5, updates, state.m, state.v, state.n, state.g)
+    def scalars(dt):
+      b3 = hyper(self.b3, dt)
+      return adam_scalars(self.b1, self.b2, t, dt, b3=b3, c3=1 - b3 ** t.astype(dt), eps=self.eps,
+                          eps_root=self.eps_root)
+
+    out, m, v, n, g_prev = self.leafwise(leaf, updates, state.m, state.v, state.n, state.g,
+                                         params=params, scalars=scalars)
     return out, ScaleByAdanState(m=m, v=v, n=n, g=g_prev, t=t)
 
 
@@ -420,7 +352,4 @@ def scale_by_adan(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
     Array([1.], dtype=float32)
   """
-  _check_decays("scale_by_adan", b1=b1, b2=b2, b3=b3)
-  check_nonnegative("scale_by_adan", "eps", eps)
-  check_nonnegative("scale_by_adan", "eps_root", eps_root)
   return ScaleByAdan(b1, b2, b3, eps, eps_root)

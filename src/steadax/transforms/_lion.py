@@ -10,19 +10,19 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
 from .._core._base import Transformation
-from .._core._checks import check_range
+from .._core._checks import check_decay
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, zero_count
-from .._core._tree import tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment
+from .._core._roles import COUNTER, accumulator, state_roles
 
 __all__ = ["ScaleByLionState", "scale_by_lion"]
 
 _MODES = ("hard", "smooth", "refined")
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"))
 class ScaleByLionState(NamedTuple):
   """State of ``scale_by_lion``: the int32 count and the momentum ``mu``."""
 
@@ -32,37 +32,29 @@ class ScaleByLionState(NamedTuple):
 
 class ScaleByLion(Transformation):
   name = "scale_by_lion"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.99)
+  State = ScaleByLionState
+  b1: Any = hyper_field(0.9, check=check_decay)
+  b2: Any = hyper_field(0.99, check=check_decay)
   mu_dtype: Any = static_field(default=None)
   mode: str = static_field(default="hard")
   smooth_beta: Any = hyper_field(1.0)
 
-  def init_fn(self, params):
-    return ScaleByLionState(count=zero_count(), mu=zeros_like(params, self.mu_dtype))
-
   def update_fn(self, updates, state, params=None, **extra_args):
-    @per_dtype
-    def scalars(cdt):
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, cdt)
-      beta = hyper(self.smooth_beta, cdt) if self.mode == "smooth" else None
-      return b1, np.asarray(1, cdt) - b1, b2, np.asarray(1, cdt) - b2, beta
-
-    def leaf(g, m):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      b1, one_minus_b1, b2, one_minus_b2, beta = scalars(cdt)
-      gc, mc = as_compute(g, cdt), as_compute(m, cdt)
-      mix = one_minus_b1 * gc + b1 * mc
+    def leaf(k, g, m):
+      c = (1 - k.b1) * g + k.b1 * m   # Program 1: interpolate, take the sign, then update m
       if self.mode == "hard":
-        direction = jnp.sign(mix)
+        u = jnp.sign(c)
       elif self.mode == "smooth":
-        direction = jnp.tanh(beta * mix)
+        u = jnp.tanh(k.beta * c)
       else:  # "refined": linear near zero, the sign beyond unit magnitude
-        direction = jnp.where(jnp.abs(mix) < 1, mix, jnp.sign(mix))
-      m_new = b2 * mc + one_minus_b2 * gc
-      return direction.astype(g.dtype), m_new.astype(m.dtype)
+        u = jnp.where(jnp.abs(c) < 1, c, jnp.sign(c))
+      return u, k.b2 * m + (1 - k.b2) * g
 
-    out, mu = tree_map_n(leaf, 2, updates, state.mu)
+    def scalars(dt):
+      beta = hyper(self.smooth_beta, dt) if self.mode == "smooth" else None
+      return Scalars(b1=hyper(self.b1, dt), b2=hyper(self.b2, dt), beta=beta)
+
+    out, mu = self.leafwise(leaf, updates, state.mu, params=params, scalars=scalars)
     return out, ScaleByLionState(count=safe_increment(state.count), mu=mu)
 
 
@@ -99,8 +91,6 @@ def scale_by_lion(
     >>> tx.update(jnp.array([0.3, -2.0]), tx.init(jnp.zeros(2)))[0]
     Array([ 1., -1.], dtype=float32)
   """
-  check_range("scale_by_lion", "b1", b1, 0.0, 1.0)
-  check_range("scale_by_lion", "b2", b2, 0.0, 1.0)
   if mode not in _MODES:
     raise ValueError(f"scale_by_lion: mode must be one of {_MODES}, got {mode!r}.")
   return ScaleByLion(b1, b2, mu_dtype=mu_dtype, mode=mode, smooth_beta=smooth_beta)
