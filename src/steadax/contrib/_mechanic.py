@@ -22,21 +22,27 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import child_field, hyper_field, static_field
+from .._core._leafwise import Scalars
 from .._core._policy import (
     as_compute,
     compute_dtype,
     hyper,
-    per_dtype,
     safe_increment,
     scalar_stat_dtype,
     zero_count,
 )
-from .._core._tree import copy_like, tree_map, tree_map_n
+from .._core._tree import copy_like, tree_map_n
 from ._reductions import real_inner, sq_norm, sum_scalars
 
 __all__ = ["MechanicState", "mechanize"]
 
 
+# Roles (the dtype policy, _core/_roles.py): base_optimizer_state INNER, count COUNTER, x0 a plain
+# accumulator (a copy of the parameters, in their dtype: nothing in it is scaled by the learned S);
+# r, m, v, s are [num_betas] vectors in the statistics dtype, which no role describes yet (SCALAR is
+# shape []). The bettors' statistics already live in at least float32, so the float16 underflow of
+# d-scaled accumulators does not arise here. Not attached with @state_roles: the core's init check
+# would reject flatten(mechanize(...)) (a record checked against the wrapper's parameters).
 class MechanicState(NamedTuple):
   """State of ``mechanize`` (Optax's field names).
 
@@ -114,16 +120,15 @@ class Mechanize(Transformation):
     s = wealth / (jnp.sqrt(v) + eps)
     scale = jnp.sum(s)
 
-    factors = per_dtype(lambda cdt: (scale.astype(cdt), (s_sum + eps).astype(cdt)))
+    def scalars(dt):
+      # Statistics-dtype values, made weak in each compute dtype by leafwise.
+      return Scalars(new_scale=scale, old_scale=s_sum + eps)
 
-    def step(u, p, x):
-      cdt = compute_dtype(u.dtype, p.dtype, x.dtype)
-      new_scale, old_scale = factors(cdt)
-      xc, pc = as_compute(x, cdt), as_compute(p, cdt)
-      delta = (xc - pc) / old_scale - as_compute(u, cdt)
-      return (xc - new_scale * delta - pc).astype(p.dtype)
+    def leaf(k, u, p, x):
+      delta = (x - p) / k.old_scale - u
+      return x - k.new_scale * delta - p
 
-    out = tree_map(step, base_updates, params, x0)
+    out, = self.leafwise(leaf, base_updates, params=params, reads=(params, x0), scalars=scalars)
     return out, MechanicState(base_optimizer_state=base_state, count=safe_increment(state.count),
                               r=r, m=m, v=v, s=s, x0=x0)
 
