@@ -229,7 +229,8 @@ class Transformation(GradientTransformationExtraArgs):
     if self.requires_float:
       check_float_params(self.owner, params)
     state = self.init_fn(params)
-    check_roles(self.owner, self, state, params)
+    if type(state) is getattr(type(self), "State", None):
+      check_roles(self.owner, self, state, params)
     return conform_init(self.owner, state)
 
   def leafwise(self, fn, updates, *states, params=None, reads=(), scalars=None):

@@ -50,6 +50,7 @@ __all__ = [
     "state_roles",
     "roles_of",
     "init_from_roles",
+    "role_zeros",
     "check_roles",
 ]
 
@@ -133,7 +134,8 @@ def roles_of(cls: Any) -> dict | None:
   return getattr(cls, "__state_roles__", None)
 
 
-def _zeros(params: Any, role: Role, tx: Any) -> Any:
+def role_zeros(params: Any, role: Role, tx: Any) -> Any:
+  """Zeros mirroring ``params`` (shape and sharding), each leaf in the dtype ``role`` gives it."""
   def make(x):
     dtype = role.leaf_dtype(x.dtype, tx)
     sharding = getattr(x, "sharding", None)
@@ -165,7 +167,7 @@ def init_from_roles(state_cls: Any, tx: Any, params: Any) -> Any:
     if role.kind == "counter":
       values[name] = jnp.zeros([], COUNTER_DTYPE)
     elif role.kind == "accumulator":
-      values[name] = _zeros(params, role, tx)
+      values[name] = role_zeros(params, role, tx)
     elif role.kind == "scalar":
       values[name] = jnp.zeros([], scalar_stat_dtype(params))
     else:
@@ -176,8 +178,9 @@ def init_from_roles(state_cls: Any, tx: Any, params: Any) -> Any:
 def check_roles(owner: str, tx: Any, state: Any, params: Any) -> None:
   """Raise a ContractError if a fresh ``state`` disagrees with its declared roles.
 
-  Only the record ``init_fn`` returned is checked (inner states are checked by their own
-  transformations); records without roles are not checked.
+  Only a record of the transformation's own ``State`` class is checked: a wrapper that returns its
+  inner transformation's record (``flatten`` builds it on the raveled parameters) is not checked
+  against its own parameters; records without roles are not checked.
   """
   roles = roles_of(type(state))
   if roles is None:

@@ -34,7 +34,7 @@ from .._core._policy import (
     scalar_stat_dtype,
     zero_count,
 )
-from .._core._roles import COUNTER, SCALAR, accumulator
+from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, state_roles
 from .._core._tree import tree_map
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
@@ -49,10 +49,6 @@ __all__ = ["DAdaptAdamWState", "dadapt_adamw"]
 # ``grad_sum`` accumulate ``dlr * g`` with ``d`` starting at ``estim_lr0`` (1e-6), and ``s / sqrt(v)``
 # feeds the estimate of ``d``, so all three are stored in at least float32 (in float16, ``s`` and
 # ``v`` underflow to zero for gradients of 1e-3 and the estimate of ``d`` explodes).
-# Not attached with @state_roles yet: Transformation.init checks a record's roles against its own
-# parameters, so flatten(dadapt_adamw()), whose state is this record built on the raveled
-# parameters, would fail that check. Attach them once the core checks only the records a
-# transformation builds itself.
 _ROLES = dict(
     exp_avg=accumulator(wide=True),
     exp_avg_sq=accumulator(real=True, wide=True),
@@ -63,17 +59,7 @@ _ROLES = dict(
 )
 
 
-def _role_zeros(params: Any, role: Any, tx: Any) -> Any:
-  """Zeros mirroring ``params`` in the dtype ``role`` gives each leaf."""
-  def make(x):
-    dtype = role.leaf_dtype(x.dtype, tx)
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-      return jnp.zeros_like(x, dtype=dtype)  # keeps the parameter's sharding
-    return jnp.zeros(jnp.shape(x), dtype)
-
-  return tree_map(make, params)
-
-
+@state_roles(**_ROLES)
 class DAdaptAdamWState(NamedTuple):
   """State of ``dadapt_adamw`` (Optax's field names).
 
@@ -103,6 +89,7 @@ def _safe_denominator(v: jax.Array, eps: Any) -> jax.Array:
 
 class DAdaptAdamW(Transformation):
   name = "dadapt_adamw"
+  State = DAdaptAdamWState
   learning_rate: Any = hyper_field(1.0)
   betas: Any = hyper_field((0.9, 0.999))
   eps: Any = hyper_field(1e-08)
@@ -112,9 +99,9 @@ class DAdaptAdamW(Transformation):
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)
     return DAdaptAdamWState(
-        exp_avg=_role_zeros(params, _ROLES["exp_avg"], self),
-        exp_avg_sq=_role_zeros(params, _ROLES["exp_avg_sq"], self),
-        grad_sum=_role_zeros(params, _ROLES["grad_sum"], self),
+        exp_avg=role_zeros(params, _ROLES["exp_avg"], self),
+        exp_avg_sq=role_zeros(params, _ROLES["exp_avg_sq"], self),
+        grad_sum=role_zeros(params, _ROLES["grad_sum"], self),
         estim_lr=jnp.asarray(hyper(self.estim_lr0, stat)),
         numerator_weighted=jnp.zeros([], stat),
         count=zero_count(),

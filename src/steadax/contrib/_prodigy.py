@@ -29,7 +29,7 @@ from .._core._policy import (
     scalar_stat_dtype,
     zero_count,
 )
-from .._core._roles import COUNTER, SCALAR, accumulator
+from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, state_roles
 from .._core._tree import copy_like, tree_map
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
@@ -37,11 +37,7 @@ from ..transforms._moments import abs_sq
 __all__ = ["ProdigyState", "prodigy"]
 
 
-# The roles of ProdigyState's fields (the dtype policy, _core/_roles.py). Not attached with
-# @state_roles yet: Transformation.init checks a record's roles against its own parameters, so
-# flatten(prodigy()), whose state is prodigy's record built on the raveled parameters, would fail
-# that check. Attach them (``state_roles(**_ROLES)``) once the core checks only the records a
-# transformation builds itself.
+# The roles of ProdigyState's fields (the dtype policy, _core/_roles.py).
 _ROLES = dict(
     exp_avg=accumulator(wide=True),
     exp_avg_sq=accumulator(real=True, wide=True),
@@ -53,6 +49,7 @@ _ROLES = dict(
 )
 
 
+@state_roles(**_ROLES)
 class ProdigyState(NamedTuple):
   """State of ``prodigy`` (Optax's field names).
 
@@ -77,19 +74,9 @@ def _real_dot(a: jax.Array, b: jax.Array, dtype: Any) -> jax.Array:
   return jnp.sum(jnp.real(prod)).astype(dtype)  # the per-leaf sum, in the statistics dtype
 
 
-def _wide_zeros(params: Any, role: Any, tx: Any) -> Any:
-  """Zeros mirroring ``params`` in the dtype ``role`` gives each leaf."""
-  def make(x):
-    dtype = role.leaf_dtype(x.dtype, tx)
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-      return jnp.zeros_like(x, dtype=dtype)  # keeps the parameter's sharding
-    return jnp.zeros(jnp.shape(x), dtype)
-
-  return tree_map(make, params)
-
-
 class Prodigy(Transformation):
   name = "prodigy"
+  State = ProdigyState
   learning_rate: Any = hyper_field(1.0)
   betas: Any = hyper_field((0.9, 0.999))
   beta3: Any = hyper_field(None)
@@ -103,9 +90,9 @@ class Prodigy(Transformation):
     stat = scalar_stat_dtype(params)
     roles = _ROLES
     return ProdigyState(
-        exp_avg=_wide_zeros(params, roles["exp_avg"], self),
-        exp_avg_sq=_wide_zeros(params, roles["exp_avg_sq"], self),
-        grad_sum=_wide_zeros(params, roles["grad_sum"], self),
+        exp_avg=role_zeros(params, roles["exp_avg"], self),
+        exp_avg_sq=role_zeros(params, roles["exp_avg_sq"], self),
+        grad_sum=role_zeros(params, roles["grad_sum"], self),
         params0=copy_like(params),
         estim_lr=jnp.asarray(hyper(self.estim_lr0, stat)),
         numerator_weighted=jnp.zeros([], stat),
