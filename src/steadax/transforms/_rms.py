@@ -14,21 +14,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_decay, check_nonnegative
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, accumulator, state_roles
+from .._core._tree import tree_map, zeros_like
 from ._moments import abs_sq
 
 __all__ = [
@@ -43,12 +36,14 @@ __all__ = [
 ]
 
 
+@state_roles(nu=accumulator(real=True))
 class ScaleByRmsState(NamedTuple):
   """State of ``scale_by_rms`` without bias correction: the real second moment ``nu``."""
 
   nu: Any
 
 
+@state_roles(count=COUNTER, nu=accumulator(real=True))
 class ScaleByRmsWithCountState(NamedTuple):
   """State of ``scale_by_rms(bias_correction=True)``: the int32 count and ``nu``."""
 
@@ -56,6 +51,7 @@ class ScaleByRmsWithCountState(NamedTuple):
   nu: Any
 
 
+@state_roles(mu=accumulator(), nu=accumulator(real=True))
 class ScaleByRStdDevState(NamedTuple):
   """State of ``scale_by_stddev`` without bias correction: first moment ``mu``, real ``nu``."""
 
@@ -63,6 +59,7 @@ class ScaleByRStdDevState(NamedTuple):
   nu: Any
 
 
+@state_roles(count=COUNTER, mu=accumulator(), nu=accumulator(real=True))
 class ScaleByRStdDevWithCountState(NamedTuple):
   """State of ``scale_by_stddev(bias_correction=True)``: the int32 count, ``mu`` and ``nu``."""
 
@@ -71,6 +68,7 @@ class ScaleByRStdDevWithCountState(NamedTuple):
   nu: Any
 
 
+@state_roles(sum_of_squares=accumulator(real=True))
 class ScaleByRssState(NamedTuple):
   """State of ``scale_by_rss``: the real running sum of squared updates."""
 
@@ -92,17 +90,18 @@ def _inverse_root(v: jax.Array, eps: Any, eps_in_sqrt: bool) -> jax.Array:
   return jnp.reciprocal(jnp.sqrt(v) + eps)
 
 
-def _check_decay_eps(owner: str, decay: Any, eps: Any, initial_scale: Any) -> None:
-  check_range(owner, "decay", decay, 0.0, 1.0)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "initial_scale", initial_scale)
+def _decay_scalars(decay: Any, eps: Any, count: Any, dtype: Any) -> Scalars:
+  """``decay``, ``eps`` and, with a count, the bias correction ``c = 1 - decay**count``."""
+  decay = hyper(decay, dtype)
+  c = None if count is None else 1 - decay ** count.astype(dtype)
+  return Scalars(decay=decay, eps=hyper(eps, dtype), c=c)
 
 
 class ScaleByRms(Transformation):
   name = "scale_by_rms"
-  decay: Any = hyper_field(0.9)
-  eps: Any = hyper_field(1e-08)
-  initial_scale: Any = hyper_field(0.0)
+  decay: Any = hyper_field(0.9, check=check_decay)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  initial_scale: Any = hyper_field(0.0, check=check_nonnegative)
   eps_in_sqrt: bool = static_field(default=True)
   bias_correction: bool = static_field(default=False)
 
@@ -115,25 +114,13 @@ class ScaleByRms(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count) if self.bias_correction else None
 
-    @per_dtype
-    def scalars(rdt):
-      decay = hyper(self.decay, rdt)
-      correction = None
-      if self.bias_correction:
-        correction = np.asarray(1, rdt) - decay ** count.astype(rdt)
-      return decay, np.asarray(1, rdt) - decay, correction, hyper(self.eps, rdt)
+    def leaf(k, g, v):
+      v = k.decay * v + (1 - k.decay) * abs_sq(g)
+      v_hat = v / k.c if self.bias_correction else v
+      return g * _inverse_root(v_hat, k.eps, self.eps_in_sqrt), v
 
-    def leaf(g, v):
-      cdt = compute_dtype(g.dtype, v.dtype)
-      rdt = real_dtype(cdt)
-      decay, one_minus_decay, correction, eps = scalars(rdt)
-      gc = as_compute(g, cdt)
-      v_new = decay * as_compute(v, rdt) + one_minus_decay * abs_sq(gc).astype(rdt)
-      v_hat = v_new / correction if self.bias_correction else v_new
-      scaling = _inverse_root(v_hat, eps, self.eps_in_sqrt)
-      return (gc * scaling.astype(cdt)).astype(g.dtype), v_new.astype(v.dtype)
-
-    out, nu = tree_map_n(leaf, 2, updates, state.nu)
+    scalars = lambda dt: _decay_scalars(self.decay, self.eps, count, dt)
+    out, nu = self.leafwise(leaf, updates, state.nu, params=params, scalars=scalars)
     if self.bias_correction:
       return out, ScaleByRmsWithCountState(count=count, nu=nu)
     return out, ScaleByRmsState(nu=nu)
@@ -174,15 +161,14 @@ def scale_by_rms(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
     Array([2.], dtype=float32)
   """
-  _check_decay_eps("scale_by_rms", decay, eps, initial_scale)
   return ScaleByRms(decay, eps, initial_scale, eps_in_sqrt=eps_in_sqrt, bias_correction=bias_correction)
 
 
 class ScaleByStddev(Transformation):
   name = "scale_by_stddev"
-  decay: Any = hyper_field(0.9)
-  eps: Any = hyper_field(1e-08)
-  initial_scale: Any = hyper_field(0.0)
+  decay: Any = hyper_field(0.9, check=check_decay)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  initial_scale: Any = hyper_field(0.0, check=check_nonnegative)
   eps_in_sqrt: bool = static_field(default=True)
   bias_correction: bool = static_field(default=False)
 
@@ -196,31 +182,16 @@ class ScaleByStddev(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count) if self.bias_correction else None
 
-    @per_dtype
-    def scalars(rdt):
-      decay = hyper(self.decay, rdt)
-      correction = None
-      if self.bias_correction:
-        correction = np.asarray(1, rdt) - decay ** count.astype(rdt)
-      return decay, np.asarray(1, rdt) - decay, correction, hyper(self.eps, rdt)
-
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype, v.dtype)
-      rdt = real_dtype(cdt)
-      decay, one_minus_decay, correction, eps = scalars(rdt)
-      gc = as_compute(g, cdt)
-      m_new = decay.astype(cdt) * as_compute(m, cdt) + one_minus_decay.astype(cdt) * gc
-      v_new = decay * as_compute(v, rdt) + one_minus_decay * abs_sq(gc).astype(rdt)
-      if self.bias_correction:
-        m_hat, v_hat = m_new / correction.astype(cdt), v_new / correction
-      else:
-        m_hat, v_hat = m_new, v_new
+    def leaf(k, g, m, v):
+      m = k.decay * m + (1 - k.decay) * g
+      v = k.decay * v + (1 - k.decay) * abs_sq(g)
+      m_hat, v_hat = (m / k.c, v / k.c) if self.bias_correction else (m, v)
       # A variance: clamp the rounding error of low-precision moments that could make it negative.
-      variance = jnp.maximum(v_hat - abs_sq(m_hat).astype(rdt), np.asarray(0, rdt))
-      scaling = _inverse_root(variance, eps, self.eps_in_sqrt)
-      return (gc * scaling.astype(cdt)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+      variance = jnp.maximum(v_hat - abs_sq(m_hat), 0)
+      return g * _inverse_root(variance, k.eps, self.eps_in_sqrt), m, v
 
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    scalars = lambda dt: _decay_scalars(self.decay, self.eps, count, dt)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     if self.bias_correction:
       return out, ScaleByRStdDevWithCountState(count=count, mu=mu, nu=nu)
     return out, ScaleByRStdDevState(mu=mu, nu=nu)
@@ -260,31 +231,25 @@ def scale_by_stddev(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]
     Array([2.], dtype=float32)
   """
-  _check_decay_eps("scale_by_stddev", decay, eps, initial_scale)
   return ScaleByStddev(decay, eps, initial_scale, eps_in_sqrt=eps_in_sqrt, bias_correction=bias_correction)
 
 
 class ScaleByRss(Transformation):
   name = "scale_by_rss"
-  initial_accumulator_value: Any = hyper_field(0.1)
-  eps: Any = hyper_field(1e-07)
+  initial_accumulator_value: Any = hyper_field(0.1, check=check_nonnegative)
+  eps: Any = hyper_field(1e-07, check=check_nonnegative)
 
   def init_fn(self, params):
     return ScaleByRssState(sum_of_squares=filled_like(params, self.initial_accumulator_value, real=True))
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    epsilons = per_dtype(lambda rdt: hyper(self.eps, rdt))
-
-    def leaf(g, s):
-      cdt = compute_dtype(g.dtype, s.dtype)
-      rdt = real_dtype(cdt)
-      gc = as_compute(g, cdt)
-      s_new = as_compute(s, rdt) + abs_sq(gc).astype(rdt)
+    def leaf(k, g, s):
+      s = s + abs_sq(g)
       # A zero sum means the update is zero too: leave it at zero instead of dividing by sqrt(eps).
-      scaling = jnp.where(s_new > 0, jax.lax.rsqrt(s_new + epsilons(rdt)), np.asarray(0, rdt))
-      return (gc * scaling.astype(cdt)).astype(g.dtype), s_new.astype(s.dtype)
+      return g * jnp.where(s > 0, jax.lax.rsqrt(s + k.eps), 0), s
 
-    out, sums = tree_map_n(leaf, 2, updates, state.sum_of_squares)
+    scalars = lambda dt: Scalars(eps=hyper(self.eps, dt))
+    out, sums = self.leafwise(leaf, updates, state.sum_of_squares, params=params, scalars=scalars)
     return out, ScaleByRssState(sum_of_squares=sums)
 
 
@@ -311,6 +276,4 @@ def scale_by_rss(initial_accumulator_value: Any = 0.1, eps: Any = 1e-7) -> Trans
     >>> tx.update(jnp.array([3.0, -4.0]), tx.init(jnp.zeros(2)))[0]
     Array([ 1., -1.], dtype=float32)
   """
-  check_nonnegative("scale_by_rss", "initial_accumulator_value", initial_accumulator_value)
-  check_nonnegative("scale_by_rss", "eps", eps)
   return ScaleByRss(initial_accumulator_value, eps)
