@@ -9,6 +9,8 @@ import jax.numpy as jnp
 
 from .._core._base import EmptyState, Transformation
 from .._core._module import hyper_field, static_field
+from .._core._leafwise import Scalars
+from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._policy import (
     accumulator_dtype,
     as_compute,
@@ -20,7 +22,6 @@ from .._core._policy import (
 )
 from .._core._tree import tree_map, tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
-from ._moments import bias_correction, moment_step
 
 __all__ = [
     "ScaleState",
@@ -53,6 +54,7 @@ class TraceState(NamedTuple):
   trace: Any
 
 
+@state_roles(count=COUNTER, ema=accumulator("accumulator_dtype"))
 class EmaState(NamedTuple):
   """State of ``ema``: the int32 count and the running average."""
 
@@ -253,16 +255,20 @@ class Ema(Transformation):
   debias: bool = static_field(default=True)
   accumulator_dtype: Any = static_field(default=None)
 
-  def init_fn(self, params):
-    return EmaState(count=zero_count(), ema=zeros_like(params, self.accumulator_dtype))
+  State = EmaState
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    new_ema = tree_map(lambda g, e: moment_step(g, e, self.decay, 1), updates, state.ema)
-    if self.debias:
-      out = bias_correction(new_ema, self.decay, count)
-    else:
-      out = new_ema
+
+    def leaf(k, g, e):
+      e = k.decay * e + (1 - k.decay) * g
+      return (e / k.correction if self.debias else e), e
+
+    def scalars(dt):
+      decay = hyper(self.decay, dt)
+      return Scalars(decay=decay, correction=1 - decay ** count.astype(dt))
+
+    out, new_ema = self.leafwise(leaf, updates, state.ema, params=params, scalars=scalars)
     return out, EmaState(count=count, ema=new_ema)
 
 
