@@ -63,8 +63,7 @@ def weak(value: Any, dtype: Any) -> Any:
     dtype: a real floating dtype (the compute dtype's real part).
 
   Returns:
-    A weakly typed JAX scalar (or a Python float when ``_convert`` is unavailable and the value is
-    concrete).
+    A weakly typed JAX scalar.
 
   Example:
     >>> import jax.numpy as jnp
