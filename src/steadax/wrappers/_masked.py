@@ -15,6 +15,7 @@ import jax
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
+from .._core._state_tree import ParamsMarker
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
 
@@ -115,9 +116,7 @@ def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
 
 def is_params_marker(params: Any) -> bool:
   """Whether ``params`` is the leafless stand-in ``tree_map_params`` initialises states with."""
-  from ..tree._state import _ParamsMarker  # imported on use: steadax.tree imports transforms
-
-  return isinstance(params, _ParamsMarker)
+  return isinstance(params, ParamsMarker)
 
 
 def _apply_mask(owner: str, tree: Any, mask: Any) -> Any:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._policy import key_path_str
+from .._core._state_tree import tree_get_all_with_path, tree_set
 from ._partition import PartitionState
 
 __all__ = ["reset_partition_state", "state_get", "state_set"]
@@ -99,8 +100,6 @@ def _in_partition(path: tuple, label: Any) -> bool:
 
 
 def _matches(state: Any, name: Any, label: Any) -> list[tuple[tuple, Any]]:
-  from ..tree._state import tree_get_all_with_path  # steadax.tree sits above this module
-
   found = tree_get_all_with_path(state, name)
   if label is not None:
     found = [(p, v) for p, v in found if _in_partition(p, label)]
@@ -211,8 +210,6 @@ def state_set(state: Any, name: str, value: Any, *, label: Any = None) -> Any:
     >>> steadax.state_get(state, "learning_rate", label="*")
     Array(0.5, dtype=float32)
   """
-  from ..tree._state import tree_set  # steadax.tree sits above this module
-
   found = _matches(state, name, label)
   if not found:
     raise KeyError(f"state_set: no entry is named {name!r}{_where(label)}.")
