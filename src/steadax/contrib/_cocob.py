@@ -23,16 +23,20 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
-from .._core._tree import copy_like, tree_map, tree_map_n, zeros_like
+from .._core._leafwise import Scalars
+from .._core._module import hyper_field
+from .._core._policy import hyper, real_dtype
+from .._core._roles import OTHER, accumulator, state_roles
+from .._core._tree import copy_like, tree_map, zeros_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
-from .._core._module import hyper_field
 
 __all__ = ["COCOBState", "scale_by_cocob", "cocob"]
 
 
+@state_roles(init_particles=OTHER, cumulative_gradients=accumulator(), scale=accumulator(real=True),
+             subgradients=accumulator(real=True), reward=accumulator(real=True))
 class COCOBState(NamedTuple):
   """State of ``scale_by_cocob`` (Optax's field names), one leaf per parameter in each field.
 
@@ -53,10 +57,12 @@ class COCOBState(NamedTuple):
 
 class ScaleByCOCOB(Transformation):
   name = "scale_by_cocob"
-  alpha: Any = hyper_field(100.0)
-  eps: Any = hyper_field(1e-08)
+  State = COCOBState
+  alpha: Any = hyper_field(100.0, check=check_positive)
+  eps: Any = hyper_field(1e-08, check=check_positive)
 
   def init_fn(self, params):
+    # L starts at eps and x_0 is a copy of the parameters: built here, checked against the roles.
     def scale(x):
       dtype = real_dtype(x.dtype)
       return jnp.full(jnp.shape(x), hyper(self.eps, dtype), dtype)
@@ -72,32 +78,26 @@ class ScaleByCOCOB(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     if params is None:
       raise ValueError("scale_by_cocob: `params` must be passed to update().")
-    alphas = per_dtype(lambda rdt: hyper(self.alpha, rdt))
 
-    def leaf(g, p, x0, theta, big_l, big_g, reward):
-      cdt = compute_dtype(g.dtype, p.dtype, x0.dtype)
-      rdt = real_dtype(cdt)
-      gc = as_compute(g, cdt)
-      moved = as_compute(p, cdt) - as_compute(x0, cdt)
-      magnitude = jnp.abs(gc).astype(rdt)
-      l_new = jnp.maximum(as_compute(big_l, rdt), magnitude)
-      g_new = as_compute(big_g, rdt) + magnitude
-      gain = jnp.real(gc) * jnp.real(moved) + jnp.imag(gc) * jnp.imag(moved) if jnp.iscomplexobj(gc) \
-          else gc * moved
-      r_new = jnp.maximum(as_compute(reward, rdt) - gain.astype(rdt), jnp.zeros((), rdt))
-      theta_new = as_compute(theta, cdt) - gc
+    def leaf(k, g, theta, big_l, big_g, reward, x, x0):
+      # Algorithm 2: L = max(L, |g|), G = G + |g|, R = max(R - <g, x - x_0>, 0), θ = θ - g.
+      moved = x - x0
+      magnitude = jnp.abs(g)
+      big_l = jnp.maximum(big_l, magnitude)
+      big_g = big_g + magnitude
+      gain = jnp.real(g) * jnp.real(moved) + jnp.imag(g) * jnp.imag(moved) if jnp.iscomplexobj(g) \
+          else g * moved
+      reward = jnp.maximum(reward - gain, 0)
+      theta = theta - g
       # L = 0 only when every gradient so far was 0 (eps underflowed in float16): then θ = 0, no bet.
-      seen = l_new > 0
-      safe_l = jnp.where(seen, l_new, jnp.ones((), rdt))
-      bet = jnp.where(seen, (l_new + r_new) / (safe_l * jnp.maximum(g_new + safe_l, alphas(rdt) * safe_l)),
-                      jnp.zeros((), rdt))
-      step = theta_new * bet.astype(cdt) - moved
-      return (step.astype(p.dtype), theta_new.astype(theta.dtype), l_new.astype(big_l.dtype),
-              g_new.astype(big_g.dtype), r_new.astype(reward.dtype))
+      seen = big_l > 0
+      safe_l = jnp.where(seen, big_l, 1)
+      bet = jnp.where(seen, (big_l + reward) / (safe_l * jnp.maximum(big_g + safe_l, k.alpha * safe_l)), 0)
+      return theta * bet - moved, theta, big_l, big_g, reward
 
-    out, theta, big_l, big_g, reward = tree_map_n(
-        leaf, 5, updates, params, state.init_particles, state.cumulative_gradients, state.scale,
-        state.subgradients, state.reward)
+    out, theta, big_l, big_g, reward = self.leafwise(
+        leaf, updates, state.cumulative_gradients, state.scale, state.subgradients, state.reward,
+        params=params, reads=(params, state.init_particles), scalars=lambda dt: Scalars(alpha=hyper(self.alpha, dt)))
     return out, COCOBState(state.init_particles, theta, big_l, big_g, reward)
 
 
@@ -122,8 +122,6 @@ def scale_by_cocob(alpha: Any = 100.0, eps: Any = 1e-8) -> Transformation:
     >>> tx.update(jnp.array([1.0]), tx.init(p), p)[0]  # θ = -1, L = 1, G = 1: -1 / 2
     Array([-0.5], dtype=float32)
   """
-  check_positive("scale_by_cocob", "alpha", alpha)
-  check_positive("scale_by_cocob", "eps", eps)
   return ScaleByCOCOB(alpha, eps)
 
 
@@ -159,6 +157,7 @@ def cocob(
     >>> updates["w"].dtype, updates["b"].dtype
     (dtype(bfloat16), dtype('float32'))
   """
+  # Checked here too, so the messages name the factory (the class's name scale_by_cocob).
   check_schedule_or_scalar("cocob", "learning_rate", learning_rate)
   check_nonnegative("cocob", "weight_decay", weight_decay)
   check_positive("cocob", "alpha", alpha)

@@ -26,19 +26,22 @@ import jax.numpy as jnp
 from .._core._base import Transformation, identity
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._combine import chain
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, scalar_stat_dtype
-from .._core._tree import copy_like, tree_map, tree_map_n
+from .._core._policy import hyper, scalar_stat_dtype
+from .._core._roles import OTHER, SCALAR, state_roles
+from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
-from ._reductions import sq_norm, sum_scalars
+from ._reductions import sq_norm, tree_reduce
 
 __all__ = ["DoGState", "DoWGState", "scale_by_dog", "scale_by_dowg", "dog", "dowg"]
 
 _INIT_STEP_TYPES = ("distance", "learning_rate", "heuristic")
 
 
+@state_roles(is_init_step=OTHER, init_params=OTHER, max_dist=SCALAR, sum_sq_norm_grads=SCALAR)
 class DoGState(NamedTuple):
   """State of ``scale_by_dog`` (Optax's field names).
 
@@ -55,6 +58,7 @@ class DoGState(NamedTuple):
   sum_sq_norm_grads: jax.Array
 
 
+@state_roles(init_params=OTHER, weighted_sq_norm_grads=SCALAR, estim_sq_dist=SCALAR)
 class DoWGState(NamedTuple):
   """State of ``scale_by_dowg`` (Optax's field names).
 
@@ -70,42 +74,39 @@ class DoWGState(NamedTuple):
 
 
 def _distance_and_grad_norms(owner, updates, init_params, params, stat):
-  """``(||x - x_0||^2, ||g||^2)`` over the whole tree, each leaf in its compute dtype."""
+  """``(||x - x_0||^2, ||g||^2)`` over the whole tree, each leaf in its compute dtype, summed in
+  the statistics dtype ``stat``."""
   if params is None:
     raise ValueError(f"{owner}: `params` must be passed to update() (the distance needs them).")
-
-  def leaf(g, x0, p):
-    cdt = compute_dtype(g.dtype, x0.dtype, p.dtype)
-    diff = as_compute(x0, cdt) - as_compute(p, cdt)
-    return sq_norm(diff).astype(stat), sq_norm(as_compute(g, cdt)).astype(stat)
-
-  sq_dists, sq_grads = tree_map_n(leaf, 2, updates, init_params, params)
-  return sum_scalars(sq_dists, stat), sum_scalars(sq_grads, stat)
+  sq_dist = tree_reduce(lambda k, g, x0, p: sq_norm(x0 - p), stat, updates, init_params, params)
+  sq_grad = tree_reduce(lambda k, g, x0, p: sq_norm(g), stat, updates, init_params, params)
+  return sq_dist, sq_grad
 
 
-def _scale(updates, factor):
-  factors = per_dtype(lambda cdt: factor.astype(cdt))
-
-  def leaf(g):
-    cdt = compute_dtype(g.dtype)
-    return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
-
-  return tree_map(leaf, updates)
+def _scale(tx, updates, params, step):
+  """``step * g`` leaf by leaf (``step``: the step size, a scalar in the statistics dtype)."""
+  return tx.leafwise(lambda k, g: k.step * g, updates, params=params,
+                     scalars=lambda dt: Scalars(step=step))[0]
 
 
 class ScaleByDoG(Transformation):
   name = "scale_by_dog"
-  init_step_value: Any = hyper_field(1e-06)
-  eps: Any = hyper_field(1e-08)
+  State = DoGState
+  init_step_value: Any = hyper_field(1e-06, check=check_positive)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
   init_step_type: str = static_field(default="heuristic")
+
+  def __post_init__(self):
+    if self.init_step_type not in _INIT_STEP_TYPES:
+      raise ValueError(
+          f"{self.name}: init_step[0] must be one of {_INIT_STEP_TYPES}, got {self.init_step_type!r}.")
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)
     if self.init_step_type == "distance":
       r_eps = jnp.asarray(hyper(self.init_step_value, stat))
     elif self.init_step_type == "heuristic":
-      sq = sum_scalars(tree_map(lambda x: sq_norm(as_compute(x, compute_dtype(x.dtype))).astype(stat),
-                                params), stat)
+      sq = tree_reduce(lambda k, x: sq_norm(x), stat, params)
       r_eps = hyper(self.init_step_value, stat) * (1 + jnp.sqrt(sq))
     else:
       r_eps = jnp.zeros([], stat)
@@ -124,7 +125,7 @@ class ScaleByDoG(Transformation):
     step = max_dist / jnp.sqrt(sum_sq + hyper(self.eps, stat))
     if self.init_step_type == "learning_rate":
       step = jnp.where(state.is_init_step, hyper(self.init_step_value, stat), step)
-    return _scale(updates, step), DoGState(
+    return _scale(self, updates, params, step), DoGState(
         is_init_step=jnp.zeros_like(state.is_init_step),
         init_params=state.init_params,
         max_dist=max_dist,
@@ -134,8 +135,14 @@ class ScaleByDoG(Transformation):
 
 class ScaleByDoWG(Transformation):
   name = "scale_by_dowg"
-  init_estim_sq_dist: Any = hyper_field(None)
-  eps: Any = hyper_field(0.0001)
+  State = DoWGState
+  init_estim_sq_dist: Any = hyper_field(None, check=check_positive)
+  eps: Any = hyper_field(0.0001, check=check_nonnegative)
+
+  def __post_init__(self):
+    if self.init_estim_sq_dist is None:
+      # eps is then the initial squared distance too: it must be positive.
+      check_positive(self.name, "eps (the default initial squared distance)", self.eps)
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)
@@ -152,7 +159,7 @@ class ScaleByDoWG(Transformation):
     estim_sq_dist = jnp.maximum(state.estim_sq_dist, sq_dist)
     weighted = state.weighted_sq_norm_grads + estim_sq_dist * sq_grad
     step = estim_sq_dist / (jnp.sqrt(weighted) + hyper(self.eps, stat))
-    return _scale(updates, step), DoWGState(
+    return _scale(self, updates, params, step), DoWGState(
         init_params=state.init_params, weighted_sq_norm_grads=weighted, estim_sq_dist=estim_sq_dist)
 
 
@@ -190,7 +197,6 @@ def scale_by_dog(init_step: tuple[str, Any], eps: Any = 1e-8) -> Transformation:
     Array([0.3, 0.4], dtype=float32)
   """
   kind, value = _check_init_step("scale_by_dog", init_step)
-  check_nonnegative("scale_by_dog", "eps", eps)
   return ScaleByDoG(value, eps, init_step_type=kind)
 
 
@@ -215,11 +221,6 @@ def scale_by_dowg(init_estim_sq_dist: Any = None, eps: Any = 1e-4) -> Transforma
     >>> tx.update(p, tx.init(p), p)[0]  # 1 / ||g|| * g
     Array([0.6, 0.8], dtype=float32)
   """
-  if init_estim_sq_dist is not None:
-    check_positive("scale_by_dowg", "init_estim_sq_dist", init_estim_sq_dist)
-    check_nonnegative("scale_by_dowg", "eps", eps)
-  else:
-    check_positive("scale_by_dowg", "eps (the default initial squared distance)", eps)
   return ScaleByDoWG(init_estim_sq_dist, eps)
 
 
@@ -269,7 +270,7 @@ def dog(
     (dtype(bfloat16), dtype('float32'))
   """
   kind, value = _check_init_step("dog", init_step)
-  check_nonnegative("dog", "eps", eps)
+  check_nonnegative("dog", "eps", eps)  # named after the factory (the class check says scale_by_dog)
   return _with_decay("dog", weight_decay, mask, ScaleByDoG(value, eps, init_step_type=kind), learning_rate)
 
 

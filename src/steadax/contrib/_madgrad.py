@@ -18,22 +18,24 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._checks import check_decay, check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from .._core._tree import copy_like, tree_map_n, zeros_like
+from .._core._leafwise import Scalars
+from .._core._module import hyper_field
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, state_roles
+from .._core._tree import copy_like, zeros_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
-from .._core._module import hyper_field
 
 __all__ = ["MadgradState", "scale_by_madgrad", "madgrad"]
 
 
+@state_roles(count=COUNTER, grad_sum_sq=accumulator(real=True), s=accumulator(), x0=OTHER)
 class MadgradState(NamedTuple):
   """State of ``scale_by_madgrad`` (Optax's field names).
 
@@ -52,11 +54,13 @@ class MadgradState(NamedTuple):
 
 class ScaleByMadgrad(Transformation):
   name = "scale_by_madgrad"
-  learning_rate: Any = hyper_field()
-  momentum: Any = hyper_field(0.9)
-  eps: Any = hyper_field(1e-06)
+  State = MadgradState
+  learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
+  momentum: Any = hyper_field(0.9, check=check_decay)
+  eps: Any = hyper_field(1e-06, check=check_nonnegative)
 
   def init_fn(self, params):
+    # x0 is a copy of the parameters (not zeros), so the state is built here; the roles check it.
     return MadgradState(count=zero_count(), grad_sum_sq=zeros_like(params, real=True), s=zeros_like(params),
                         x0=copy_like(params))
 
@@ -65,27 +69,21 @@ class ScaleByMadgrad(Transformation):
       raise ValueError("scale_by_madgrad: `params` must be passed to update() (the step is x_{k+1} - x_k).")
     lr = value_at(self.learning_rate, state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      eps = hyper(self.eps, rdt)
-      lamb = (hyper(lr, rdt) + eps) * jnp.sqrt(state.count.astype(rdt) + np.asarray(1, rdt))
-      c = hyper(self.momentum, cdt)
-      return dict(lamb=lamb, eps=eps, c=c, one_minus_c=hyper(1 - self.momentum, cdt))
+    def scalars(dt):
+      eps = hyper(self.eps, dt)
+      # λ_k = (lr + eps) sqrt(k + 1), with k the number of previous steps (Algorithm 1).
+      lamb = (hyper(lr, dt) + eps) * jnp.sqrt(state.count.astype(dt) + 1)
+      return Scalars(lamb=lamb, eps=eps, c=hyper(self.momentum, dt), one_minus_c=hyper(1 - self.momentum, dt))
 
-    def leaf(g, v, s, x0, p):
-      cdt = compute_dtype(g.dtype, s.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      v_new = as_compute(v, rdt) + k["lamb"] * abs_sq(gc).astype(rdt)
-      s_new = as_compute(s, cdt) + k["lamb"].astype(cdt) * gc
-      z = as_compute(x0, cdt) - s_new / (jnp.cbrt(v_new) + k["eps"]).astype(cdt)
-      pc = as_compute(p, cdt)
-      x_new = k["one_minus_c"] * z + k["c"] * pc
-      return (x_new - pc).astype(p.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
+    def leaf(k, g, v, s, x0, x):
+      v = v + k.lamb * abs_sq(g)
+      s = s + k.lamb * g
+      z = x0 - s / (jnp.cbrt(v) + k.eps)
+      x_new = k.one_minus_c * z + k.c * x
+      return x_new - x, v, s
 
-    out, grad_sum_sq, s = tree_map_n(leaf, 3, updates, state.grad_sum_sq, state.s, state.x0, params)
+    out, grad_sum_sq, s = self.leafwise(leaf, updates, state.grad_sum_sq, state.s, params=params,
+                                        reads=(state.x0, params), scalars=scalars)
     return out, MadgradState(count=safe_increment(state.count), grad_sum_sq=grad_sum_sq, s=s, x0=state.x0)
 
 
@@ -117,7 +115,6 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, eps
     >>> tx.update(jnp.array([8.0]), tx.init(p), p)[0]  # x0 - 8 / 64^(1/3) - x
     Array([-2.], dtype=float32)
   """
-  _check("scale_by_madgrad", learning_rate, momentum, eps)
   return ScaleByMadgrad(learning_rate, momentum, eps)
 
 
@@ -149,6 +146,6 @@ def madgrad(
     >>> state[1].grad_sum_sq["w"].dtype, state[1].s["w"].dtype
     (dtype('float32'), dtype('complex64'))
   """
-  _check("madgrad", learning_rate, momentum, eps)
+  _check("madgrad", learning_rate, momentum, eps)  # named after the factory (the class says scale_by_madgrad)
   check_nonnegative("madgrad", "weight_decay", weight_decay)
   return chain(add_decayed_weights(weight_decay), ScaleByMadgrad(learning_rate, momentum, eps))
