@@ -27,22 +27,15 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, SCALAR, accumulator, state_roles
+from .._core._tree import zeros_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
-from ._reductions import real_inner, scalar_value, sq_norm, sum_scalars
+from ._reductions import real_inner, scalar_value, sq_norm, tree_reduce
 
 __all__ = ["MomoState", "MomoAdamState", "momo", "momo_adam"]
 
@@ -50,6 +43,7 @@ __all__ = ["MomoState", "MomoAdamState", "momo", "momo_adam"]
 _FLAT = float(np.finfo(np.float64).eps)
 
 
+@state_roles(exp_avg=accumulator(), barf=SCALAR, gamma=SCALAR, lb=SCALAR, count=COUNTER)
 class MomoState(NamedTuple):
   """State of ``momo`` (Optax's field names).
 
@@ -68,6 +62,8 @@ class MomoState(NamedTuple):
   count: jax.Array
 
 
+@state_roles(exp_avg=accumulator(), exp_avg_sq=accumulator(real=True), barf=SCALAR, gamma=SCALAR,
+             lb=SCALAR, count=COUNTER)
 class MomoAdamState(NamedTuple):
   """State of ``momo_adam`` (Optax's field names): ``MomoState`` plus the second moment.
 
@@ -111,15 +107,35 @@ def _polyak_step(learning_rate, weight_decay, lower_bound, adapt, count, barf, g
   return tau, (alpha * hyper(weight_decay, stat)) / one_plus, new_lb
 
 
+def _check_decay_open(owner: str, name: str, value: Any) -> None:
+  """A decay of the averages lies in [0, 1)."""
+  check_range(owner, name, value, 0.0, 1.0, high_open=True)
+
+
+def _check_lower_bound(owner: str, name: str, lower_bound: Any) -> None:
+  if lower_bound is None or callable(lower_bound):
+    raise TypeError(
+        f"{owner}: {name} must be a number (a lower bound of the loss), got {lower_bound!r}.")
+  # A real finite scalar; reuse the learning-rate check for shape and finiteness.
+  check_schedule_or_scalar(owner, name, lower_bound)
+
+
+def _momentum(k: Scalars, g: jax.Array, m: jax.Array) -> jax.Array:
+  """MoMo's gradient average ``d = β d + (1 - β) g`` (Algorithm 1)."""
+  return k.b * m + k.one_minus_b * g
+
+
 class Momo(Transformation):
   name = "momo"
-  learning_rate: Any = hyper_field(1.0)
-  beta: Any = hyper_field(0.9)
-  lower_bound: Any = hyper_field(0.0)
-  weight_decay: Any = hyper_field(0.0)
+  State = MomoState
+  learning_rate: Any = hyper_field(1.0, check=check_schedule_or_scalar)
+  beta: Any = hyper_field(0.9, check=_check_decay_open)
+  lower_bound: Any = hyper_field(0.0, check=_check_lower_bound)
+  weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   adapt_lower_bound: bool = static_field(default=False)
 
   def init_fn(self, params):
+    # lb starts at lower_bound (not zero): built here, checked against the roles.
     stat = scalar_stat_dtype(params)
     return MomoState(exp_avg=zeros_like(params), barf=jnp.zeros([], stat), gamma=jnp.zeros([], stat),
                      lb=jnp.asarray(hyper(self.lower_bound, stat)), count=zero_count())
@@ -132,45 +148,54 @@ class Momo(Transformation):
     # The first step initialises the averages with the first loss and gradient.
     beta = jnp.where(state.count == 0, np.zeros((), stat), hyper(self.beta, stat))
     barf = beta * state.barf + (1 - beta) * value
-    coefficients = per_dtype(lambda cdt: (beta.astype(cdt), (1 - beta).astype(cdt)))
+    moment_scalars = lambda dt: Scalars(b=beta, one_minus_b=1 - beta)  # noqa: E731
 
-    def moments(g, m, p):
-      cdt = compute_dtype(g.dtype, m.dtype, p.dtype)
-      b, one_minus_b = coefficients(cdt)
-      gc, pc = as_compute(g, cdt), as_compute(p, cdt)
-      m_new = b * as_compute(m, cdt) + one_minus_b * gc
-      return (m_new.astype(m.dtype), real_inner(gc, pc).astype(stat), sq_norm(m_new).astype(stat),
-              real_inner(m_new, pc).astype(stat))
-
-    exp_avg, g_dot_p, m_sq, m_dot_p = tree_map_n(moments, 4, updates, state.exp_avg, params)
-    gamma = beta * state.gamma + (1 - beta) * sum_scalars(g_dot_p, stat)
+    # Whole-tree reductions with the new average d (recomputed in the compute dtype, before it is
+    # rounded to the stored dtype), summed in the statistics dtype.
+    trees = (updates, state.exp_avg, params)
+    g_dot_p = tree_reduce(lambda k, g, m, p: real_inner(g, p), stat, *trees, scalars=moment_scalars)
+    m_sq = tree_reduce(lambda k, g, m, p: sq_norm(_momentum(k, g, m)), stat, *trees, scalars=moment_scalars)
+    m_dot_p = tree_reduce(lambda k, g, m, p: real_inner(_momentum(k, g, m), p), stat, *trees,
+                          scalars=moment_scalars)
+    gamma = beta * state.gamma + (1 - beta) * g_dot_p
     tau, decay, lb = _polyak_step(
         self.learning_rate, self.weight_decay, self.lower_bound, self.adapt_lower_bound,
-        state.count, barf, gamma, sum_scalars(m_dot_p, stat), sum_scalars(m_sq, stat), state.lb,
-        np.ones((), stat))
-    factors = per_dtype(lambda cdt: (tau.astype(cdt), decay.astype(cdt)))
+        state.count, barf, gamma, m_dot_p, m_sq, state.lb, np.ones((), stat))
 
-    def step(m, p):
-      cdt = compute_dtype(m.dtype, p.dtype)
-      t, wd = factors(cdt)
-      return (-wd * as_compute(p, cdt) - t * as_compute(m, cdt)).astype(p.dtype)
+    def leaf(k, g, m, p):
+      m = _momentum(k, g, m)
+      # x' = (x - τ d) / (1 + λα), written as an update (Eq. 9).
+      return -k.wd * p - k.tau * m, m
 
-    out = tree_map(step, exp_avg, params)
+    out, exp_avg = self.leafwise(leaf, updates, state.exp_avg, params=params, reads=(params,),
+                                 scalars=lambda dt: Scalars(b=beta, one_minus_b=1 - beta, tau=tau, wd=decay))
     return out, MomoState(exp_avg=exp_avg, barf=barf, gamma=gamma, lb=lb,
                           count=safe_increment(state.count))
 
 
+def _adam_moments(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Adam's moments (Algorithm 3): ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) |g|^2``."""
+  return k.b1 * m + k.one_minus_b1 * g, k.b2 * v + k.one_minus_b2 * abs_sq(g)
+
+
+def _precondition(k: Scalars, v: jax.Array) -> jax.Array:
+  """The diagonal ``D = eps + sqrt(v / (1 - b2^t))``."""
+  return k.eps + jnp.sqrt(v / k.bc2)
+
+
 class MomoAdam(Transformation):
   name = "momo_adam"
-  learning_rate: Any = hyper_field(0.01)
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-  lower_bound: Any = hyper_field(0.0)
-  weight_decay: Any = hyper_field(0.0)
+  State = MomoAdamState
+  learning_rate: Any = hyper_field(0.01, check=check_schedule_or_scalar)
+  b1: Any = hyper_field(0.9, check=_check_decay_open)
+  b2: Any = hyper_field(0.999, check=_check_decay_open)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  lower_bound: Any = hyper_field(0.0, check=_check_lower_bound)
+  weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   adapt_lower_bound: bool = static_field(default=False)
 
   def init_fn(self, params):
+    # lb starts at lower_bound (not zero): built here, checked against the roles.
     stat = scalar_stat_dtype(params)
     return MomoAdamState(
         exp_avg=zeros_like(params), exp_avg_sq=zeros_like(params, real=True),
@@ -183,57 +208,41 @@ class MomoAdam(Transformation):
     stat = state.barf.dtype
     value = scalar_value(self.name, extra_args.get("value"), stat)
     count = safe_increment(state.count)
-    k = count.astype(stat)
+    t = count.astype(stat)
     b1, b2 = hyper(self.b1, stat), hyper(self.b2, stat)
     barf = b1 * state.barf + (1 - b1) * value
-    bc1, bc2 = 1 - b1**k, 1 - b2**k
+    bc1, bc2 = 1 - b1**t, 1 - b2**t
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      return dict(b1=hyper(self.b1, cdt), one_minus_b1=(1 - b1).astype(cdt), b2=hyper(self.b2, rdt),
-                  one_minus_b2=(1 - b2).astype(rdt), bc2=bc2.astype(rdt), eps=hyper(self.eps, rdt))
+    def scalars(dt, **more):
+      return Scalars(b1=b1, one_minus_b1=1 - b1, b2=b2, one_minus_b2=1 - b2, bc2=bc2,
+                     eps=hyper(self.eps, dt), **more)
 
-    def precondition(v, c):
-      return c["eps"] + jnp.sqrt(v / c["bc2"])
+    # Whole-tree reductions with the new moments (in the compute dtype, before rounding to the
+    # stored dtype), summed in the statistics dtype.
+    trees = (updates, state.exp_avg, state.exp_avg_sq, params)
 
-    def moments(g, m, v, p):
-      cdt = compute_dtype(g.dtype, m.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      c = scalars(cdt)
-      gc, pc = as_compute(g, cdt), as_compute(p, cdt)
-      m_new = c["b1"] * as_compute(m, cdt) + c["one_minus_b1"] * gc
-      v_new = c["b2"] * as_compute(v, rdt) + c["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      weighted_sq = jnp.sum(abs_sq(m_new) / precondition(v_new, c))
-      return (m_new.astype(m.dtype), v_new.astype(v.dtype), real_inner(gc, pc).astype(stat),
-              weighted_sq.astype(stat), real_inner(m_new, pc).astype(stat))
+    def weighted_sq(k, g, m, v, p):
+      m, v = _adam_moments(k, g, m, v)
+      return jnp.sum(abs_sq(m) / _precondition(k, v))
 
-    exp_avg, exp_avg_sq, g_dot_p, m_sq, m_dot_p = tree_map_n(
-        moments, 5, updates, state.exp_avg, state.exp_avg_sq, params)
-    gamma = b1 * state.gamma + (1 - b1) * sum_scalars(g_dot_p, stat)
+    g_dot_p = tree_reduce(lambda k, g, m, v, p: real_inner(g, p), stat, *trees, scalars=scalars)
+    m_sq = tree_reduce(weighted_sq, stat, *trees, scalars=scalars)
+    m_dot_p = tree_reduce(lambda k, g, m, v, p: real_inner(_adam_moments(k, g, m, v)[0], p), stat, *trees,
+                          scalars=scalars)
+    gamma = b1 * state.gamma + (1 - b1) * g_dot_p
     tau, decay, lb = _polyak_step(
         self.learning_rate, self.weight_decay, self.lower_bound, self.adapt_lower_bound,
-        state.count, barf, gamma, sum_scalars(m_dot_p, stat), sum_scalars(m_sq, stat), state.lb, bc1)
-    factors = per_dtype(lambda cdt: (tau.astype(cdt), decay.astype(cdt)))
+        state.count, barf, gamma, m_dot_p, m_sq, state.lb, bc1)
 
-    def step(m, v, p):
-      cdt = compute_dtype(m.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      t, wd = factors(cdt)
-      precond = precondition(as_compute(v, rdt), scalars(cdt)).astype(cdt)
-      return (-wd * as_compute(p, cdt) - t * as_compute(m, cdt) / precond).astype(p.dtype)
+    def leaf(k, g, m, v, p):
+      m, v = _adam_moments(k, g, m, v)
+      return -k.wd * p - k.tau * m / _precondition(k, v), m, v
 
-    out = tree_map(step, exp_avg, exp_avg_sq, params)
+    out, exp_avg, exp_avg_sq = self.leafwise(
+        leaf, updates, state.exp_avg, state.exp_avg_sq, params=params, reads=(params,),
+        scalars=lambda dt: scalars(dt, tau=tau, wd=decay))
     return out, MomoAdamState(exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, barf=barf, gamma=gamma, lb=lb,
                               count=count)
-
-
-def _check_lower_bound(owner: str, lower_bound: Any) -> None:
-  if lower_bound is None or callable(lower_bound):
-    raise TypeError(
-        f"{owner}: lower_bound must be a number (a lower bound of the loss), got {lower_bound!r}.")
-  # A real finite scalar; reuse the learning-rate check for shape and finiteness.
-  check_schedule_or_scalar(owner, "lower_bound", lower_bound)
 
 
 def momo(
@@ -272,10 +281,6 @@ def momo(
     >>> float(loss(steadax.apply_updates(params, updates)))  # the Polyak step halves the distance
     3.5
   """
-  check_schedule_or_scalar("momo", "learning_rate", learning_rate)
-  check_range("momo", "beta", beta, 0.0, 1.0, high_open=True)
-  check_nonnegative("momo", "weight_decay", weight_decay)
-  _check_lower_bound("momo", lower_bound)
   return Momo(learning_rate, beta, lower_bound, weight_decay, adapt_lower_bound=bool(adapt_lower_bound))
 
 
@@ -315,11 +320,5 @@ def momo_adam(
     >>> updates["w"].dtype, state.gamma.dtype
     (dtype(bfloat16), dtype('float32'))
   """
-  check_schedule_or_scalar("momo_adam", "learning_rate", learning_rate)
-  check_range("momo_adam", "b1", b1, 0.0, 1.0, high_open=True)
-  check_range("momo_adam", "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative("momo_adam", "eps", eps)
-  check_nonnegative("momo_adam", "weight_decay", weight_decay)
-  _check_lower_bound("momo_adam", lower_bound)
   return MomoAdam(learning_rate, b1, b2, eps, lower_bound, weight_decay,
                   adapt_lower_bound=bool(adapt_lower_bound))
