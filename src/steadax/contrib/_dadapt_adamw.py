@@ -23,33 +23,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._leafwise import Scalars
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    real_dtype,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
-from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, state_roles
-from .._core._tree import tree_map
+from .._core._module import hyper_field
+from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, roles_of, state_roles
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
-from ._reductions import real_inner, sum_scalars
-from .._core._module import hyper_field
+from ._prodigy import check_betas
+from ._reductions import real_inner, tree_reduce
 
 __all__ = ["DAdaptAdamWState", "dadapt_adamw"]
 
 
-# The roles of DAdaptAdamWState's fields (the dtype policy, _core/_roles.py): ``exp_avg`` and
-# ``grad_sum`` accumulate ``dlr * g`` with ``d`` starting at ``estim_lr0`` (1e-6), and ``s / sqrt(v)``
-# feeds the estimate of ``d``, so all three are stored in at least float32 (in float16, ``s`` and
-# ``v`` underflow to zero for gradients of 1e-3 and the estimate of ``d`` explodes).
-_ROLES = dict(
+# ``exp_avg`` and ``grad_sum`` accumulate ``dlr * g`` with ``d`` starting at ``estim_lr0`` (1e-6), and
+# ``s / sqrt(v)`` feeds the estimate of ``d``, so all three are stored in at least float32 (in
+# float16, ``s`` and ``v`` underflow to zero for gradients of 1e-3 and the estimate of ``d`` explodes).
+@state_roles(
     exp_avg=accumulator(wide=True),
     exp_avg_sq=accumulator(real=True, wide=True),
     grad_sum=accumulator(wide=True),
@@ -57,9 +48,6 @@ _ROLES = dict(
     numerator_weighted=SCALAR,
     count=COUNTER,
 )
-
-
-@state_roles(**_ROLES)
 class DAdaptAdamWState(NamedTuple):
   """State of ``dadapt_adamw`` (Optax's field names).
 
@@ -90,18 +78,20 @@ def _safe_denominator(v: jax.Array, eps: Any) -> jax.Array:
 class DAdaptAdamW(Transformation):
   name = "dadapt_adamw"
   State = DAdaptAdamWState
-  learning_rate: Any = hyper_field(1.0)
-  betas: Any = hyper_field((0.9, 0.999))
-  eps: Any = hyper_field(1e-08)
-  estim_lr0: Any = hyper_field(1e-06)
-  weight_decay: Any = hyper_field(0.0)
+  learning_rate: Any = hyper_field(1.0, check=check_schedule_or_scalar)
+  betas: Any = hyper_field((0.9, 0.999), check=check_betas)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  estim_lr0: Any = hyper_field(1e-06, check=check_positive)
+  weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
 
   def init_fn(self, params):
+    # estim_lr starts at estim_lr0 (not zero): built here, checked against the roles.
     stat = scalar_stat_dtype(params)
+    roles = roles_of(DAdaptAdamWState)
     return DAdaptAdamWState(
-        exp_avg=role_zeros(params, _ROLES["exp_avg"], self),
-        exp_avg_sq=role_zeros(params, _ROLES["exp_avg_sq"], self),
-        grad_sum=role_zeros(params, _ROLES["grad_sum"], self),
+        exp_avg=role_zeros(params, roles["exp_avg"], self),
+        exp_avg_sq=role_zeros(params, roles["exp_avg_sq"], self),
+        grad_sum=role_zeros(params, roles["grad_sum"], self),
         estim_lr=jnp.asarray(hyper(self.estim_lr0, stat)),
         numerator_weighted=jnp.zeros([], stat),
         count=zero_count(),
@@ -129,12 +119,8 @@ class DAdaptAdamW(Transformation):
 
     # r's increment uses the statistics before this step (Algorithm 4 of the paper): a whole-tree
     # inner product, each leaf's term in its compute dtype and summed in the statistics dtype.
-    numerators = []
-    for g, v, sl in zip(*(jax.tree_util.tree_leaves(t) for t in (updates, state.exp_avg_sq, state.grad_sum))):
-      cdt = compute_dtype(g.dtype, sl.dtype)
-      weighted = as_compute(sl, cdt) / _safe_denominator(
-          as_compute(v, real_dtype(cdt)), eps.astype(real_dtype(cdt))).astype(cdt)
-      numerators.append(real_inner(as_compute(g, cdt), weighted).astype(stat))
+    numerator_step = tree_reduce(lambda k, g, v, s: real_inner(g, s / _safe_denominator(v, k.eps)), stat,
+                                 updates, state.exp_avg_sq, state.grad_sum, scalars=lambda dt: Scalars(eps=eps))
 
     def leaf(k, g, m, v, s, p):
       m = k.b1 * m + k.b1_dlr * g
@@ -146,10 +132,9 @@ class DAdaptAdamW(Transformation):
         leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params,
         reads=(params,), scalars=scalars)
     # ||s_k||_1: a whole-tree reduction in the statistics dtype.
-    l1s = [jnp.sum(jnp.abs(as_compute(sl, compute_dtype(sl.dtype)))).astype(stat)
-           for sl in jax.tree_util.tree_leaves(grad_sum)]
-    numerator = sqrt_beta2 * state.numerator_weighted + (1 - sqrt_beta2) * dlr * sum_scalars(numerators, stat)
-    denominator = (1 - sqrt_beta2) * sum_scalars(l1s, stat)
+    l1 = tree_reduce(lambda k, s: jnp.sum(jnp.abs(s)), stat, grad_sum)
+    numerator = sqrt_beta2 * state.numerator_weighted + (1 - sqrt_beta2) * dlr * numerator_step
+    denominator = (1 - sqrt_beta2) * l1
     positive = denominator > 0
     estimate = numerator / jnp.where(positive, denominator, np.ones((), stat))
     estim_lr = jnp.where(positive, jnp.maximum(d, estimate), d)
@@ -191,12 +176,5 @@ def dadapt_adamw(
     >>> updates["w"].dtype, state.estim_lr.dtype
     (dtype(bfloat16), dtype('float32'))
   """
-  check_schedule_or_scalar("dadapt_adamw", "learning_rate", learning_rate)
-  if len(betas) != 2:
-    raise ValueError(f"dadapt_adamw: betas must be a pair (b1, b2), got {betas!r}.")
-  check_range("dadapt_adamw", "betas[0]", betas[0], 0.0, 1.0, high_open=True)
-  check_range("dadapt_adamw", "betas[1]", betas[1], 0.0, 1.0, high_open=True)
-  check_nonnegative("dadapt_adamw", "eps", eps)
-  check_positive("dadapt_adamw", "estim_lr0", estim_lr0)
-  check_nonnegative("dadapt_adamw", "weight_decay", weight_decay)
+  check_betas("dadapt_adamw", "betas", betas)  # before tuple(): a bad value names the argument
   return DAdaptAdamW(learning_rate, tuple(betas), eps, estim_lr0, weight_decay)

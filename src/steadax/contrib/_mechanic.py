@@ -23,26 +23,20 @@ from .._core._base import GradientTransformation, Transformation, with_extra_arg
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import child_field, hyper_field, static_field
 from .._core._leafwise import Scalars
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
-from .._core._tree import copy_like, tree_map_n
-from ._reductions import real_inner, sq_norm, sum_scalars
+from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, state_roles
+from .._core._tree import copy_like
+from ._reductions import real_inner, sq_norm, tree_reduce
 
 __all__ = ["MechanicState", "mechanize"]
 
 
-# Roles (the dtype policy, _core/_roles.py): base_optimizer_state INNER, count COUNTER, x0 a plain
-# accumulator (a copy of the parameters, in their dtype: nothing in it is scaled by the learned S);
-# r, m, v, s are [num_betas] vectors in the statistics dtype, which no role describes yet (SCALAR is
-# shape []). The bettors' statistics already live in at least float32, so the float16 underflow of
-# d-scaled accumulators does not arise here. Not attached with @state_roles: the core's init check
-# would reject flatten(mechanize(...)) (a record checked against the wrapper's parameters).
+# Roles (the dtype policy, _core/_roles.py): x0 is a copy of the parameters (in their dtype: nothing
+# in it is scaled by the learned S), so OTHER; r, m, v, s are [num_betas] vectors in the statistics
+# dtype, which no role describes yet (SCALAR is shape []): OTHER, checked for drift only. The
+# bettors' statistics live in at least float32, so the float16 underflow of d-scaled accumulators
+# does not arise here.
+@state_roles(base_optimizer_state=INNER, count=COUNTER, r=OTHER, m=OTHER, v=OTHER, s=OTHER, x0=OTHER)
 class MechanicState(NamedTuple):
   """State of ``mechanize`` (Optax's field names).
 
@@ -67,11 +61,17 @@ class MechanicState(NamedTuple):
 
 class Mechanize(Transformation):
   name = "mechanize"
+  State = MechanicState
   base_optimizer: Any = child_field()
-  weight_decay: Any = hyper_field(0.01)
-  eps: Any = hyper_field(1e-08)
-  s_init: Any = hyper_field(1e-06)
+  weight_decay: Any = hyper_field(0.01, check=check_nonnegative)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  s_init: Any = hyper_field(1e-06, check=check_positive)
   num_betas: int = static_field(default=6)
+
+  def __post_init__(self):
+    n = self.num_betas
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise ValueError(f"mechanize: num_betas must be a positive integer, got {n!r}.")
 
   def init_fn(self, params):
     stat = scalar_stat_dtype(params)
@@ -98,16 +98,13 @@ class Mechanize(Transformation):
     eps = hyper(self.eps, stat)
     s_sum = jnp.sum(state.s)
 
-    # One pass for the four reductions; h = Re<g + c p, x0 - p> / (S + eps) with c the decay factor.
-    def reductions(g, p, x):
-      cdt = compute_dtype(g.dtype, p.dtype, x.dtype)
-      gc, pc = as_compute(g, cdt), as_compute(p, cdt)
-      diff = as_compute(x, cdt) - pc
-      return (sq_norm(gc).astype(stat), sq_norm(pc).astype(stat),
-              real_inner(gc, diff).astype(stat), real_inner(pc, diff).astype(stat))
-
-    g_sq, p_sq, g_dot, p_dot = (sum_scalars(t, stat) for t in
-                                tree_map_n(reductions, 4, updates, params, x0))
+    # The four whole-tree reductions, in the statistics dtype; h = Re<g + c p, x0 - p> / (S + eps)
+    # with c the decay factor.
+    trees = (updates, params, x0)
+    g_sq = tree_reduce(lambda k, g, p, x: sq_norm(g), stat, *trees)
+    p_sq = tree_reduce(lambda k, g, p, x: sq_norm(p), stat, *trees)
+    g_dot = tree_reduce(lambda k, g, p, x: real_inner(g, x - p), stat, *trees)
+    p_dot = tree_reduce(lambda k, g, p, x: real_inner(p, x - p), stat, *trees)
     decay = hyper(self.weight_decay, stat) * s_sum * jnp.sqrt(g_sq) / (jnp.sqrt(p_sq) + eps)
     h = (g_dot + decay * p_dot) / (s_sum + eps)
 
@@ -172,8 +169,5 @@ def mechanize(
     raise ValueError("mechanize: base_optimizer is required.")
   if isinstance(num_betas, bool) or not isinstance(num_betas, (int, np.integer)) or num_betas < 1:
     raise ValueError(f"mechanize: num_betas must be a positive integer, got {num_betas!r}.")
-  check_nonnegative("mechanize", "weight_decay", weight_decay)
-  check_nonnegative("mechanize", "eps", eps)
-  check_positive("mechanize", "s_init", s_init)
   return Mechanize(with_extra_args_support(base_optimizer), weight_decay, eps, s_init,
                    num_betas=int(num_betas))

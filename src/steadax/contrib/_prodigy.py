@@ -21,35 +21,26 @@ from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._module import hyper_field, static_field
 from .._core._leafwise import Scalars
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
-from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, state_roles
-from .._core._tree import copy_like, tree_map
+from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, role_zeros, roles_of, state_roles
+from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
+from ..transforms._scaling import value_at
+from ._reductions import real_inner, tree_reduce
 
 __all__ = ["ProdigyState", "prodigy"]
 
 
-# The roles of ProdigyState's fields (the dtype policy, _core/_roles.py).
-_ROLES = dict(
+@state_roles(
     exp_avg=accumulator(wide=True),
     exp_avg_sq=accumulator(real=True, wide=True),
     grad_sum=accumulator(wide=True),
-    params0=accumulator(),
+    params0=OTHER,
     estim_lr=SCALAR,
     numerator_weighted=SCALAR,
     count=COUNTER,
 )
-
-
-@state_roles(**_ROLES)
 class ProdigyState(NamedTuple):
   """State of ``prodigy`` (Optax's field names).
 
@@ -67,28 +58,31 @@ class ProdigyState(NamedTuple):
   count: jax.Array
 
 
-def _real_dot(a: jax.Array, b: jax.Array, dtype: Any) -> jax.Array:
-  """Re<a, b> summed, in ``dtype`` (a whole-tree reduction, outside the leaf functions)."""
-  cdt = compute_dtype(a.dtype, b.dtype)
-  prod = as_compute(a, cdt) * jnp.conj(as_compute(b, cdt))
-  return jnp.sum(jnp.real(prod)).astype(dtype)  # the per-leaf sum, in the statistics dtype
+def check_betas(owner: str, name: str, betas: Any) -> None:
+  """Adam's ``(b1, b2)``: a pair, each in [0, 1)."""
+  if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+    raise ValueError(f"{owner}: {name} must be a pair (b1, b2), got {betas!r}.")
+  for i, beta in enumerate(betas):
+    check_range(owner, f"{name}[{i}]", beta, 0.0, 1.0, high_open=True)
 
 
 class Prodigy(Transformation):
   name = "prodigy"
   State = ProdigyState
-  learning_rate: Any = hyper_field(1.0)
-  betas: Any = hyper_field((0.9, 0.999))
+  learning_rate: Any = hyper_field(1.0, check=check_schedule_or_scalar)
+  betas: Any = hyper_field((0.9, 0.999), check=check_betas)
   beta3: Any = hyper_field(None)
   eps: Any = hyper_field(1e-08)
-  estim_lr0: Any = hyper_field(1e-06)
+  estim_lr0: Any = hyper_field(1e-06, check=check_positive)
   estim_lr_coef: Any = hyper_field(1.0)
-  weight_decay: Any = hyper_field(0.0)
+  weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   safeguard_warmup: bool = static_field(default=False)
 
   def init_fn(self, params):
+    # params0 is a copy of the parameters and estim_lr starts at estim_lr0: built here, checked
+    # against the roles.
     stat = scalar_stat_dtype(params)
-    roles = _ROLES
+    roles = roles_of(ProdigyState)
     return ProdigyState(
         exp_avg=role_zeros(params, roles["exp_avg"], self),
         exp_avg_sq=role_zeros(params, roles["exp_avg_sq"], self),
@@ -108,17 +102,13 @@ class Prodigy(Transformation):
     d0 = hyper(self.estim_lr0, stat)
     count = safe_increment(state.count)
     k = count.astype(stat)
-    lr = hyper(self.learning_rate(state.count) if callable(self.learning_rate) else self.learning_rate, stat)
+    lr = hyper(value_at(self.learning_rate, state.count), stat)
     d = state.estim_lr
     correction = jnp.sqrt(1 - beta2**k) / (1 - beta1**k)
     dlr = d * lr * correction
 
-    # r_k: the inner product <g, x0 - x> accumulated over all leaves in the statistics dtype.
-    leaves = (jax.tree_util.tree_leaves(t) for t in (updates, state.params0, params))
-    numerator_step = jnp.zeros([], stat)
-    for g, p0, p in zip(*leaves):
-      cdt = compute_dtype(p0.dtype, p.dtype)
-      numerator_step = numerator_step + _real_dot(g, as_compute(p0, cdt) - as_compute(p, cdt), stat)
+    # r_k: the inner product Re<g, x0 - x>, a whole-tree reduction in the statistics dtype.
+    numerator_step = tree_reduce(lambda k, g, x0, x: real_inner(g, x0 - x), stat, updates, state.params0, params)
     numerator = beta3 * state.numerator_weighted + (d / d0) * dlr * numerator_step
 
     grad_weight = (d if self.safeguard_warmup else dlr) / d0
@@ -140,9 +130,8 @@ class Prodigy(Transformation):
     out, exp_avg, exp_avg_sq, grad_sum = self.leafwise(
         leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params,
         reads=(params,), scalars=scalars)
-    denominator = jnp.zeros([], stat)
-    for s in jax.tree_util.tree_leaves(grad_sum):
-      denominator = denominator + jnp.sum(jnp.abs(as_compute(s, compute_dtype(s.dtype)))).astype(stat)
+    # ||s_k||_1, a whole-tree reduction in the statistics dtype.
+    denominator = tree_reduce(lambda k, s: jnp.sum(jnp.abs(s)), stat, grad_sum)
     safe_den = jnp.where(denominator > 0, denominator, jnp.ones_like(denominator))
     estimate = jnp.where(denominator > 0, hyper(self.estim_lr_coef, stat) * numerator / safe_den, d)
     new_d = jnp.maximum(d, estimate)
@@ -184,10 +173,6 @@ def prodigy(
     >>> opt.init({"w": jnp.zeros(2, jnp.bfloat16)}).estim_lr.dtype
     dtype('float32')
   """
-  check_schedule_or_scalar("prodigy", "learning_rate", learning_rate)
-  check_range("prodigy", "betas[0]", betas[0], 0.0, 1.0, high_open=True)
-  check_range("prodigy", "betas[1]", betas[1], 0.0, 1.0, high_open=True)
-  check_positive("prodigy", "estim_lr0", estim_lr0)
-  check_nonnegative("prodigy", "weight_decay", weight_decay)
+  check_betas("prodigy", "betas", betas)  # before tuple(): a bad value names the argument
   return Prodigy(learning_rate, tuple(betas), beta3, eps, estim_lr0, estim_lr_coef, weight_decay,
                  safeguard_warmup=safeguard_warmup)
