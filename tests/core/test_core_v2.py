@@ -174,3 +174,118 @@ def test_integer_gradient_leaves_are_not_optimised():
   out, new_state = tx.update(grads, state, params)
   assert out["step"].dtype == jnp.int32 and int(out["step"]) == 0
   assert new_state.mu["step"].dtype == jnp.int32
+
+
+# --------------------------------------------------------------------------------------------------
+# Integer and boolean parameters (docs/contract.md, "Integer parameters"): accepted at init as Optax
+# accepts them; never optimised.
+
+
+def _with_int_leaf(params):
+  """The entry's problem parameters plus an int32 step counter, as a Flax TrainState may hold."""
+  return {**params, "step": jnp.asarray(7, jnp.int32)}
+
+
+def _int_leaf_grads(params, kind):
+  grads = jax.grad(lambda p: jnp.zeros([], jnp.float32) + sum(
+      jnp.sum(x.astype(jnp.float32) ** 2) for k, x in p.items() if k != "step"), allow_int=True)(params)
+  if kind == "int32":
+    grads = {**grads, "step": jnp.asarray(1000, jnp.int32)}
+  return grads
+
+
+def _abstract(tree):
+  return [(tuple(np.shape(x)), x.dtype, bool(getattr(x, "weak_type", False)))
+          for x in jax.tree_util.tree_leaves(tree)]
+
+
+@pytest.mark.parametrize("grad_kind", ["float0", "int32"])
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_ids(ENTRIES))
+def test_registry_entry_accepts_an_integer_parameter(entry, grad_kind):
+  """Every registry entry: init with an int32 leaf among float leaves works (from abstract values);
+  update with the gradient Flax gives that leaf (float0, or an integer one) keeps the state's
+  types and gives the int leaf an int32 update; ``apply_updates`` leaves it unchanged. A
+  transformation that cannot handle integer leaves must say so in a TypeError naming the leaf's
+  path and dtype (``requires_float = True``), not fail somewhere in its maths."""
+  tx = entry.factory()
+  params = _with_int_leaf(entry.problem.init())
+  grads = _int_leaf_grads(params, grad_kind)
+  extras = entry.extra_args(entry.problem.loss, params, grads) if entry.extra_args else {}
+
+  def step(params, grads):
+    state = tx.init(params)
+    updates, new_state = tx.update(grads, state, params, **extras)
+    return state, updates, new_state, steadax.apply_updates(params, updates)["step"]
+
+  try:
+    state, updates, new_state, step_after = jax.eval_shape(step, params, grads)
+  except ContractError:
+    raise
+  except TypeError as e:
+    if "['step']" in str(e) and "int32" in str(e):
+      return  # a clear refusal naming the path
+    raise
+  assert _abstract(new_state) == _abstract(state)
+  assert updates["step"].dtype == jnp.int32 and step_after.dtype == jnp.int32
+  # The value: DCE leaves a tiny program (only what the int leaf's update depends on).
+  after = jax.jit(lambda p, g: step(p, g)[3])(params, grads)
+  assert int(after) == 7
+
+
+def test_integer_and_boolean_parameters_get_optax_state_and_no_change():
+  """State as Optax creates it (accumulators in the parameter's dtype); float0 and integer
+  gradients give a zero update in the parameter's dtype, so the leaf never changes."""
+  import optax
+
+  params = {"w": jnp.ones(2, jnp.float32), "step": jnp.asarray(3, jnp.int32), "flag": jnp.asarray(True)}
+  for make in (lambda o: o.adam(0.1), lambda o: o.sgd(0.1, momentum=0.9)):
+    state = make(steadax).init(params)
+    reference = make(optax).init(params)
+    assert ([x.dtype for x in jax.tree_util.tree_leaves(state)]
+            == [x.dtype for x in jax.tree_util.tree_leaves(reference)])
+    for grad in (jax.grad(lambda p: jnp.sum(p["w"] ** 2), allow_int=True)(params),
+                 {"w": jnp.ones(2, jnp.float32), "step": jnp.asarray(9, jnp.int32), "flag": jnp.asarray(True)}):
+      updates, new_state = make(steadax).update(grad, state, params)
+      assert updates["step"].dtype == jnp.int32 and int(updates["step"]) == 0
+      assert updates["flag"].dtype == jnp.bool_ and not bool(updates["flag"])
+      after = steadax.apply_updates(params, updates)
+      assert int(after["step"]) == 3 and bool(after["flag"])
+      assert [x.dtype for x in jax.tree_util.tree_leaves(new_state)] == [x.dtype for x in jax.tree_util.tree_leaves(state)]
+
+
+def test_float_gradient_for_an_integer_parameter_raises_naming_the_path():
+  params = {"w": jnp.ones(2, jnp.float32), "step": jnp.asarray(3, jnp.int32)}
+  tx = steadax.scale_by_adam()
+  grads = {"w": jnp.ones(2, jnp.float32), "step": jnp.asarray(1.0, jnp.float32)}
+  with pytest.raises(TypeError, match=r"scale_by_adam: the parameter at \['step'\] is int32 but its gradient is float32"):
+    tx.update(grads, tx.init(params), params)
+
+
+def test_apply_updates_with_a_float0_update_keeps_the_parameter():
+  params = {"w": jnp.ones(2, jnp.float32), "step": jnp.asarray(3, jnp.int32)}
+  grads = jax.grad(lambda p: jnp.sum(p["w"]), allow_int=True)(params)
+  after = steadax.apply_updates(params, grads)
+  assert after["step"].dtype == jnp.int32 and int(after["step"]) == 3
+  np.testing.assert_allclose(after["w"], 2.0)
+
+
+def test_state_constructors_keep_shape_dtype_and_sharding_of_any_array_like_leaf():
+  from steadax._core._roles import role_zeros
+  from steadax._core._tree import copy_like, full_like, zeros_like
+
+  device = jax.devices()[0]
+  sharding = jax.sharding.SingleDeviceSharding(device)
+  sds = jax.ShapeDtypeStruct((2, 3), jnp.bfloat16, sharding=sharding)
+  tree = {"a": jax.device_put(jnp.ones(3, jnp.float32), device), "s": sds, "n": np.ones(2, np.float32),
+          "none": None}
+  for built in (zeros_like(tree), role_zeros(tree, accumulator(), steadax.scale_by_adam()),
+                full_like(tree, 2.0)):
+    assert built["none"] is None
+    assert built["s"].shape == (2, 3) and built["s"].dtype == jnp.bfloat16 and built["s"].sharding == sharding
+    assert built["a"].sharding == tree["a"].sharding and built["n"].dtype == jnp.float32
+  assert copy_like({"a": tree["a"]})["a"].sharding == tree["a"].sharding
+  # From abstract values (jax.eval_shape) too, and under jit.
+  out = jax.eval_shape(lambda t: zeros_like(t, jnp.float32), {"s": sds})
+  assert out["s"].shape == (2, 3) and out["s"].dtype == jnp.float32
+  assert jax.jit(lambda t: role_zeros(t, accumulator(real=True), None))(
+      {"c": jnp.ones(2, jnp.complex64)})["c"].dtype == jnp.float32

@@ -13,6 +13,7 @@ from ._leafwise import leafwise
 from ._roles import check_roles, init_from_roles, roles_of
 from ._module import Module, child_field, static_field
 from ._policy import check_float_params, promote_types
+from ._tree import array_leaf, tree_map
 from ._types import OptState, Params, Updates
 
 __all__ = [
@@ -202,12 +203,18 @@ class Transformation(GradientTransformationExtraArgs):
   Subclasses implement ``init_fn(params)`` and ``update_fn(updates, state, params, **extra_args)``;
   ``init``/``update`` wrap them with the checks of ``steadax._core._contract``.
 
+  Integer and boolean parameters (a step counter or an index among the parameters, as Flax's
+  TrainState allows) are accepted, as Optax accepts them: state is created for them as Optax
+  creates it (accumulators in the parameter's dtype), and transformations written on ``leafwise``
+  give them a zero update and keep their state (docs/contract.md, "Integer parameters").
+
   Class attributes:
-    requires_float: ``init`` raises a TypeError naming the path of any integer parameter.
+    requires_float: set True on a transformation that cannot handle integer or boolean parameters:
+      its ``init`` raises a TypeError naming the path.
     updates_follow_params: updates keep the incoming structure and take the parameters' dtypes.
   """
 
-  requires_float: ClassVar[bool] = True
+  requires_float: ClassVar[bool] = False
   updates_follow_params: ClassVar[bool] = True
   name: ClassVar[str] = ""
 
@@ -226,6 +233,9 @@ class Transformation(GradientTransformationExtraArgs):
     raise NotImplementedError
 
   def init(self, params: Params) -> OptState:
+    # Read array-like leaves through their arrays (Flax's hijax Variables have no dtype of their
+    # own once traced), so every init_fn and the role check see shapes, dtypes and shardings.
+    params = tree_map(array_leaf, params)
     if self.requires_float:
       check_float_params(self.owner, params)
     state = self.init_fn(params)
@@ -365,6 +375,8 @@ def _add_leaf(p, u):
     return None
   p = jnp.asarray(p)
   u = jnp.asarray(u)
+  if u.dtype == jax.dtypes.float0:
+    return p  # the tangent of an integer leaf (``jax.grad(..., allow_int=True)``): no change
   dtype = promote_types(p.dtype, u.dtype)
   return (p.astype(dtype) + u.astype(dtype)).astype(p.dtype)
 
@@ -373,7 +385,8 @@ def apply_updates(params: Params, updates: Updates) -> Params:
   """``params + updates`` leaf by leaf, each result in its parameter's dtype.
 
   The addition runs in the wider of the two dtypes, then is cast back, so bfloat16 parameters with
-  float32 updates stay bfloat16.
+  float32 updates stay bfloat16. A ``float0`` update (the gradient of an integer leaf) leaves its
+  parameter unchanged.
 
   Args:
     params: a tree of parameters.

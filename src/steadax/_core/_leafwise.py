@@ -173,6 +173,15 @@ def leafwise(
     leaf_states = [s[i] for s in state_leaves]
     p = param_leaves[i]
     out_dtype = np.dtype(p.dtype) if p is not None and hasattr(p, "dtype") else np.dtype(g.dtype)
+    if jnp.issubdtype(g.dtype, jnp.inexact) and not jnp.issubdtype(out_dtype, jnp.inexact):
+      # Optax would run the maths, drift the parameter's integer state to float and truncate the
+      # update when it is applied: a result with no meaning, so say so.
+      raise TypeError(
+          f"{owner}: the parameter at {_path(treedef, i)} is {out_dtype.name} but its gradient is "
+          f"{np.dtype(g.dtype).name}; integer and boolean parameters are not optimised. Give them "
+          "float0 gradients (`jax.grad(..., allow_int=True)`) or integer ones (their update is "
+          "zero), or mask them out with `masked`/`set_to_zero`."
+      )
     if not jnp.issubdtype(g.dtype, jnp.inexact):
       # Integer, boolean and float0 gradients (a step counter or an index kept among the
       # parameters, as Flax's TrainState allows): nothing to optimise. The update is zero in the

@@ -39,6 +39,7 @@ import numpy as np
 
 from ._contract import ContractError
 from ._policy import COUNTER_DTYPE, accumulator_dtype, key_path_str, promote_types, scalar_stat_dtype
+from ._tree import array_leaf, tree_map, zeros_mirroring
 
 __all__ = [
     "Role",
@@ -135,18 +136,16 @@ def roles_of(cls: Any) -> dict | None:
 
 
 def role_zeros(params: Any, role: Role, tx: Any) -> Any:
-  """Zeros mirroring ``params`` (shape and sharding), each leaf in the dtype ``role`` gives it."""
-  def make(x):
-    dtype = role.leaf_dtype(x.dtype, tx)
-    sharding = getattr(x, "sharding", None)
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-      return jnp.zeros_like(x, dtype=dtype)
-    if sharding is not None and not isinstance(x, jax.core.Tracer):
-      return jnp.zeros(np.shape(x), dtype, device=sharding)
-    return jnp.zeros(np.shape(x), dtype)
+  """Zeros mirroring ``params`` (shape and sharding), each leaf in the dtype ``role`` gives it.
 
-  return jax.tree_util.tree_map(lambda x: None if x is None else make(x), params,
-                                is_leaf=lambda x: x is None)
+  ``zeros_like`` (``_core/_tree.py``) with the role's dtype rule: both build every leaf with
+  ``zeros_mirroring``, the one constructor of parameter-shaped state.
+  """
+  def make(x):
+    x = array_leaf(x)
+    return zeros_mirroring(x, role.leaf_dtype(x.dtype, tx))
+
+  return tree_map(make, params)
 
 
 def init_from_roles(state_cls: Any, tx: Any, params: Any) -> Any:

@@ -14,6 +14,8 @@ from ._policy import accumulator_dtype, compute_dtype, real_dtype
 __all__ = [
     "tree_map",
     "tree_map_n",
+    "array_leaf",
+    "zeros_mirroring",
     "zeros_like",
     "full_like",
     "copy_like",
@@ -38,34 +40,85 @@ def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
   )
 
 
-def zeros_like(tree: Any, dtype: Any = None, *, real: bool = False) -> Any:
-  """Zeros mirroring ``tree`` (shape and, for jax arrays, sharding), in ``dtype`` or the leaf's.
+def array_leaf(x: Any) -> Any:
+  """The array behind one parameter leaf, for reading its shape, dtype and sharding.
+
+  jax Arrays, tracers, ShapeDtypeStructs and numpy arrays are returned as they are. A leaf that
+  carries its array (a Flax NNX *hijax* Variable: a leaf of the params tree which, once traced
+  under ``jit`` or ``eval_shape``, has no ``dtype`` or ``shape`` of its own) gives its value.
+  (Plain NNX Variables are pytree nodes: ``tree_map`` already reaches their arrays.)
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> array_leaf(jnp.ones(2)).shape
+    (2,)
+  """
+  if x is None or isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
+    return x
+  get_value = getattr(x, "get_value", None)
+  return get_value() if callable(get_value) else x
+
+
+def zeros_mirroring(x: Any, dtype: Any) -> jax.Array:
+  """Zeros of ``dtype`` with the shape and the sharding of the array-like leaf ``x``.
+
+  The one constructor of parameter-shaped state. ``jnp.zeros_like`` keeps the sharding of a
+  committed jax Array and of a ShapeDtypeStruct that has one; under ``jit``/``eval_shape`` the new
+  value takes the sharding in the tracer's type (explicit mesh axes), and with automatic axes the
+  compiler places it, as it places every value of the traced step. No ``device=`` argument, which
+  a tracer cannot take.
 
   Args:
-    tree: the reference tree (arrays or ShapeDtypeStructs).
+    x: a jax Array, tracer, ShapeDtypeStruct, numpy array or Flax variable.
+    dtype: the dtype of the zeros.
+
+  Returns:
+    The zeros.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> zeros_mirroring(jax.ShapeDtypeStruct((2,), jnp.float32), jnp.bfloat16)
+    Array([0, 0], dtype=bfloat16)
+  """
+  return jnp.zeros_like(array_leaf(x), dtype=jax.dtypes.canonicalize_dtype(dtype))
+
+
+def zeros_like(tree: Any, dtype: Any = None, *, real: bool = False) -> Any:
+  """Zeros mirroring ``tree`` (shape and sharding), in ``dtype`` or each leaf's own.
+
+  Args:
+    tree: the reference tree (arrays, ShapeDtypeStructs, Flax variables; None leaves stay None).
     dtype: an explicit dtype, or None for each leaf's own.
     real: complex leaves get their real dtype (for second-moment statistics).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> zeros_like({"w": jnp.ones(2, jnp.complex64)}, real=True)["w"].dtype
+    dtype('float32')
   """
   def make(x):
-    d = accumulator_dtype(x.dtype, dtype, real=real)
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-      return jnp.zeros_like(x, dtype=d)
-    return jnp.zeros(np.shape(x), d)
+    x = array_leaf(x)
+    return zeros_mirroring(x, accumulator_dtype(x.dtype, dtype, real=real))
 
   return tree_map(make, tree)
 
 
 def copy_like(tree: Any, dtype: Any = None) -> Any:
   """A strongly typed copy of ``tree`` (distinct buffers, so both can be donated), in ``dtype`` or
-  each leaf's accumulator dtype."""
-  return tree_map(lambda x: jnp.array(x, dtype=accumulator_dtype(x.dtype, dtype), copy=True), tree)
+  each leaf's accumulator dtype; a jax Array's copy keeps its sharding."""
+  def copy(x):
+    x = array_leaf(x)
+    return jnp.array(x, dtype=accumulator_dtype(x.dtype, dtype), copy=True)
+
+  return tree_map(copy, tree)
 
 
 def full_like(tree: Any, value: Any, dtype: Any = None) -> Any:
-  """Constant tree mirroring ``tree``."""
+  """Constant tree mirroring ``tree`` (shape and sharding, as ``zeros_mirroring``)."""
   def make(x):
+    x = array_leaf(x)
     d = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else x.dtype)
-    return jnp.full(np.shape(x), value, d)
+    return jnp.full_like(x, value, dtype=d)
 
   return tree_map(make, tree)
 
