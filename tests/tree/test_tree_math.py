@@ -242,6 +242,19 @@ def test_reductions_keep_float64_when_present():
   assert steadax.tree.vdot(tree, tree).dtype == jnp.float64
 
 
+@pytest.mark.skipif(not X64, reason="float64 leaves exist only with x64")
+def test_max_min_without_elements_keep_the_reduction_dtype():
+  # Regression: a float64 tree whose leaves are all zero-size gave a float32 -inf while the same
+  # tree with elements gives a float64 maximum (the dtype depended on the leaves' sizes).
+  empty = {"a": jnp.zeros((0,), jnp.float64), "b": jnp.zeros((2, 0), jnp.float32)}
+  assert steadax.tree.max(empty).dtype == jnp.float64 and float(steadax.tree.max(empty)) == -np.inf
+  assert steadax.tree.min(empty).dtype == jnp.float64 and float(steadax.tree.min(empty)) == np.inf
+  full = {"a": jnp.ones((1,), jnp.float64), "b": jnp.zeros((2, 0), jnp.float32)}
+  assert steadax.tree.max(full).dtype == steadax.tree.max(empty).dtype
+  # An integer tree without elements has no integer infinity: the floating reduction dtype.
+  assert steadax.tree.max({"a": jnp.zeros((0,), jnp.int32)}).dtype == jnp.float32
+
+
 def test_empty_trees_and_zero_size_leaves():
   assert float(steadax.tree.sum({})) == 0.0
   assert float(steadax.tree.norm({})) == 0.0

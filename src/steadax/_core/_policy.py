@@ -213,3 +213,85 @@ def check_float_params(owner: str, params: Any) -> None:
           "optimizers need floating or complex parameters (mask integer leaves out with "
           "`masked` or `set_to_zero`)."
       )
+
+
+# --- Result dtypes of elementwise functions (steadax.tree, losses, linalg) -----------------------
+# These functions cast explicitly, so they run the same under ``jax_numpy_dtype_promotion="strict"``
+# as under "standard": the result dtype is JAX's *standard* promotion of the inputs, with Python
+# scalars and weakly typed values counted as weak (they never widen an array), computed once per
+# dtype combination at trace time.
+
+
+def _dtype_token(x: Any) -> Any:
+  """A hashable stand-in for ``x`` in promotion: a numpy dtype, or a Python type when weak."""
+  if isinstance(x, (bool, int, float, complex)):
+    return type(x)
+  if isinstance(x, np.dtype):
+    return x
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    return np.asarray(x).dtype
+  aval = getattr(x, "aval", None)
+  if aval is not None and getattr(aval, "weak_type", False):
+    kind = np.dtype(dtype).kind
+    return {"b": bool, "i": int, "u": int, "f": float, "V": float, "c": complex}.get(kind, float)
+  return np.dtype(dtype)
+
+
+_REPRESENTATIVE = {bool: False, int: 0, float: 0.0, complex: 0j}
+
+
+@functools.lru_cache(maxsize=None)
+def _promote_tokens(tokens: tuple[Any, ...]) -> np.dtype:
+  args = [_REPRESENTATIVE[t] if isinstance(t, type) else t for t in tokens]
+  with jax.numpy_dtype_promotion("standard"):
+    return np.dtype(jnp.result_type(*args))
+
+
+def result_dtype(*values: Any) -> np.dtype:
+  """JAX's standard promotion of ``values`` (arrays, tracers, Python scalars or dtypes), strict-safe.
+
+  None values are ignored. Example: a bfloat16 array and an int32 array give bfloat16; a float32
+  array and a Python float give float32 in both x64 modes.
+  """
+  return _promote_tokens(tuple(_dtype_token(v) for v in values if v is not None))
+
+
+def with_weak(dtype: Any, *scalars: Any) -> np.dtype:
+  """The dtype of ``leaf op scalar`` when the scalars are weak: they change the kind, not the width.
+
+  A float32 scalar scales a bfloat16 leaf in bfloat16; a complex scalar makes a float32 leaf
+  complex64.
+  """
+  tokens = [np.dtype(dtype)]
+  for s in scalars:
+    if s is None:
+      continue
+    token = _dtype_token(s)
+    if isinstance(token, np.dtype):
+      token = {"b": bool, "i": int, "u": int, "c": complex}.get(token.kind, float)
+    tokens.append(token)
+  return _promote_tokens(tuple(tokens))
+
+
+def default_float_dtype() -> np.dtype:
+  """JAX's default floating dtype in the current mode: float64 under x64, float32 otherwise."""
+  return np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+
+
+def cast(x: Any, dtype: Any) -> jax.Array:
+  """``x`` as a strong array of ``dtype`` (no operation when it already is one).
+
+  The one explicit cast of the non-optimizer code (losses, tree maths, linear algebra): a complex
+  value cast to a real dtype raises a TypeError instead of silently losing its imaginary part.
+  """
+  dtype = np.dtype(dtype)
+  if isinstance(x, jax.Array) and x.dtype == dtype and not getattr(x.aval, "weak_type", False):
+    return x
+  x = jnp.asarray(x)
+  if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+    raise TypeError(f"cannot cast a complex value to {dtype.name} without dropping its imaginary part")
+  return x.astype(dtype)
+
+
+__all__ += ["result_dtype", "with_weak", "default_float_dtype", "cast"]

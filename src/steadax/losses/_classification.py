@@ -11,13 +11,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     Axis,
     broadcast_pair,
     broadcast_to,
     check_where,
-    compute,
-    compute_dtype_of,
     hyper,
     masked_log_softmax,
     masked_logsumexp,
@@ -46,8 +45,8 @@ def _prepare_softmax(fn: str, logits: Any, labels: Any, axis: Axis, where: Any,
   axes = normalize_axes(fn, axis, logits.ndim)
   mask = None if where is None else check_where(fn, where, logits.shape, axes)
   out_dtype = result_dtype(logits, labels)
-  cdt = compute_dtype_of(out_dtype)
-  return compute(logits, cdt), compute(labels, cdt), axes, mask, out_dtype
+  cdt = compute_dtype(out_dtype)
+  return cast(logits, cdt), cast(labels, cdt), axes, mask, out_dtype
 
 
 def softmax_cross_entropy(
@@ -92,7 +91,7 @@ def softmax_cross_entropy(
                                                  float_labels=False)
   log_probs = masked_log_softmax(x, axes, mask)
   loss = -jnp.sum(y * log_probs, axis=axes, where=mask)
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)
 
 
 def safe_softmax_cross_entropy(logits: Any, labels: Any) -> jax.Array:
@@ -126,7 +125,7 @@ def safe_softmax_cross_entropy(logits: Any, labels: Any) -> jax.Array:
   # Both operands are masked so that neither the value nor the gradient sees 0 * inf.
   safe_log_probs = jnp.where(nonzero, log_probs, jnp.zeros_like(log_probs))
   terms = jnp.where(nonzero, y * safe_log_probs, jnp.zeros_like(y))
-  return (-jnp.sum(terms, axis=axes)).astype(out_dtype)
+  return cast(-jnp.sum(terms, axis=axes), out_dtype)
 
 
 def softmax_cross_entropy_with_integer_labels(
@@ -174,7 +173,7 @@ def softmax_cross_entropy_with_integer_labels(
   labels = broadcast_to(fn, "labels", labels, batch_shape, "logits without axis")
   mask = None if where is None else check_where(fn, where, logits.shape, axes)
   out_dtype = result_dtype(logits)
-  x = compute(logits, compute_dtype_of(out_dtype))
+  x = cast(logits, compute_dtype(out_dtype))
   # Classes move to one trailing flat axis, so a tuple axis behaves like a single one.
   perm = batch_axes + axes
   x = jnp.transpose(x, perm).reshape(batch_shape + (-1,))
@@ -182,12 +181,13 @@ def softmax_cross_entropy_with_integer_labels(
     mask = jnp.transpose(mask, perm).reshape(batch_shape + (-1,))
   lse = masked_logsumexp(x, (x.ndim - 1,), mask)
   label_logit = jnp.take_along_axis(
-      x, labels[..., None].astype(jnp.int32), axis=-1, mode="fill", fill_value=jnp.nan
+      # Class indices in one integer dtype (uint8, int64 ... labels gather alike).
+      x, cast(labels[..., None], jnp.int32), axis=-1, mode="fill", fill_value=jnp.nan
   )[..., 0]
   loss = lse - label_logit
   if mask is not None:
     loss = jnp.where(jnp.any(mask, axis=-1), loss, jnp.zeros_like(loss))
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)
 
 
 def sigmoid_binary_cross_entropy(logits: Any, labels: Any) -> jax.Array:
@@ -224,10 +224,10 @@ def sigmoid_binary_cross_entropy(logits: Any, labels: Any) -> jax.Array:
   labels = require_numeric(fn, "labels", labels)
   logits, labels = broadcast_pair(fn, "logits", logits, "labels", labels)
   out_dtype = result_dtype(logits, labels)
-  cdt = compute_dtype_of(out_dtype)
-  x, y = compute(logits, cdt), compute(labels, cdt)
+  cdt = compute_dtype(out_dtype)
+  x, y = cast(logits, cdt), cast(labels, cdt)
   loss = y * jax.nn.softplus(-x) + (1.0 - y) * jax.nn.softplus(x)
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)
 
 
 def _log_weighted_sum(w1: jax.Array, a: jax.Array, w2: jax.Array, b: jax.Array) -> jax.Array:
@@ -278,8 +278,8 @@ def sigmoid_focal_loss(
   labels = require_numeric(fn, "labels", labels)
   logits, labels = broadcast_pair(fn, "logits", logits, "labels", labels)
   out_dtype = result_dtype(logits, labels)
-  cdt = compute_dtype_of(out_dtype)
-  x, y = compute(logits, cdt), compute(labels, cdt)
+  cdt = compute_dtype(out_dtype)
+  x, y = cast(logits, cdt), cast(labels, cdt)
   log_p = jax.nn.log_sigmoid(x)
   log_q = jax.nn.log_sigmoid(-x)
   cross_entropy = -y * log_p - (1.0 - y) * log_q
@@ -288,7 +288,7 @@ def sigmoid_focal_loss(
   if alpha is not None:
     a = hyper(fn, "alpha", alpha, cdt)
     loss = (a * y + (1.0 - a) * (1.0 - y)) * loss
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)
 
 
 def poly_loss_cross_entropy(
@@ -335,5 +335,5 @@ def poly_loss_cross_entropy(
   cross_entropy = -jnp.sum(y * log_probs, axis=axes, where=mask)
   one_minus_pt = jnp.sum(y * (1.0 - jnp.exp(log_probs)), axis=axes, where=mask)
   loss = cross_entropy + hyper(fn, "epsilon", epsilon, x.dtype) * one_minus_pt
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)
 

@@ -21,7 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype, promote_types
+from .._core._policy import default_float_dtype
+from .._core._policy import hyper as _policy_hyper
+from .._core._policy import result_dtype as _promotion
 
 __all__: list[str] = []
 
@@ -36,10 +38,6 @@ def as_array(fn: str, name: str, x: Any) -> jax.Array:
     return jnp.asarray(x)
   except (TypeError, ValueError) as err:
     raise TypeError(f"{fn}: {name} must be an array, got {type(x).__name__} ({err}).") from None
-
-
-def _is_weak(x: jax.Array) -> bool:
-  return bool(getattr(getattr(x, "aval", x), "weak_type", False))
 
 
 def require_floating(fn: str, name: str, x: Any) -> jax.Array:
@@ -84,31 +82,19 @@ def require_same_shape(fn: str, name_a: str, a: jax.Array, name_b: str, b: jax.A
 
 
 def result_dtype(*xs: jax.Array | None) -> np.dtype:
-  """The promotion of the floating inputs (weak ones only if nothing else is floating)."""
+  """The promotion of the floating inputs (weak ones only if nothing else is floating).
+
+  Integer and boolean inputs (labels, masks) do not count; with no floating input the result is
+  JAX's default floating dtype.
+  """
   floats = [x for x in xs if x is not None and jnp.issubdtype(x.dtype, jnp.floating)]
-  strong = [x for x in floats if not _is_weak(x)]
-  chosen = strong or floats
-  if not chosen:
-    return np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
-  return np.dtype(promote_types(*[x.dtype for x in chosen]))
-
-
-def compute(x: jax.Array, dtype: Any) -> jax.Array:
-  """``x`` cast to the computation dtype (a no-op when it already has it)."""
-  if x.dtype == dtype and not _is_weak(x):
-    return x
-  return x.astype(dtype)
+  # _promotion treats weak values as weak: they never widen a strong input.
+  return _promotion(*floats) if floats else default_float_dtype()
 
 
 def hyper(fn: str, name: str, value: Any, dtype: Any) -> jax.Array:
   """A numeric hyperparameter (Python number, array or tracer) cast to the computation dtype."""
-  arr = require_numeric(fn, name, value)
-  return arr.astype(dtype)
-
-
-def compute_dtype_of(dtype: Any) -> np.dtype:
-  """The computation dtype for a result dtype: at least float32."""
-  return compute_dtype(dtype)
+  return _policy_hyper(require_numeric(fn, name, value), dtype)
 
 
 def broadcast_to(fn: str, name: str, x: jax.Array, shape: Sequence[int], target: str) -> jax.Array:

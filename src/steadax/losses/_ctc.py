@@ -8,9 +8,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
-    compute,
-    compute_dtype_of,
     hyper,
     require_floating,
     require_integer,
@@ -54,24 +53,25 @@ def _ctc_forward(fn, logits, logit_paddings, labels, label_paddings, blank_id, l
     raise ValueError(f"{fn}: blank_id={blank_id} is not a class index in [0, {num_classes}).")
 
   out_dtype = result_dtype(logits)
-  cdt = compute_dtype_of(out_dtype)
+  cdt = compute_dtype(out_dtype)
   eps = hyper(fn, "log_epsilon", log_epsilon, cdt)
   max_label_len = labels.shape[1]
-  log_probs = jax.nn.log_softmax(compute(logits, cdt), axis=-1)
-  label_len = max_label_len - jnp.sum(label_paddings.astype(jnp.int32), axis=1)
+  log_probs = jax.nn.log_softmax(cast(logits, cdt), axis=-1)
+  # Paddings are 0/1 floats: the label lengths are counted exactly in int32.
+  label_len = max_label_len - jnp.sum(cast(label_paddings, jnp.int32), axis=1)
 
   # Time-major scan inputs: log-probability of the blank and of each label position.
   blank_lp = jnp.transpose(log_probs[:, :, blank_id])                              # [T, B]
-  gather_idx = jnp.broadcast_to(labels[:, None, :].astype(jnp.int32),
+  gather_idx = jnp.broadcast_to(cast(labels[:, None, :], jnp.int32),
                                 (batch, logits.shape[1], max_label_len))
   # Out-of-range ids (often found in padding) read log-probability 0 instead of NaN.
   label_lp = jnp.take_along_axis(log_probs, gather_idx, axis=2, mode="fill", fill_value=0)
   label_lp = jnp.transpose(label_lp, (1, 0, 2))                                    # [T, B, N]
-  pad = jnp.transpose(compute(logit_paddings, cdt))[:, :, None]                    # [T, B, 1]
+  pad = jnp.transpose(cast(logit_paddings, cdt))[:, :, None]                    # [T, B, 1]
 
   # A label may follow the previous label directly only if they differ (Graves et al., fig. 3);
   # the forbidden transition gets log_epsilon, the library's stand-in for log 0.
-  repeat = (labels[:, 1:] == labels[:, :-1]).astype(cdt)                           # [B, N-1]
+  repeat = cast(labels[:, 1:] == labels[:, :-1], cdt)                           # [B, N-1]
   first = min(1, max_label_len)  # no label positions at all: every array below is empty
   skip_penalty = jnp.concatenate([jnp.ones((batch, first), cdt), repeat], axis=1) * eps
 
@@ -97,7 +97,7 @@ def _ctc_forward(fn, logits, logit_paddings, labels, label_paddings, blank_id, l
       [last_blank[:, :1], jnp.logaddexp(last_blank[:, 1:], last_label)], axis=1)
   alpha_blank = alpha_blank.at[-1].set(final)
   loss = -jnp.take_along_axis(final, label_len[:, None], axis=1)[:, 0]
-  return loss.astype(out_dtype), alpha_blank.astype(out_dtype), alpha_label.astype(out_dtype)
+  return cast(loss, out_dtype), cast(alpha_blank, out_dtype), cast(alpha_label, out_dtype)
 
 
 def ctc_loss_with_forward_probs(

@@ -8,12 +8,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     Axis,
     broadcast_pair,
     check_where,
-    compute,
-    compute_dtype_of,
     normalize_axes,
     require_floating,
     result_dtype,
@@ -37,8 +36,8 @@ def _prepare(fn: str, log_predictions: Any, targets_name: str, targets: Any, axi
   mask = None if where is None else check_where(
       fn, where, log_predictions.shape, None, target="log_predictions")
   out_dtype = result_dtype(log_predictions, targets)
-  cdt = compute_dtype_of(out_dtype)
-  return compute(log_predictions, cdt), compute(targets, cdt), axes, mask, out_dtype
+  cdt = compute_dtype(out_dtype)
+  return cast(log_predictions, cdt), cast(targets, cdt), axes, mask, out_dtype
 
 
 def _kl_terms(log_p: jax.Array, t: jax.Array) -> jax.Array:
@@ -87,7 +86,7 @@ def kl_divergence(
   """
   log_p, t, axes, mask, out_dtype = _prepare(
       "kl_divergence", log_predictions, "targets", targets, axis, where)
-  return jnp.sum(_kl_terms(log_p, t), axis=axes, where=mask).astype(out_dtype)
+  return cast(jnp.sum(_kl_terms(log_p, t), axis=axes, where=mask), out_dtype)
 
 
 def kl_divergence_with_log_targets(
@@ -131,7 +130,7 @@ def kl_divergence_with_log_targets(
   safe_log_t = jnp.where(zero, jnp.zeros_like(log_t), log_t)
   safe_log_p = jnp.where(zero, jnp.zeros_like(log_p), log_p)
   terms = jnp.where(zero, jnp.zeros_like(t), t * (safe_log_t - safe_log_p))
-  return jnp.sum(terms, axis=axes, where=mask).astype(out_dtype)
+  return cast(jnp.sum(terms, axis=axes, where=mask), out_dtype)
 
 
 def generalized_kl_divergence(
@@ -173,7 +172,7 @@ def generalized_kl_divergence(
   log_p, t, axes, mask, out_dtype = _prepare(
       "generalized_kl_divergence", log_predictions, "targets", targets, axis, where)
   terms = _kl_terms(log_p, t) + jnp.exp(log_p) - t
-  return jnp.sum(terms, axis=axes, where=mask).astype(out_dtype)
+  return cast(jnp.sum(terms, axis=axes, where=mask), out_dtype)
 
 
 def convex_kl_divergence(

@@ -8,10 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     broadcast_to,
-    compute,
-    compute_dtype_of,
     require_floating,
     require_numeric,
     result_dtype,
@@ -62,9 +61,9 @@ def make_fenchel_young_loss(max_fun: Callable[..., Any]) -> Callable[..., jax.Ar
     targets = broadcast_to(fn, "targets", require_numeric(fn, "targets", targets), scores.shape,
                            "scores")
     out_dtype = result_dtype(scores, targets)
-    cdt = compute_dtype_of(out_dtype)
+    cdt = compute_dtype(out_dtype)
     max_value = jnp.asarray(max_last_axis(scores, *args, **kwargs))
-    inner = jnp.sum(compute(targets, cdt) * compute(scores, cdt), axis=-1)
-    return (compute(max_value, cdt) - inner).astype(out_dtype)
+    inner = jnp.sum(cast(targets, cdt) * cast(scores, cdt), axis=-1)
+    return cast(cast(max_value, cdt) - inner, out_dtype)
 
   return fenchel_young_loss

@@ -7,11 +7,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     broadcast_pair,
     broadcast_to,
-    compute,
-    compute_dtype_of,
     require_floating,
     require_integer,
     require_numeric,
@@ -31,8 +30,8 @@ __all__ = [
 
 def _binary_inputs(outputs: jax.Array, targets: jax.Array):
   out_dtype = result_dtype(outputs, targets)
-  cdt = compute_dtype_of(out_dtype)
-  return compute(outputs, cdt), compute(targets, cdt), out_dtype
+  cdt = compute_dtype(out_dtype)
+  return cast(outputs, cdt), cast(targets, cdt), out_dtype
 
 
 def hinge_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
@@ -60,7 +59,7 @@ def hinge_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
   targets = require_numeric(fn, "targets", targets)
   outputs, targets = broadcast_pair(fn, "predictor_outputs", outputs, "targets", targets)
   f, y, out_dtype = _binary_inputs(outputs, targets)
-  return jnp.maximum(0.0, 1.0 - f * y).astype(out_dtype)
+  return cast(jnp.maximum(0.0, 1.0 - f * y), out_dtype)
 
 
 def perceptron_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
@@ -87,7 +86,7 @@ def perceptron_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
   targets = require_numeric(fn, "targets", targets)
   require_same_shape(fn, "predictor_outputs", outputs, "targets", targets)
   f, y, out_dtype = _binary_inputs(outputs, targets)
-  return jnp.maximum(0.0, -f * y).astype(out_dtype)
+  return cast(jnp.maximum(0.0, -f * y), out_dtype)
 
 
 def sparsemax_loss(logits: Any, labels: Any) -> jax.Array:
@@ -119,11 +118,11 @@ def sparsemax_loss(logits: Any, labels: Any) -> jax.Array:
   labels = require_numeric(fn, "labels", labels)
   logits, labels = broadcast_pair(fn, "logits", logits, "labels", labels)
   out_dtype = result_dtype(logits)
-  x = compute(logits, compute_dtype_of(out_dtype))
+  x = cast(logits, compute_dtype(out_dtype))
   z = jnp.where(labels != 0, -x, x)
   # sparse_plus, written out: jax.nn.sparse_plus is newer than the oldest JAX steadax supports.
   middle = 0.25 * jnp.square(jnp.clip(z, -1.0, 1.0) + 1.0)
-  return jnp.where(z >= 1.0, z, jnp.where(z <= -1.0, jnp.zeros_like(z), middle)).astype(out_dtype)
+  return cast(jnp.where(z >= 1.0, z, jnp.where(z <= -1.0, jnp.zeros_like(z), middle)), out_dtype)
 
 
 def _multiclass_inputs(fn: str, scores: Any, labels: Any):
@@ -133,9 +132,10 @@ def _multiclass_inputs(fn: str, scores: Any, labels: Any):
     raise ValueError(f"{fn}: scores must have a class axis (shape [..., num_classes]), got a scalar.")
   labels = broadcast_to(fn, "labels", labels, scores.shape[:-1], "scores without the class axis")
   out_dtype = result_dtype(scores)
-  s = compute(scores, compute_dtype_of(out_dtype))
+  s = cast(scores, compute_dtype(out_dtype))
   label_score = jnp.take_along_axis(
-      s, labels[..., None].astype(jnp.int32), axis=-1, mode="fill", fill_value=jnp.nan
+      # Class indices in one integer dtype (uint8, int64 ... labels gather alike).
+      s, cast(labels[..., None], jnp.int32), axis=-1, mode="fill", fill_value=jnp.nan
   )[..., 0]
   return s, labels, label_score, out_dtype
 
@@ -162,8 +162,9 @@ def multiclass_hinge_loss(scores: Any, labels: Any) -> jax.Array:
   """
   s, labels, label_score, out_dtype = _multiclass_inputs("multiclass_hinge_loss", scores, labels)
   classes = jnp.broadcast_to(jnp.arange(s.shape[-1], dtype=jnp.int32), s.shape)
-  margin = jnp.where(classes == labels[..., None].astype(jnp.int32), 0.0, 1.0).astype(s.dtype)
-  return (jnp.max(s + margin, axis=-1) - label_score).astype(out_dtype)
+  # Strict promotion compares int32 with int32 only: labels may be uint8 or int64.
+  margin = cast(jnp.where(classes == cast(labels[..., None], jnp.int32), 0.0, 1.0), s.dtype)
+  return cast(jnp.max(s + margin, axis=-1) - label_score, out_dtype)
 
 
 def multiclass_perceptron_loss(scores: Any, labels: Any) -> jax.Array:
@@ -187,7 +188,7 @@ def multiclass_perceptron_loss(scores: Any, labels: Any) -> jax.Array:
     with Perceptron Algorithms <https://aclanthology.org/W02-1001/>`_, EMNLP 2002.
   """
   s, _, label_score, out_dtype = _multiclass_inputs("multiclass_perceptron_loss", scores, labels)
-  return (jnp.max(s, axis=-1) - label_score).astype(out_dtype)
+  return cast(jnp.max(s, axis=-1) - label_score, out_dtype)
 
 
 def _sparsemax(s: jax.Array) -> jax.Array:
@@ -199,7 +200,7 @@ def _sparsemax(s: jax.Array) -> jax.Array:
   # The support is a prefix of the sorted scores: those above the running threshold.
   in_support = desc * ranks > excess
   support_size = jnp.sum(in_support, axis=-1, keepdims=True, dtype=jnp.int32)
-  tau = jnp.take_along_axis(excess, support_size - 1, axis=-1) / support_size.astype(s.dtype)
+  tau = jnp.take_along_axis(excess, support_size - 1, axis=-1) / cast(support_size, s.dtype)
   return jnp.maximum(s - tau, 0.0)
 
 
@@ -235,4 +236,4 @@ def multiclass_sparsemax_loss(scores: Any, labels: Any) -> jax.Array:
   in_support = p > 0
   gap = jnp.where(in_support, s - label_score[..., None], jnp.zeros_like(s))
   loss = jnp.sum(p * gap, axis=-1) + 0.5 * (1.0 - jnp.sum(p * p, axis=-1))
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)

@@ -11,11 +11,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     broadcast_to,
     check_where,
-    compute,
-    compute_dtype_of,
     masked_log_softmax,
     require_floating,
     require_numeric,
@@ -89,13 +88,13 @@ def ranking_softmax_loss(
                         "logits")
   mask = None if where is None else check_where(fn, where, logits.shape, None)
   out_dtype = result_dtype(logits)
-  cdt = compute_dtype_of(out_dtype)
-  x, y = compute(logits, cdt), compute(labels, cdt)
+  cdt = compute_dtype(out_dtype)
+  x, y = cast(logits, cdt), cast(labels, cdt)
   if weights is not None:
     w = broadcast_to(fn, "weights", require_numeric(fn, "weights", weights), logits.shape,
                      "logits")
-    y = y * compute(w, cdt)
+    y = y * cast(w, cdt)
   log_probs = masked_log_softmax(x, (x.ndim - 1,), mask)
   loss = -jnp.sum(y * log_probs, axis=-1, where=mask)
   row_mask = None if mask is None else jnp.any(mask, axis=-1)
-  return _reduce(fn, loss, row_mask, reduce_fn).astype(out_dtype)
+  return cast(_reduce(fn, loss, row_mask, reduce_fn), out_dtype)

@@ -8,12 +8,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     Axis,
     broadcast_pair,
     check_where,
-    compute,
-    compute_dtype_of,
     hyper,
     normalize_axes,
     require_floating,
@@ -37,15 +36,15 @@ def _errors(fn: str, predictions: Any, targets: Any, *, same_shape: bool):
   predictions = require_floating(fn, "predictions", predictions)
   if targets is None:
     out_dtype = result_dtype(predictions)
-    return compute(predictions, compute_dtype_of(out_dtype)), out_dtype
+    return cast(predictions, compute_dtype(out_dtype)), out_dtype
   targets = require_numeric(fn, "targets", targets)
   if same_shape:
     require_same_shape(fn, "predictions", predictions, "targets", targets)
   else:
     predictions, targets = broadcast_pair(fn, "predictions", predictions, "targets", targets)
   out_dtype = result_dtype(predictions, targets)
-  cdt = compute_dtype_of(out_dtype)
-  return compute(predictions, cdt) - compute(targets, cdt), out_dtype
+  cdt = compute_dtype(out_dtype)
+  return cast(predictions, cdt) - cast(targets, cdt), out_dtype
 
 
 def squared_error(predictions: Any, targets: Any = None) -> jax.Array:
@@ -70,7 +69,7 @@ def squared_error(predictions: Any, targets: Any = None) -> jax.Array:
     <https://hastie.su.domains/ElemStatLearn/>`_, 2009, eq. 2.9.
   """
   errors, out_dtype = _errors("squared_error", predictions, targets, same_shape=True)
-  return jnp.square(errors).astype(out_dtype)
+  return cast(jnp.square(errors), out_dtype)
 
 
 def l2_loss(predictions: Any, targets: Any = None) -> jax.Array:
@@ -96,7 +95,7 @@ def l2_loss(predictions: Any, targets: Any = None) -> jax.Array:
     2006, eq. 1.2.
   """
   errors, out_dtype = _errors("l2_loss", predictions, targets, same_shape=True)
-  return (0.5 * jnp.square(errors)).astype(out_dtype)
+  return cast(0.5 * jnp.square(errors), out_dtype)
 
 
 def huber_loss(predictions: Any, targets: Any = None, *, delta: Any = 1.0) -> jax.Array:
@@ -130,7 +129,7 @@ def huber_loss(predictions: Any, targets: Any = None, *, delta: Any = 1.0) -> ja
   d = hyper(fn, "delta", delta, errors.dtype)
   abs_errors = jnp.abs(errors)
   quadratic = jnp.minimum(abs_errors, d)
-  return (0.5 * jnp.square(quadratic) + d * (abs_errors - quadratic)).astype(out_dtype)
+  return cast(0.5 * jnp.square(quadratic) + d * (abs_errors - quadratic), out_dtype)
 
 
 def log_cosh(predictions: Any, targets: Any = None) -> jax.Array:
@@ -163,7 +162,7 @@ def log_cosh(predictions: Any, targets: Any = None) -> jax.Array:
   a_large = jnp.where(small, jnp.ones_like(a), a)
   near = jnp.log1p(2.0 * jnp.square(jnp.sinh(0.5 * a_small)))
   far = a_large + jnp.log1p(jnp.exp(-2.0 * a_large)) - math.log(2.0)
-  return jnp.where(small, near, far).astype(out_dtype)
+  return cast(jnp.where(small, near, far), out_dtype)
 
 
 def cosine_similarity(
@@ -203,7 +202,7 @@ def cosine_similarity(
   """
   similarity, out_dtype = _cosine_similarity(
       "cosine_similarity", predictions, targets, epsilon, axis, where)
-  return similarity.astype(out_dtype)
+  return cast(similarity, out_dtype)
 
 
 def _cosine_similarity(fn, predictions, targets, epsilon, axis, where):
@@ -214,8 +213,8 @@ def _cosine_similarity(fn, predictions, targets, epsilon, axis, where):
   mask = None if where is None else check_where(
       fn, where, predictions.shape, None, target="predictions")
   out_dtype = result_dtype(predictions, targets)
-  cdt = compute_dtype_of(out_dtype)
-  a, b = compute(predictions, cdt), compute(targets, cdt)
+  cdt = compute_dtype(out_dtype)
+  a, b = cast(predictions, cdt), cast(targets, cdt)
   eps = hyper(fn, "epsilon", epsilon, cdt)
   a_norm = jnp.sqrt(jnp.maximum(jnp.sum(a * a, axis=axes, where=mask, keepdims=True), eps))
   b_norm = jnp.sqrt(jnp.maximum(jnp.sum(b * b, axis=axes, where=mask, keepdims=True), eps))
@@ -255,4 +254,4 @@ def cosine_distance(
   """
   similarity, out_dtype = _cosine_similarity(
       "cosine_distance", predictions, targets, epsilon, axis, where)
-  return (1.0 - similarity).astype(out_dtype)
+  return cast(1.0 - similarity, out_dtype)

@@ -8,11 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     broadcast_to,
     check_reduction,
-    compute,
-    compute_dtype_of,
     hyper,
     normalize_axes,
     require_floating,
@@ -33,7 +32,7 @@ def _check_distributions(fn: str, predictions: jax.Array) -> None:
   """
   if predictions.shape[-1] == 1 or isinstance(predictions, jax.core.Tracer):
     return
-  sums = np.asarray(jnp.sum(predictions.astype(jnp.float32), axis=-1))
+  sums = np.asarray(jnp.sum(cast(predictions, compute_dtype(predictions.dtype)), axis=-1))
   if sums.size and not np.allclose(sums, 1.0, rtol=1e-5, atol=1e-5 if predictions.dtype.itemsize
                                    > 2 else 1e-2):
     raise ValueError(
@@ -125,8 +124,8 @@ def _dice(fn, predictions, targets, *, class_weights, smooth, alpha, beta, apply
   if not apply_softmax:
     _check_distributions(fn, predictions)
   out_dtype = result_dtype(predictions, targets)
-  cdt = compute_dtype_of(out_dtype)
-  p, t = compute(predictions, cdt), compute(targets, cdt)
+  cdt = compute_dtype(out_dtype)
+  p, t = cast(predictions, cdt), cast(targets, cdt)
   num_classes = p.shape[-1]
   if apply_softmax:
     p = jax.nn.sigmoid(p) if num_classes == 1 else jax.nn.softmax(p, axis=-1)
@@ -142,11 +141,11 @@ def _dice(fn, predictions, targets, *, class_weights, smooth, alpha, beta, apply
   if class_weights is not None:
     w = require_numeric(fn, "class_weights", class_weights)
     require_rank(fn, "class_weights", w, 1, "[num_classes]")
-    loss = loss * broadcast_to(fn, "class_weights", compute(w, cdt), loss.shape,
+    loss = loss * broadcast_to(fn, "class_weights", cast(w, cdt), loss.shape,
                                "the per-class losses")
   if ignore_background and num_classes > 1:
     loss = loss[..., 1:]
-  return _reduce(loss, reduction).astype(out_dtype)
+  return cast(_reduce(loss, reduction), out_dtype)
 
 
 def multiclass_generalized_dice_loss(
@@ -189,15 +188,15 @@ def multiclass_generalized_dice_loss(
   predictions = require_floating(fn, "predictions", predictions)
   targets = require_numeric(fn, "targets", targets)
   require_same_shape(fn, "predictions", predictions, "targets", targets)
-  cdt = compute_dtype_of(result_dtype(predictions, targets))
-  t = compute(targets, cdt)
+  cdt = compute_dtype(result_dtype(predictions, targets))
+  t = cast(targets, cdt)
   frequencies = jnp.sum(t, axis=tuple(range(t.ndim - 1)))
   weights = 1.0 / (jnp.square(frequencies) + 1e-7)
   weights = weights * (weights.shape[0] / jnp.sum(weights))
   per_class = _dice(fn, predictions, targets, class_weights=weights, smooth=smooth, alpha=0.5,
                     beta=0.5, apply_softmax=apply_softmax, reduction="none",
                     ignore_background=ignore_background, axis=None)
-  return jnp.mean(per_class.astype(cdt)).astype(per_class.dtype)
+  return cast(jnp.mean(cast(per_class, cdt)), per_class.dtype)
 
 
 def binary_dice_loss(

@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
-    compute,
-    compute_dtype_of,
     hyper,
     masked_logsumexp,
     normalize_axes,
@@ -63,8 +62,8 @@ def ntxent(embeddings: Any, labels: Any, temperature: Any = 0.07) -> jax.Array:
         f"{labels.shape}."
     )
   out_dtype = result_dtype(embeddings)
-  cdt = compute_dtype_of(out_dtype)
-  e = compute(embeddings, cdt)
+  cdt = compute_dtype(out_dtype)
+  e = cast(embeddings, cdt)
   # The norm floor is the input dtype's epsilon, as in Optax, so results agree for tiny vectors.
   floor = float(jnp.finfo(embeddings.dtype).eps)
   e = e / jnp.sqrt(jnp.maximum(jnp.sum(e * e, axis=1, keepdims=True), floor))
@@ -76,8 +75,8 @@ def ntxent(embeddings: Any, labels: Any, temperature: Any = 0.07) -> jax.Array:
   pair_loss = jnp.logaddexp(sim, negatives_lse) - sim
   num_pairs = jnp.sum(positive, dtype=jnp.int32)
   total = jnp.sum(jnp.where(positive, pair_loss, jnp.zeros_like(pair_loss)))
-  loss = total / jnp.maximum(num_pairs, 1).astype(cdt)
-  return loss.astype(out_dtype)
+  loss = total / cast(jnp.maximum(num_pairs, 1), cdt)
+  return cast(loss, out_dtype)
 
 
 def triplet_margin_loss(
@@ -135,8 +134,8 @@ def triplet_margin_loss(
     ) from None
   axes = normalize_axes(fn, axis, len(shape))
   out_dtype = result_dtype(anchors, positives, negatives)
-  cdt = compute_dtype_of(out_dtype)
-  a, p, n = (jnp.broadcast_to(compute(x, cdt), shape) for x in (anchors, positives, negatives))
+  cdt = compute_dtype(out_dtype)
+  a, p, n = (jnp.broadcast_to(cast(x, cdt), shape) for x in (anchors, positives, negatives))
   q = hyper(fn, "norm_degree", norm_degree, cdt)
   e = hyper(fn, "eps", eps, cdt)
 
@@ -144,4 +143,4 @@ def triplet_margin_loss(
     return jnp.power(jnp.sum(jnp.power(jnp.abs(x - y), q), axis=axes) + e, 1.0 / q)
 
   loss = jnp.maximum(distance(a, p) - distance(a, n) + hyper(fn, "margin", margin, cdt), 0.0)
-  return loss.astype(out_dtype)
+  return cast(loss, out_dtype)

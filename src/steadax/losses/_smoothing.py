@@ -8,11 +8,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._policy import cast, compute_dtype
 from ._common import (
     Axis,
     check_where,
-    compute,
-    compute_dtype_of,
     hyper,
     normalize_axes,
     require_floating,
@@ -55,14 +54,14 @@ def smooth_labels(labels: Any, alpha: Any, *, axis: Axis = -1, where: Any = None
   labels = require_floating(fn, "labels", labels)
   axes = normalize_axes(fn, axis, labels.ndim)
   out_dtype = result_dtype(labels)
-  cdt = compute_dtype_of(out_dtype)
-  y = compute(labels, cdt)
+  cdt = compute_dtype(out_dtype)
+  y = cast(labels, cdt)
   a = hyper(fn, "alpha", alpha, cdt)
   if where is None:
     uniform = a / math.prod(labels.shape[i] for i in axes)
   else:
     mask = check_where(fn, where, labels.shape, None, target="labels")
     count = jnp.sum(mask, axis=axes, keepdims=True, dtype=jnp.int32)
-    safe_count = jnp.maximum(count, 1).astype(cdt)
+    safe_count = cast(jnp.maximum(count, 1), cdt)
     uniform = jnp.where(count > 0, a / safe_count, jnp.zeros_like(safe_count))
-  return ((1.0 - a) * y + uniform).astype(out_dtype)
+  return cast((1.0 - a) * y + uniform, out_dtype)

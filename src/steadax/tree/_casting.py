@@ -15,6 +15,7 @@ __all__ = ["tree_cast", "tree_cast_like", "tree_dtype"]
 
 
 def _astype(x: Any, dtype: Any) -> Any:
+  # tree_cast is the public astype (Optax's tree.cast): the user asked for exactly this cast.
   return x.astype(dtype) if hasattr(x, "astype") else jnp.asarray(x, dtype)
 
 

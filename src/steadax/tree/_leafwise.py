@@ -8,7 +8,6 @@ they never widen a leaf), computed once per dtype combination at trace time.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype, key_path_str
+from .._core._policy import cast as cast_to
+from .._core._policy import compute_dtype, key_path_str, result_dtype, with_weak
 from .._core._tree import is_none
 
 __all__ = [
@@ -32,52 +32,6 @@ __all__ = [
 ]
 
 
-def _dtype_token(x: Any) -> Any:
-  """A hashable stand-in for ``x`` in promotion: a numpy dtype, or a Python type when weak."""
-  if isinstance(x, (bool, int, float, complex)):
-    return type(x)
-  dtype = getattr(x, "dtype", None)
-  if dtype is None:
-    return np.asarray(x).dtype
-  aval = getattr(x, "aval", None)
-  if aval is not None and getattr(aval, "weak_type", False):
-    kind = np.dtype(dtype).kind
-    return {"b": bool, "i": int, "u": int, "f": float, "V": float, "c": complex}.get(kind, float)
-  return np.dtype(dtype)
-
-
-_REPRESENTATIVE = {bool: False, int: 0, float: 0.0, complex: 0j}
-
-
-@functools.lru_cache(maxsize=None)
-def _promote_tokens(tokens: tuple[Any, ...]) -> np.dtype:
-  args = [_REPRESENTATIVE[t] if isinstance(t, type) else t for t in tokens]
-  with jax.numpy_dtype_promotion("standard"):
-    return np.dtype(jnp.result_type(*args))
-
-
-def result_dtype(*values: Any) -> np.dtype:
-  """JAX's standard promotion of ``values`` (arrays, tracers or Python scalars), strict-safe."""
-  return _promote_tokens(tuple(_dtype_token(v) for v in values if v is not None))
-
-
-def with_weak(dtype: Any, *scalars: Any) -> np.dtype:
-  """The dtype of ``leaf op scalar`` when the scalars are weak: they change the kind, not the width.
-
-  A float32 scalar scales a bfloat16 leaf in bfloat16; a complex scalar makes a float32 leaf complex64.
-  """
-  tokens = [np.dtype(dtype)]
-  for s in scalars:
-    if s is None:
-      continue
-    token = _dtype_token(s)
-    if isinstance(token, np.dtype):
-      kind = token.kind
-      token = {"b": bool, "i": int, "u": int, "c": complex}.get(kind, float)
-    tokens.append(token)
-  return _promote_tokens(tuple(tokens))
-
-
 def arith_dtype(dtype: Any) -> np.dtype:
   """Where arithmetic on ``dtype`` runs: at least float32 for floating dtypes, else ``dtype``."""
   dtype = np.dtype(dtype)
@@ -90,17 +44,6 @@ def as_array(x: Any) -> jax.Array:
   return x if isinstance(x, (jax.Array, np.ndarray)) else jnp.asarray(x)
 
 
-def cast_to(x: Any, dtype: Any) -> jax.Array:
-  """``x`` as a strong array of ``dtype`` (a no-op when it already is one)."""
-  dtype = np.dtype(dtype)
-  if isinstance(x, jax.Array) and x.dtype == dtype and not getattr(x.aval, "weak_type", False):
-    return x
-  x = jnp.asarray(x)
-  if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
-    raise TypeError(f"cannot cast a complex value to {dtype.name} without dropping its imaginary part")
-  return x.astype(dtype)
-
-
 def reduction_dtype(dtypes: Any) -> np.dtype:
   """Accumulator of a reduction: widest floating dtype present (at least float32), else the ints'.
 
@@ -111,7 +54,7 @@ def reduction_dtype(dtypes: Any) -> np.dtype:
   inexact = [d for d in dtypes if jnp.issubdtype(d, jnp.inexact)]
   if inexact or not dtypes:
     return compute_dtype(*inexact)
-  dtype = _promote_tokens(tuple(dtypes))
+  dtype = result_dtype(*dtypes)
   if dtype == np.dtype(bool):
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(jnp.int_))
   return dtype

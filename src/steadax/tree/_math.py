@@ -39,7 +39,7 @@ def _binary(fname: str, op: Any, tree_x: Any, tree_y: Any, *, true_divide: bool 
     if true_divide:
       out_dtype = with_weak(out_dtype, 0.0)
     cdt = arith_dtype(out_dtype)
-    return op(cast_to(x, cdt), cast_to(y, cdt)).astype(out_dtype)
+    return cast_to(op(cast_to(x, cdt), cast_to(y, cdt)), out_dtype)
 
   return map_leaves(fname, leaf, tree_x, tree_y, names=["tree_y"])
 
@@ -67,7 +67,7 @@ def tree_add(tree_x: Any, tree_y: Any, *other_trees: Any) -> Any:
     total = cast_to(x, cdt)
     for y in ys:
       total = total + cast_to(y, cdt)
-    return total.astype(out_dtype)
+    return cast_to(total, out_dtype)
 
   names = ["tree_y"] + [f"other_trees[{i}]" for i in range(len(other_trees))]
   return map_leaves("add", leaf, tree_x, tree_y, *other_trees, names=names)
@@ -160,7 +160,7 @@ def tree_scale(scalar: Any, tree: Any) -> Any:
 
   def leaf(x):
     out, out_dtype = _scaled(x, scalar)
-    return out.astype(out_dtype)
+    return cast_to(out, out_dtype)
 
   return map_leaves("scale", leaf, tree)
 
@@ -186,7 +186,7 @@ def tree_add_scale(tree_x: Any, scalar: Any, tree_y: Any) -> Any:
   def leaf(x, y):
     out_dtype = with_weak(result_dtype(x, y), scalar)
     cdt = arith_dtype(out_dtype)
-    return (cast_to(x, cdt) + cast_to(scalar, cdt) * cast_to(y, cdt)).astype(out_dtype)
+    return cast_to(cast_to(x, cdt) + cast_to(scalar, cdt) * cast_to(y, cdt), out_dtype)
 
   return map_leaves("add_scale", leaf, tree_x, tree_y, names=["tree_y"])
 

@@ -83,14 +83,18 @@ def tree_sum(tree: Any, associative_reduction: bool = False) -> jax.Array:
 
 
 def _extreme(fname: str, tree: Any, reduce_leaf: Any, combine: Any, empty: float) -> jax.Array:
-  leaves = [x for x in _leaves(tree) if x.size > 0]
+  all_leaves = _leaves(tree)
+  leaves = [x for x in all_leaves if x.size > 0]
   if any(jnp.issubdtype(x.dtype, jnp.complexfloating) for x in leaves):
     raise TypeError(f"{fname}: complex leaves have no order; reduce `tree.real(...)` or `abs` instead")
+  # The dtype comes from every leaf, zero-size ones included: a float64 tree without elements gives
+  # a float64 -inf, as a non-empty one gives a float64 maximum.
+  dtype = reduction_dtype([real_dtype(x.dtype) for x in all_leaves])
   if not leaves:
-    return jnp.asarray(empty, jnp.float32)
-  dtype = reduction_dtype([x.dtype for x in leaves])
+    # No element: +-inf, in the floating reduction dtype (an integer tree has no infinity).
+    return cast_to(empty, dtype if jnp.issubdtype(dtype, jnp.inexact) else compute_dtype())
   # Max and min are exact in any dtype; the cast only gives the result the common reduction dtype.
-  return _pairwise([reduce_leaf(x).astype(dtype) for x in leaves], combine)
+  return _pairwise([cast_to(reduce_leaf(x), dtype) for x in leaves], combine)
 
 
 def tree_max(tree: Any) -> jax.Array:
@@ -153,7 +157,7 @@ def tree_norm(tree: Any, ord: Any = None, squared: bool = False) -> jax.Array:  
     sum_sq = tree_sum_of_squares(leaves)
     return sum_sq if squared else jnp.sqrt(sum_sq)
   dtype = real_dtype(compute_dtype(*[x.dtype for x in leaves]))
-  moduli = [jnp.abs(cast_to(x, compute_dtype(x.dtype))).astype(dtype) for x in leaves]
+  moduli = [cast_to(jnp.abs(cast_to(x, compute_dtype(x.dtype))), dtype) for x in leaves]
   if not isinstance(ord, str) and ord == 1:
     result = _accumulate([jnp.sum(m) for m in moduli], dtype)
   elif ord in ("inf", "infinity") or (not isinstance(ord, str) and ord == np.inf):
