@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo test test-x64 test-fast bench clean
+.PHONY: demo test test-x64 test-fast bench clean mutate
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -28,6 +28,11 @@ demo: $(VENV)/.examples
 test: $(VENV)/.dev
 	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --doctest-modules src tests
 	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not x32_only" tests
+
+# Mutation testing of the dtype policy on a temporary copy of src/ (tests/mutation/run.py): fails
+# when an injected dtype bug is not caught by its tests.
+mutate: $(VENV)/.dev
+	$(PY) tests/mutation/run.py
 
 bench: $(VENV)/.dev
 	$(PY) benchmarks/run.py

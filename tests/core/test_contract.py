@@ -122,6 +122,21 @@ def test_updates_take_the_parameter_dtype():
   assert updates["bf"].dtype == jnp.float32 and updates["f"].dtype == jnp.bfloat16
 
 
+def test_leafwise_writes_updates_in_the_parameter_dtype():
+  # ``update_fn`` is the transformation without the contract around it. Checked through
+  # ``tx.update`` alone (as above), this could not fail: the contract casts every update to its
+  # parameter's dtype anyway, so a leafwise that forgot its one cast would go unnoticed
+  # (tests/mutation/run.py, mutation d).
+  tx = steadax.scale_by_adam()
+  params = {"bf": jnp.ones(3, jnp.bfloat16), "f": jnp.ones(3, jnp.float32)}
+  grads = {"bf": jnp.ones(3, jnp.float32), "f": jnp.ones(3, jnp.bfloat16)}
+  updates, state = tx.update_fn(grads, tx.init(params), params)
+  assert updates["bf"].dtype == jnp.bfloat16 and updates["f"].dtype == jnp.float32
+  assert state.mu["bf"].dtype == jnp.bfloat16 and state.nu["f"].dtype == jnp.float32
+  updates, _ = tx.update_fn(grads, tx.init(params))
+  assert updates["bf"].dtype == jnp.float32 and updates["f"].dtype == jnp.bfloat16
+
+
 def test_float16_tiny_gradients_give_finite_adam_updates():
   params = jnp.zeros(4, jnp.float16)
   tx = steadax.adam(1e-3)
