@@ -21,18 +21,15 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import chain
+from .._core._leafwise import Scalars, leafwise
 from .._core._module import child_field, hyper_field, static_field
-from .._core._policy import (
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    hyper,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
-from .._core._tree import copy_like, tree_map, tree_map_n
+from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, INNER, SCALAR, accumulator, state_roles
+from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
+from ..schedules import warmup_constant_schedule
+from ..transforms import add_decayed_weights, scale_by_learning_rate, scale_by_rms
+from ..transforms._scaling import value_at
 
 __all__ = [
     "ScheduleFreeState",
@@ -43,6 +40,8 @@ __all__ = [
 ]
 
 
+@state_roles(b1=SCALAR, weight_sum=SCALAR, step_count=COUNTER, max_lr=SCALAR, base_optimizer_state=INNER,
+             z=accumulator("state_dtype"))
 class ScheduleFreeState(NamedTuple):
   """State of ``schedule_free`` (Optax's field names).
 
@@ -63,53 +62,59 @@ class ScheduleFreeState(NamedTuple):
   z: Any
 
 
+def _check_b1(owner: str, name: str, value: Any) -> None:
+  """The interpolation coefficient lies in (0, 1] (x is recovered by dividing by it)."""
+  check_range(owner, name, value, 0.0, 1.0, low_open=True)
+
+
+def _evaluation_point(k: Scalars, y: jax.Array, z: jax.Array) -> jax.Array:
+  """``x = (y - (1 - β) z) / β``: the averaged sequence, from the gradient point and the base one."""
+  return (y - (1 - k.b1) * z) / k.b1
+
+
 class ScheduleFree(Transformation):
   name = "schedule_free"
+  State = ScheduleFreeState
   base_optimizer: Any = child_field()
-  learning_rate: Any = hyper_field()
-  b1: Any = hyper_field(0.9)
+  learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
+  b1: Any = hyper_field(0.9, check=_check_b1)
   weight_lr_power: Any = hyper_field(2.0)
   state_dtype: Any = static_field(default=None)
 
   def init_fn(self, params):
+    # z starts at a copy of the parameters (so params and z can both be donated to a jitted step)
+    # and b1 holds the hyperparameter: built here, checked against the roles.
     stat = scalar_stat_dtype(params)
-    # A copy, so that params and z can both be donated to a jitted step.
-    z = copy_like(params, self.state_dtype)
     return ScheduleFreeState(
         b1=jnp.asarray(hyper(self.b1, stat)),
         weight_sum=jnp.zeros([], stat),
         step_count=zero_count(),
         max_lr=jnp.zeros([], stat),
         base_optimizer_state=self.base_optimizer.init(params),
-        z=z,
+        z=copy_like(params, self.state_dtype),
     )
 
   def update_fn(self, updates, state, params=None, **extra_args):
     if params is None:
       raise ValueError("schedule_free: `params` must be passed to update().")
     stat = state.max_lr.dtype
-    lr = self.learning_rate(state.step_count) if callable(self.learning_rate) else self.learning_rate
-    max_lr = jnp.maximum(state.max_lr, hyper(lr, stat))
+    max_lr = jnp.maximum(state.max_lr, hyper(value_at(self.learning_rate, state.step_count), stat))
     weight = max_lr ** hyper(self.weight_lr_power, stat)
     total = state.weight_sum + weight
     # c = weight / total, 0 while every learning rate so far was 0 (warm-up from 0).
     ck = jnp.where(total > 0, weight / jnp.where(total > 0, total, jnp.ones_like(total)), jnp.zeros_like(total))
     base_updates, base_state = self.base_optimizer.update(
         updates, state.base_optimizer_state, params, **extra_args)
-    b1 = state.b1
 
-    def leaf(u, z, y):
-      cdt = compute_dtype(z.dtype, y.dtype, u.dtype)
-      beta, c = b1.astype(cdt), ck.astype(cdt)
-      one = jnp.asarray(1, cdt)
-      zc, yc = as_compute(z, cdt), as_compute(y, cdt)
-      z_new = zc + as_compute(u, cdt)
-      x = (yc - (one - beta) * zc) / beta
-      x_new = (one - c) * x + c * z_new
-      y_new = beta * x_new + (one - beta) * z_new
-      return (y_new - yc).astype(y.dtype), z_new.astype(z.dtype)
+    def leaf(k, u, z, y):
+      # Algorithm 1: z' = z + Δ, x' = (1 - c) x + c z', y' = β x' + (1 - β) z'; the update is y' - y.
+      x = _evaluation_point(k, y, z)
+      z = z + u
+      x = (1 - k.c) * x + k.c * z
+      return k.b1 * x + (1 - k.b1) * z - y, z
 
-    out, z = tree_map_n(leaf, 2, base_updates, state.z, params)
+    out, z = self.leafwise(leaf, base_updates, state.z, params=params, reads=(params,),
+                           scalars=lambda dt: Scalars(b1=state.b1, c=ck))
     return out, ScheduleFreeState(
         b1=state.b1, weight_sum=total, step_count=safe_increment(state.step_count),
         max_lr=max_lr, base_optimizer_state=base_state, z=z)
@@ -144,8 +149,6 @@ def schedule_free(
     >>> steadax.contrib.schedule_free_eval_params(s, p)
     Array([0.], dtype=float32)
   """
-  check_schedule_or_scalar("schedule_free", "learning_rate", learning_rate)
-  check_range("schedule_free", "b1", b1, 0.0, 1.0, low_open=True)
   return ScheduleFree(with_extra_args_support(base_optimizer), learning_rate, b1, weight_lr_power,
                       state_dtype=state_dtype)
 
@@ -153,8 +156,6 @@ def schedule_free(
 def _warmup(learning_rate, warmup_steps):
   if warmup_steps is None:
     return learning_rate
-  from ..schedules import warmup_constant_schedule
-
   return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
 
 
@@ -189,8 +190,6 @@ def schedule_free_adamw(
     >>> opt.init(jnp.zeros(2)).step_count
     Array(0, dtype=int32)
   """
-  from ..transforms import add_decayed_weights, scale_by_learning_rate, scale_by_rms
-
   lr = _warmup(learning_rate, warmup_steps)
   base = chain(
       scale_by_rms(decay=b2, eps=eps, eps_in_sqrt=False, bias_correction=True),
@@ -228,8 +227,6 @@ def schedule_free_sgd(
     >>> opt.init(jnp.zeros(2)).z
     Array([0., 0.], dtype=float32)
   """
-  from ..transforms import add_decayed_weights, scale_by_learning_rate
-
   lr = _warmup(learning_rate, warmup_steps)
   parts = [add_decayed_weights(weight_decay)] if weight_decay is not None else []
   base = chain(*parts, scale_by_learning_rate(lr))
@@ -279,10 +276,6 @@ def schedule_free_eval_params(state: Any, params: Any) -> Any:
   if sf is None:
     raise ValueError("schedule_free_eval_params: `state` holds no ScheduleFreeState.")
 
-  def leaf(y, z):
-    cdt = compute_dtype(y.dtype, z.dtype)
-    beta = sf.b1.astype(cdt)
-    x = (as_compute(y, cdt) - (jnp.asarray(1, cdt) - beta) * as_compute(z, cdt)) / beta
-    return x.astype(y.dtype)
+  return leafwise("schedule_free_eval_params", lambda k, y, z: _evaluation_point(k, y, z), params,
+                  reads=(sf.z,), scalars=lambda dt: Scalars(b1=sf.b1))[0]
 
-  return tree_map(leaf, params, sf.z)
