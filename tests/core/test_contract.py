@@ -122,6 +122,15 @@ def test_updates_take_the_parameter_dtype():
   assert updates["bf"].dtype == jnp.float32 and updates["f"].dtype == jnp.bfloat16
 
 
+def test_contract_casts_compute_dtype_updates_to_the_parameter_dtype():
+  # The check above goes through adam, whose leafwise already casts: it passes without the
+  # contract's cast (tests/mutation/run.py, mutation h). Here only the contract can cast.
+  tx = steadax.stateless(lambda u, p: jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), u))
+  params = {"bf": jnp.ones(3, jnp.bfloat16), "h": jnp.ones(3, jnp.float16)}
+  updates, _ = tx.update(params, tx.init(params), params)
+  assert updates["bf"].dtype == jnp.bfloat16 and updates["h"].dtype == jnp.float16
+
+
 def test_leafwise_writes_updates_in_the_parameter_dtype():
   # ``update_fn`` is the transformation without the contract around it. Checked through
   # ``tx.update`` alone (as above), this could not fail: the contract casts every update to its

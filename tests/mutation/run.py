@@ -116,6 +116,14 @@ MUTATIONS = (
         "      if False:\n",
         ("tests/core/test_core_v2.py::test_leafwise_rejects_rounding_inside_the_leaf_function",),
     ),
+    Mutation(
+        "h_no_contract_update_cast",
+        "the contract no longer casts updates to the parameter's dtype",
+        "src/steadax/_core/_contract.py",
+        "      new = new.astype(target)\n    fixed.append(new)\n",
+        "    fixed.append(new)\n",
+        ("tests/core/test_contract.py::test_contract_casts_compute_dtype_updates_to_the_parameter_dtype",),
+    ),
 )
 
 

@@ -272,6 +272,8 @@ def test_reductions_are_jittable_and_differentiable():
   grad = jax.grad(lambda t: steadax.tree.vdot(t, Y))(X)
   assert_trees_close(grad, Y)
   assert bool(jax.jit(steadax.tree.allclose)(X, X))
+  # Not only True: a jitted allclose that ignored its inputs would pass the line above.
+  assert not bool(jax.jit(steadax.tree.allclose)(X, steadax.tree.add_scale(X, 1.0, X)))
 
 
 # ------------------------------------------------------------------------------ random trees
