@@ -10,16 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._contract import conform_init
+from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
-from .._core._policy import (
-    COUNTER_DTYPE,
-    as_compute,
-    compute_dtype,
-    hyper,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, accumulator, check_roles, role_zeros, roles_of, state_roles
+from .._core._tree import zeros_like
 from ._branching import (
     cast_like,
     check_predicate,
@@ -110,6 +106,8 @@ def skip_large_updates(
   return should_skip, {"should_skip": should_skip, "norm_squared": norm_sq}
 
 
+@state_roles(mini_step=COUNTER, gradient_step=COUNTER, inner_opt_state=INNER,
+             acc_grads=accumulator("accumulator_dtype"), skip_state=OTHER)
 class MultiStepsState(NamedTuple):
   """State of ``MultiSteps``.
 
@@ -127,6 +125,20 @@ class MultiStepsState(NamedTuple):
   inner_opt_state: Any
   acc_grads: Any
   skip_state: Any = ()
+
+
+def _init_checked(tx: Transformation, params: Any, accumulator_field: str) -> Any:
+  """``tx.init`` for a state whose accumulator may be ``()`` (none is held when ``k`` is 1).
+
+  ``Transformation.init`` checks an accumulator role against the parameters' structure, which
+  ``()`` does not have; the other fields are still checked against their roles here.
+  """
+  if tx.k != 1:
+    return Transformation.init(tx, params)
+  state = tx.init_fn(params)
+  role = roles_of(type(state))[accumulator_field]
+  check_roles(tx.owner, tx, state._replace(**{accumulator_field: role_zeros(params, role, tx)}), params)
+  return conform_init(tx.owner, state)
 
 
 def _no_skip(updates, gradient_step, params):
@@ -178,6 +190,7 @@ class MultiSteps(Transformation):
 
   name = "MultiSteps"
   requires_float = False
+  State = MultiStepsState
   opt: Any = child_field()
   schedule: Any = hyper_field(None)
   k: int | None = static_field(default=None)
@@ -235,10 +248,13 @@ class MultiSteps(Transformation):
     k = jnp.asarray(self.schedule(gradient_step))
     if k.shape != ():
       raise ValueError(f"MultiSteps: every_k_schedule must return a scalar, got shape {k.shape}.")
-    return k.astype(COUNTER_DTYPE)
+    return hyper(k, COUNTER_DTYPE)
 
   def _skip_fn(self) -> Callable:
     return self.should_skip_update_fn if self.should_skip_update_fn is not None else _no_skip
+
+  def init(self, params):
+    return _init_checked(self, params, "acc_grads")
 
   def init_fn(self, params):
     gradient_step = zero_count()
@@ -288,16 +304,12 @@ class MultiSteps(Transformation):
     k = self._k_at(state.gradient_step)
     n = state.mini_step
 
-    def add(g, acc):
-      cdt = compute_dtype(g.dtype, acc.dtype)
-      gc, ac = as_compute(g, cdt), as_compute(acc, cdt)
-      if self.use_grad_mean:
-        out = ac + (gc - ac) / (n + jnp.asarray(1, COUNTER_DTYPE)).astype(cdt)
-      else:
-        out = ac + gc
-      return out.astype(acc.dtype)
+    def add(k, g, acc):
+      # The running mean of the period's gradients (or their sum); the update output is unused.
+      return g, (acc + (g - acc) / k.seen if self.use_grad_mean else acc + g)
 
-    acc_grads = tree_map(add, updates, state.acc_grads)
+    scalars = lambda dt: Scalars(seen=n + jnp.asarray(1, COUNTER_DTYPE))
+    _, acc_grads = self.leafwise(add, updates, state.acc_grads, scalars=scalars)
     emit = n >= k - jnp.asarray(1, COUNTER_DTYPE)
 
     def emit_branch():
@@ -342,6 +354,7 @@ class MultiSteps(Transformation):
     return self
 
 
+@state_roles(count=COUNTER, grad_acc=accumulator("accumulator_dtype"))
 class ApplyEvery(NamedTuple):
   """State of ``apply_every``: the int32 position in the period and the running sum.
 
@@ -357,12 +370,17 @@ class ApplyEvery(NamedTuple):
 class _ApplyEvery(Transformation):
   name = "apply_every"
   requires_float = False
+  State = ApplyEvery
   k: int = static_field(default=1)
   accumulator_dtype: Any = static_field(default=None)
 
+  def init(self, params):
+    return _init_checked(self, params, "grad_acc")
+
   def init_fn(self, params):
-    grad_acc = () if self.k == 1 else zeros_like(params, self.accumulator_dtype)
-    return ApplyEvery(count=zero_count(), grad_acc=grad_acc)
+    if self.k == 1:
+      return ApplyEvery(count=zero_count(), grad_acc=())
+    return super().init_fn(params)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     if self.k == 1:
@@ -370,12 +388,11 @@ class _ApplyEvery(Transformation):
     keep = state.count != 0
     emit = state.count == jnp.asarray(self.k - 1, COUNTER_DTYPE)
 
-    def leaf(g, acc):
-      cdt = compute_dtype(g.dtype, acc.dtype)
-      total = jnp.where(keep, as_compute(acc, cdt), jnp.zeros((), cdt)) + as_compute(g, cdt)
-      return jnp.where(emit, total, jnp.zeros((), cdt)).astype(g.dtype), total.astype(acc.dtype)
+    def leaf(k, g, acc):
+      total = jnp.where(keep, acc, jnp.zeros_like(acc)) + g
+      return jnp.where(emit, total, jnp.zeros_like(total)), total
 
-    out, grad_acc = tree_map_n(leaf, 2, updates, state.grad_acc)
+    out, grad_acc = self.leafwise(leaf, updates, state.grad_acc)
     count = safe_increment(state.count) % jnp.asarray(self.k, COUNTER_DTYPE)
     return out, ApplyEvery(count=count, grad_acc=grad_acc)
 

@@ -62,13 +62,17 @@ def strong(tree: Any) -> Any:
   """Every leaf as a strongly typed array of its own dtype (Python scalars become arrays)."""
   def fix(x):
     x = jnp.asarray(x)
-    return x.astype(x.dtype) if is_weak(x) else x
+    return x.astype(x.dtype) if is_weak(x) else x  # the one way to drop a weak type
 
   return jax.tree_util.tree_map(fix, tree)
 
 
 def cast_like(tree: Any, reference: Any) -> Any:
-  """``tree`` with the dtypes of ``reference`` (same structure), strongly typed."""
+  """``tree`` with the dtypes of ``reference`` (same structure), strongly typed.
+
+  For values a wrapper does not compute itself (a user's measure, a skip function's diagnostics):
+  they are pinned to the types fixed at init, which is this helper's whole purpose.
+  """
   return jax.tree_util.tree_map(lambda x, r: jnp.asarray(x).astype(r.dtype), tree, reference)
 
 
@@ -93,6 +97,7 @@ def all_finite(tree: Any) -> jax.Array:
   for leaf in jax.tree_util.tree_leaves(tree):
     leaf = jnp.asarray(leaf)
     if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size:
+      # As an int32: pmax has no boolean form.
       local = jnp.any(jnp.logical_not(jnp.isfinite(leaf))).astype(COUNTER_DTYPE)
       bad = jnp.maximum(bad, _global(local, jax.lax.pmax))
   return bad == 0
@@ -123,6 +128,8 @@ def sum_of_squares(tree: Any) -> jax.Array:
   dtype = real_dtype(compute_dtype(*[x.dtype for x in leaves]))
   total = jnp.zeros([], dtype)
   for x in leaves:
+    # A whole-tree reduction (outside any leaf function): each leaf is squared in its own compute
+    # dtype (at least float32) and its sum joins the total in the widest dtype present.
     xc = x.astype(compute_dtype(x.dtype))
     sq = jnp.real(xc * jnp.conj(xc)) if jnp.iscomplexobj(xc) else xc * xc
     total = total + _global(jnp.sum(sq).astype(dtype), jax.lax.psum)
@@ -141,5 +148,5 @@ def check_predicate(owner: str, argument: str, value: Any) -> jax.Array:
         f"{owner}: `{argument}` must return a boolean scalar, got dtype "
         f"{np.dtype(value.dtype).name} and shape {value.shape}.")
   if manual_axes(value):
-    value = _global(value.astype(COUNTER_DTYPE), jax.lax.pmax) > 0
+    value = _global(value.astype(COUNTER_DTYPE), jax.lax.pmax) > 0  # pmax has no boolean form
   return value

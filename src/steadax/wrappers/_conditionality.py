@@ -11,6 +11,7 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._branching import all_finite, check_predicate, pinned_state, pinned_updates, zero_updates
 
 __all__ = [
@@ -33,6 +34,7 @@ class ConditionFn(Protocol):
     ...
 
 
+@state_roles(inner_state=INNER, step=COUNTER)
 class ConditionallyTransformState(NamedTuple):
   """State of ``conditionally_transform``: the inner state and the int32 call count."""
 
@@ -40,6 +42,7 @@ class ConditionallyTransformState(NamedTuple):
   step: jax.Array
 
 
+@state_roles(step=COUNTER, inner_state=INNER)
 class ConditionallyMaskState(NamedTuple):
   """State of ``conditionally_mask``: the int32 call count and the inner state."""
 
@@ -55,21 +58,16 @@ def _run_inner(owner, inner, updates, state, params, extra_args):
 
 
 class _Conditional(Transformation):
+  """Runs ``inner`` when ``should_transform_fn(step)`` holds; the subclasses say what happens else."""
+
   requires_float = False
+  zero_when_skipped = False  # ClassVar: zero updates (mask) or the updates unchanged (transform)
   inner: Any = child_field()
   should_transform_fn: Any = static_field()
   forward_extra_args: bool = static_field(default=False)
-  zero_when_skipped: bool = static_field(default=False)
-
-  @property
-  def owner(self) -> str:
-    return "conditionally_mask" if self.zero_when_skipped else "conditionally_transform"
 
   def init_fn(self, params):
-    inner_state = self.inner.init(params)
-    if self.zero_when_skipped:
-      return ConditionallyMaskState(step=zero_count(), inner_state=inner_state)
-    return ConditionallyTransformState(inner_state=inner_state, step=zero_count())
+    return self.State(step=zero_count(), inner_state=self.inner.init(params))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     kwargs = extra_args if self.forward_extra_args else {}
@@ -85,10 +83,18 @@ class _Conditional(Transformation):
       return pinned_updates(self.owner, updates, params, updates), state.inner_state
 
     new_updates, inner_state = jax.lax.cond(run, transform, skip)
-    step = safe_increment(state.step)
-    if self.zero_when_skipped:
-      return new_updates, ConditionallyMaskState(step=step, inner_state=inner_state)
-    return new_updates, ConditionallyTransformState(inner_state=inner_state, step=step)
+    return new_updates, self.State(step=safe_increment(state.step), inner_state=inner_state)
+
+
+class _ConditionallyTransform(_Conditional):
+  name = "conditionally_transform"
+  State = ConditionallyTransformState
+
+
+class _ConditionallyMask(_Conditional):
+  name = "conditionally_mask"
+  State = ConditionallyMaskState
+  zero_when_skipped = True
 
 
 def conditionally_transform(
@@ -118,7 +124,8 @@ def conditionally_transform(
     >>> u, tx.update(jnp.ones(1), state)[0]
     (Array([1.], dtype=float32), Array([10.], dtype=float32))
   """
-  return _Conditional(with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args))
+  return _ConditionallyTransform(
+      with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args))
 
 
 def conditionally_mask(
@@ -146,11 +153,11 @@ def conditionally_mask(
     >>> u, tx.update(jnp.ones(1), state)[0]
     (Array([0.], dtype=float32), Array([-1.], dtype=float32))
   """
-  return _Conditional(
-      with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args),
-      zero_when_skipped=True)
+  return _ConditionallyMask(
+      with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args))
 
 
+@state_roles(notfinite_count=COUNTER, last_finite=OTHER, total_notfinite=COUNTER, inner_state=INNER)
 class ApplyIfFiniteState(NamedTuple):
   """State of ``apply_if_finite``.
 
@@ -171,6 +178,7 @@ class ApplyIfFiniteState(NamedTuple):
 class _ApplyIfFinite(Transformation):
   name = "apply_if_finite"
   requires_float = False
+  State = ApplyIfFiniteState
   inner: Any = child_field()
   max_consecutive_errors: Any = hyper_field(0)
 
@@ -230,6 +238,7 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
   return _ApplyIfFinite(with_extra_args_support(inner), max_consecutive_errors)
 
 
+@state_roles(found_nan=OTHER)  # bool scalars per parameter: not shaped like them
 class ZeroNansState(NamedTuple):
   """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN."""
 
@@ -239,6 +248,7 @@ class ZeroNansState(NamedTuple):
 class _ZeroNans(Transformation):
   name = "zero_nans"
   requires_float = False
+  State = ZeroNansState
 
   def init_fn(self, params):
     return ZeroNansState(found_nan=jax.tree_util.tree_map(lambda _: jnp.asarray(False), params))

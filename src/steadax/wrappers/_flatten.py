@@ -27,6 +27,7 @@ def _ravel(tree: Any, dtype: np.dtype) -> jax.Array:
   leaves = jax.tree_util.tree_leaves(tree)
   if not leaves:
     return jnp.zeros((0,), dtype)
+  # One vector holds every leaf, so they share one dtype (the promotion of theirs).
   return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves])
 
 
@@ -39,7 +40,7 @@ def _unravel(like: Any, flat: jax.Array) -> Any:
     piece = flat[start:start + size].reshape(np.shape(leaf))
     if jnp.iscomplexobj(piece) and not jnp.issubdtype(leaf.dtype, jnp.complexfloating):
       piece = jnp.real(piece)
-    out.append(piece.astype(leaf.dtype))
+    out.append(piece.astype(leaf.dtype))  # back from the vector's shared dtype to the leaf's own
     start += size
   return treedef.unflatten(out)
 

@@ -11,12 +11,15 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_range
 from .._core._contract import conform_updates
+from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
-from .._core._policy import COUNTER_DTYPE, as_compute, compute_dtype, hyper, zero_count
+from .._core._policy import COUNTER_DTYPE, hyper, zero_count
+from .._core._roles import COUNTER, INNER, state_roles
 
 __all__ = ["LookaheadParams", "LookaheadState", "lookahead"]
 
 
+@state_roles(fast_state=INNER, steps_since_sync=COUNTER)
 class LookaheadState(NamedTuple):
   """State of ``lookahead``.
 
@@ -64,6 +67,7 @@ class LookaheadParams(NamedTuple):
 
 class Lookahead(Transformation):
   name = "lookahead"
+  State = LookaheadState
   updates_follow_params = False  # the updates are LookaheadParams; update_fn checks both halves
   fast_optimizer: Any = child_field()
   sync_period: Any = hyper_field(1)
@@ -86,25 +90,21 @@ class Lookahead(Transformation):
     period = hyper(self.sync_period, COUNTER_DTYPE)
     sync = state.steps_since_sync == period - jnp.asarray(1, COUNTER_DTYPE)
 
-    def leaf(fast, update, slow):
-      cdt = compute_dtype(fast.dtype, update.dtype, slow.dtype)
-      alpha = hyper(self.slow_step_size, cdt)
-      # Distance from the slow weights to where the fast weights land this step (paper, Alg. 1).
-      diff = as_compute(fast, cdt) + as_compute(update, cdt) - as_compute(slow, cdt)
+    def leaf(k, update, slow, fast):
+      # Zhang et al. 2019, Algorithm 1: on a sync step the slow weights move alpha of the way to
+      # where the fast weights land (phi += alpha (theta - phi)) and the fast weights jump to them.
+      diff = fast + update - slow
       zero = jnp.zeros_like(diff)
-      slow_update = jnp.where(sync, alpha * diff, zero)
-      # On a sync step the fast weights jump to the new slow weights.
-      fast_update = as_compute(update, cdt) - jnp.where(sync, (1 - alpha) * diff, zero)
-      return fast_update.astype(fast.dtype), slow_update.astype(slow.dtype)
+      fast_update = update - jnp.where(sync, (1 - k.alpha) * diff, zero)
+      # The slow half's update goes through leafwise's state slot so it is written in the slow
+      # parameters' dtype (the fast half's in the fast parameters').
+      return fast_update, jnp.where(sync, k.alpha * diff, zero)
 
-    leaves_f, treedef = jax.tree_util.tree_flatten(params.fast)
-    leaves_u = treedef.flatten_up_to(fast_updates)
-    leaves_s = treedef.flatten_up_to(params.slow)
-    pairs = [leaf(f, u, s) for f, u, s in zip(leaves_f, leaves_u, leaves_s)]
-    new_fast = conform_updates(
-        self.owner, updates, params.fast, treedef.unflatten([p[0] for p in pairs]))
-    new_slow = conform_updates(
-        self.owner, updates, params.slow, treedef.unflatten([p[1] for p in pairs]))
+    scalars = lambda dt: Scalars(alpha=hyper(self.slow_step_size, dt))
+    new_fast, new_slow = self.leafwise(
+        leaf, fast_updates, params.slow, params=params.fast, reads=(params.fast,), scalars=scalars)
+    new_fast = conform_updates(self.owner, updates, params.fast, new_fast)
+    new_slow = conform_updates(self.owner, updates, params.slow, new_slow)
 
     if self.reset_state:
       initial = self.fast_optimizer.init(params.fast)

@@ -15,6 +15,7 @@ import jax
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
+from .._core._roles import INNER, state_roles
 from .._core._state_tree import ParamsMarker
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
@@ -24,6 +25,7 @@ class MaskedNode(NamedTuple):
   """Stands for a parameter that a ``masked`` transformation does not see (an empty pytree)."""
 
 
+@state_roles(inner_state=INNER)
 class MaskedState(NamedTuple):
   """State of ``masked``: the inner transformation's state over the masked-in parameters."""
 
@@ -92,8 +94,8 @@ def mask_tree(tree: Any, mask: Any) -> Any:
     ``tree`` with the masked-out parts replaced.
 
   Example:
-    >>> import steadax
-    >>> steadax.mask_tree({"w": 1.0, "b": 2.0}, {"w": True, "b": False})
+    >>> from steadax.wrappers._masked import mask_tree
+    >>> mask_tree({"w": 1.0, "b": 2.0}, {"w": True, "b": False})
     {'b': MaskedNode(), 'w': 1.0}
   """
   mask = align_prefix("mask_tree", "mask", mask, tree)
@@ -131,6 +133,7 @@ def _apply_mask(owner: str, tree: Any, mask: Any) -> Any:
 class Masked(Transformation):
   name = "masked"
   requires_float = False
+  State = MaskedState
   inner: Any = child_field()
   mask: Any = static_field()
   mask_compatible_extra_args: bool = static_field(default=False)

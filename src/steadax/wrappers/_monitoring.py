@@ -16,18 +16,21 @@ from .._core._base import (
 )
 from .._core._module import hyper_field, static_field
 from .._core._policy import is_inexact_dtype
+from .._core._roles import INNER, OTHER, state_roles
 from ..transforms._scaling import ema
 from ._branching import cast_like, pinned_state, strong
 
 __all__ = ["SnapshotState", "MonitorState", "snapshot", "monitor", "measure_with_ema"]
 
 
+@state_roles(measurement=OTHER)  # shaped like the measure's output, not like the parameters
 class SnapshotState(NamedTuple):
   """State of ``snapshot``: ``{measure_name: measurement}`` of the last updates."""
 
   measurement: dict[str, Any]
 
 
+@state_roles(measurements=OTHER, measure_states=INNER)
 class MonitorState(NamedTuple):
   """State of ``monitor``: the last measurements by name and the measures' own states."""
 
@@ -38,6 +41,7 @@ class MonitorState(NamedTuple):
 class _Snapshot(Transformation):
   name = "snapshot"
   requires_float = False
+  State = SnapshotState
   measure_name: str = static_field()
   measure: Callable = static_field()
 
@@ -98,6 +102,7 @@ def _as_measure(measure: Any) -> GradientTransformation:
 class _Monitor(Transformation):
   name = "monitor"
   requires_float = False
+  State = MonitorState
   measures: tuple = static_field()
   names: tuple = static_field(default=())
 
@@ -152,6 +157,7 @@ def _floating(tree: Any) -> Any:
   """Measurements as strong floating arrays: booleans and integers become float32."""
   def fix(x):
     x = strong(x)
+    # A flag or a count is averaged as a frequency: the EMA needs a floating input.
     return x if is_inexact_dtype(x.dtype) else x.astype(jnp.float32)
 
   return jax.tree_util.tree_map(fix, tree)

@@ -15,6 +15,7 @@ import jax
 from .._core._base import GradientTransformation, Transformation, set_to_zero, with_extra_args_support
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
+from .._core._roles import INNER, state_roles
 from ._masked import Masked, is_params_marker, resolve_prefix
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 
+@state_roles(inner_states=INNER)
 class PartitionState(NamedTuple):
   """State of ``partition``.
 
@@ -54,6 +56,7 @@ class Partition(Transformation):
 
   name = "partition"
   requires_float = False
+  State = PartitionState
   labels: tuple = static_field()
   transforms: tuple = child_field(())
   param_labels: Any = static_field(default=None)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, SCALAR, state_roles
 from ._branching import pinned_state, pinned_updates, sum_of_squares, zero_updates
 
 __all__ = ["SkipSpikesState", "skip_spikes"]
@@ -17,6 +18,8 @@ __all__ = ["SkipSpikesState", "skip_spikes"]
 _WATCHED = ("value", "grad_norm")
 
 
+@state_roles(count=COUNTER, mean=SCALAR, variance=SCALAR, consecutive_skips=COUNTER,
+             total_skips=COUNTER, last_skipped=OTHER, inner_state=INNER)
 class SkipSpikesState(NamedTuple):
   """State of ``skip_spikes``.
 
@@ -42,6 +45,7 @@ class SkipSpikesState(NamedTuple):
 class _SkipSpikes(Transformation):
   name = "skip_spikes"
   requires_float = False
+  State = SkipSpikesState
   inner: Any = child_field()
   factor: Any = hyper_field(2.0)
   num_std: Any = hyper_field(0.0)
@@ -76,6 +80,7 @@ class _SkipSpikes(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     stat = state.mean.dtype
+    # The observed loss or norm, whatever its dtype, enters the statistics' dtype fixed at init.
     x = self._observe(updates, extra_args).astype(stat)
     finite = jnp.isfinite(x)
     warm = state.count >= hyper(self.warmup_steps, COUNTER_DTYPE)

@@ -176,7 +176,7 @@ def _cast_like(path: tuple, old: Any, new: Any) -> Any:
             f"state_set: the entry at {where} has shape {np.shape(o)}, the new value {n.shape}."
         )
       n = jnp.broadcast_to(n, np.shape(o))
-    out.append(n.astype(dtype))
+    out.append(n.astype(dtype))  # the user's value takes the entry's dtype: the state keeps its types
   return jax.tree_util.tree_structure(old).unflatten(out)
 
 

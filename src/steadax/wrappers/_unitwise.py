@@ -13,15 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import EmptyState, Transformation
+from .._core._leafwise import Scalars, leafwise
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    COUNTER_DTYPE,
-    as_compute,
-    compute_dtype,
-    hyper,
-    key_path_str,
-    real_dtype,
-)
+from .._core._policy import COUNTER_DTYPE, as_compute, compute_dtype, hyper, key_path_str, real_dtype
 
 __all__ = [
     "AdaptiveGradClipState",
@@ -59,12 +53,17 @@ def _default_axes(owner: str, x: Any) -> tuple[int, ...] | None:
   )
 
 
-def _unit_norm(owner: str, x: jax.Array, axis: Any, dtype: Any) -> jax.Array:
-  """Unit-wise l2 norm of ``x`` computed in ``dtype``, broadcast to ``x``'s shape."""
+def _unit_norm(owner: str, x: jax.Array, axis: Any) -> jax.Array:
+  """Unit-wise l2 norm of ``x`` (already in its compute dtype), broadcast to ``x``'s shape."""
   axes = _default_axes(owner, x) if axis is None else axis
-  sq = _abs_sq(as_compute(x, compute_dtype(x.dtype))).astype(dtype)
-  sq = jnp.sum(sq, axis=axes, keepdims=True)
+  sq = jnp.sum(_abs_sq(x), axis=axes, keepdims=True)
   return jnp.broadcast_to(jnp.sqrt(sq), np.shape(x))
+
+
+def _clip_leaf(k: Scalars, grad: jax.Array, g_norm: jax.Array, max_norm: jax.Array) -> jax.Array:
+  """Brock et al. 2021, Eq. 3: ``grad * max_norm / max(g_norm, div_eps)`` where the unit is too long."""
+  factor = max_norm / jnp.maximum(g_norm, k.div_eps)
+  return jnp.where(g_norm < max_norm, grad, grad * factor)
 
 
 def unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> jax.Array:
@@ -83,12 +82,13 @@ def unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> ja
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> steadax.unitwise_norm(jnp.array([[3.0, 0.0], [4.0, 1.0]]))
+    >>> steadax.transforms.unitwise_norm(jnp.array([[3.0, 0.0], [4.0, 1.0]]))
     Array([[5., 1.],
            [5., 1.]], dtype=float32)
   """
   x = jnp.asarray(x)
-  out = _unit_norm("unitwise_norm", x, axis, real_dtype(compute_dtype(x.dtype)))
+  out = _unit_norm("unitwise_norm", as_compute(x, compute_dtype(x.dtype)), axis)
+  # Summed in at least float32; returned in the input's own real dtype, as Optax's.
   return out.astype(real_dtype(x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else out.dtype)
 
 
@@ -116,18 +116,15 @@ def unitwise_clip(
   Example:
     >>> import jax.numpy as jnp, steadax
     >>> g = jnp.array([3.0, 4.0])
-    >>> steadax.unitwise_clip(steadax.unitwise_norm(g), jnp.full(2, 1.0), g)
+    >>> steadax.transforms.unitwise_clip(steadax.transforms.unitwise_norm(g), jnp.full(2, 1.0), g)
     Array([0.6, 0.8], dtype=float32)
   """
   _check_same_shape("unitwise_clip", g_norm=g_norm, max_norm=max_norm, grad=grad)
-  grad = jnp.asarray(grad)
-  g_norm, max_norm = jnp.asarray(g_norm), jnp.asarray(max_norm)
-  cdt = compute_dtype(grad.dtype, g_norm.dtype, max_norm.dtype)
-  rdt = real_dtype(cdt)
-  gn, mn = as_compute(g_norm, rdt), as_compute(max_norm, rdt)
-  factor = mn / jnp.maximum(gn, hyper(div_eps, rdt))
-  clipped = as_compute(grad, cdt) * factor.astype(cdt)
-  return jnp.where(gn < mn, as_compute(grad, cdt), clipped).astype(grad.dtype)
+  leaf = lambda k, g, gn, mn: _clip_leaf(k, g, jnp.real(gn), jnp.real(mn))
+  (out,) = leafwise("unitwise_clip", leaf, jnp.asarray(grad),
+                    reads=(jnp.asarray(g_norm), jnp.asarray(max_norm)),
+                    scalars=lambda dt: Scalars(div_eps=hyper(div_eps, dt)))
+  return out
 
 
 class AdaptiveGradClip(Transformation):
@@ -139,21 +136,22 @@ class AdaptiveGradClip(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     if params is None:
       raise ValueError(f"{self.owner}: update needs `params` (the clip is relative to their norms).")
-    leaves_u, treedef = jax.tree_util.tree_flatten(updates)
-    leaves_p = treedef.flatten_up_to(params)
-    out = []
-    for i, (g, p) in enumerate(zip(leaves_u, leaves_p)):
-      try:
-        cdt = compute_dtype(g.dtype, p.dtype)
-        rdt = real_dtype(cdt)
-        g_norm = _unit_norm(self.owner, g, self.axis, rdt)
-        p_norm = _unit_norm(self.owner, p, self.axis, rdt)
-        max_norm = hyper(self.clipping, rdt) * jnp.maximum(p_norm, hyper(self.eps, rdt))
-        out.append(unitwise_clip(g_norm, max_norm, g))
-      except ValueError as err:
-        path = jax.tree_util.tree_flatten_with_path(updates)[0][i][0]
-        raise ValueError(f"at {key_path_str(path)}: {err}") from None
-    return treedef.unflatten(out), state
+    if self.axis is None:  # a rank without a default unit raises here, naming its path
+      for path, g in jax.tree_util.tree_flatten_with_path(updates)[0]:
+        try:
+          _default_axes(self.owner, g)
+        except ValueError as err:
+          raise ValueError(f"at {key_path_str(path)}: {err}") from None
+
+    def leaf(k, g, p):
+      # Brock et al. 2021, Eq. 3: the unit's norm at most clipping * max(|w|, eps).
+      max_norm = k.clipping * jnp.maximum(_unit_norm(self.owner, p, self.axis), k.eps)
+      return _clip_leaf(k, g, _unit_norm(self.owner, g, self.axis), max_norm)
+
+    scalars = lambda dt: Scalars(
+        clipping=hyper(self.clipping, dt), eps=hyper(self.eps, dt), div_eps=hyper(1e-6, dt))
+    (out,) = self.leafwise(leaf, updates, params=params, reads=(params,), scalars=scalars)
+    return out, state
 
 
 def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis: int | tuple[int, ...] | None = None):
@@ -287,18 +285,16 @@ class KeepParamsNonnegative(Transformation):
     if params is None:
       raise ValueError(f"{self.owner}: update needs `params`.")
 
-    def leaf(path, p, u):
-      if p is None:
-        return None
-      if jnp.iscomplexobj(p) or jnp.iscomplexobj(u):
+    def check_real(path, p, u):
+      if p is not None and (jnp.iscomplexobj(p) or jnp.iscomplexobj(u)):
         raise TypeError(f"{self.owner}: the parameter at {key_path_str(path)} is complex; "
                         "non-negativity needs real parameters.")
-      cdt = compute_dtype(p.dtype, u.dtype)
-      pc, uc = as_compute(p, cdt), as_compute(u, cdt)
-      # An update that would cross zero lands exactly on it.
-      return jnp.where(pc + uc < 0, -pc, uc).astype(u.dtype)
 
-    return jax.tree_util.tree_map_with_path(leaf, params, updates, is_leaf=lambda x: x is None), state
+    jax.tree_util.tree_map_with_path(check_real, params, updates, is_leaf=lambda x: x is None)
+    # An update that would cross zero lands exactly on it.
+    nonnegative = lambda k, u, p: jnp.where(p + u < 0, -p, u)
+    (out,) = self.leafwise(nonnegative, updates, params=params, reads=(params,))
+    return out, state
 
 
 def keep_params_nonnegative() -> KeepParamsNonnegative:
