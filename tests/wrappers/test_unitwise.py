@@ -24,7 +24,7 @@ def _close(a, b, rtol=1e-5, atol=1e-6):
 ])
 def test_unitwise_norm_agrees_with_optax(shape, axis):
   x = jnp.asarray(np.random.default_rng(0).normal(size=shape), jnp.float32)
-  ours = steadax.unitwise_norm(x, axis=axis)
+  ours = steadax.transforms.unitwise_norm(x, axis=axis)
   assert ours.shape == x.shape and ours.dtype == jnp.float32
   _close(ours, optax.transforms.unitwise_norm(x, axis=axis))
 
@@ -32,22 +32,23 @@ def test_unitwise_norm_agrees_with_optax(shape, axis):
 def test_unitwise_norm_low_precision_and_complex():
   x = jnp.full((1000,), 0.01, jnp.bfloat16)
   # Summed in float32: 1000 * 1e-4 is not lost to bfloat16 accumulation.
-  np.testing.assert_allclose(float(steadax.unitwise_norm(x)[0]), np.sqrt(1000) * 0.01, rtol=1e-2)
-  assert steadax.unitwise_norm(x).dtype == jnp.bfloat16
+  np.testing.assert_allclose(float(steadax.transforms.unitwise_norm(x)[0]), np.sqrt(1000) * 0.01, rtol=1e-2)
+  assert steadax.transforms.unitwise_norm(x).dtype == jnp.bfloat16
   c = jnp.array([3 + 4j, 0j], jnp.complex64)
-  out = steadax.unitwise_norm(c)
+  out = steadax.transforms.unitwise_norm(c)
   assert out.dtype == jnp.float32 and float(out[0]) == pytest.approx(5.0)
   with pytest.raises(ValueError, match="unitwise_norm: no default unit for a parameter of shape"):
-    steadax.unitwise_norm(jnp.ones((2,) * 6))
+    steadax.transforms.unitwise_norm(jnp.ones((2,) * 6))
 
 
 def test_unitwise_clip_agrees_with_optax_and_checks_shapes():
   g = jnp.array([[3.0, 0.1], [4.0, 0.2]])
-  norm = steadax.unitwise_norm(g)
+  norm = steadax.transforms.unitwise_norm(g)
   max_norm = jnp.full(g.shape, 1.0)
-  _close(steadax.unitwise_clip(norm, max_norm, g), optax.transforms.unitwise_clip(norm, max_norm, g))
+  ours = steadax.transforms.unitwise_clip(norm, max_norm, g)
+  _close(ours, optax.transforms.unitwise_clip(norm, max_norm, g))
   with pytest.raises(ValueError, match="unitwise_clip: the arguments must have one shape"):
-    steadax.unitwise_clip(norm, jnp.ones(2), g)
+    steadax.transforms.unitwise_clip(norm, jnp.ones(2), g)
 
 
 def test_adaptive_grad_clip_agrees_with_optax_and_keeps_dtypes():

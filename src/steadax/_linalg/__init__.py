@@ -1,8 +1,8 @@
 """Linear-algebra helpers with Optax's names: power iteration, inverse p-th roots, NNLS."""
 
-from ._nnls import *  # noqa: F401,F403
-from ._nnls import __all__ as _nnls_all
-from ._power import *  # noqa: F401,F403
-from ._power import __all__ as _power_all
+from ._nnls import nnls as nnls
+from ._power import power_iteration as power_iteration, matrix_inverse_pth_root as matrix_inverse_pth_root
 
-__all__ = [*_power_all, *_nnls_all]
+__all__ = [
+    "matrix_inverse_pth_root", "nnls", "power_iteration",
+]

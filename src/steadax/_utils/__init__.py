@@ -1,8 +1,8 @@
 """Small utilities with Optax's names: gradient scaling, diagonal Gaussians."""
 
-from ._gradients import *  # noqa: F401,F403
-from ._gradients import __all__ as _gradients_all
-from ._multi_normal import *  # noqa: F401,F403
-from ._multi_normal import __all__ as _multi_normal_all
+from ._gradients import scale_gradient as scale_gradient
+from ._multi_normal import multi_normal as multi_normal
 
-__all__ = [*_gradients_all, *_multi_normal_all]
+__all__ = [
+    "multi_normal", "scale_gradient",
+]

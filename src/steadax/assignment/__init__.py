@@ -1,6 +1,10 @@
 """The linear assignment problem (Optax's ``optax.assignment``)."""
 
-from ._hungarian import *  # noqa: F401,F403
-from ._hungarian import __all__ as _hungarian_all
+from ._hungarian import (
+    hungarian_algorithm as hungarian_algorithm,
+    base_hungarian_algorithm as base_hungarian_algorithm,
+)
 
-__all__ = [*_hungarian_all]
+__all__ = [
+    "base_hungarian_algorithm", "hungarian_algorithm",
+]

@@ -1,50 +1,102 @@
 """Optax's contrib optimizers (``steadax.contrib.NAME``), held to the same contract."""
 
-from ._cocob import *  # noqa: F401,F403
-from ._cocob import __all__ as _cocob_all
-from ._dadapt_adamw import *  # noqa: F401,F403
-from ._dadapt_adamw import __all__ as _dadapt_adamw_all
-from ._dog import *  # noqa: F401,F403
-from ._dog import __all__ as _dog_all
-from ._mechanic import *  # noqa: F401,F403
-from ._mechanic import __all__ as _mechanic_all
-from ._momo import *  # noqa: F401,F403
-from ._momo import __all__ as _momo_all
-from ._prodigy import *  # noqa: F401,F403
-from ._prodigy import __all__ as _prodigy_all
-from ._schedule_free import *  # noqa: F401,F403
-from ._schedule_free import __all__ as _schedule_free_all
-
-__all__ = [*_prodigy_all, *_schedule_free_all]
-__all__ += [*_cocob_all, *_dadapt_adamw_all, *_dog_all, *_mechanic_all, *_momo_all]
+from ._cocob import (
+    COCOBState as COCOBState,
+    scale_by_cocob as scale_by_cocob,
+    cocob as cocob,
+)
+from ._dadapt_adamw import DAdaptAdamWState as DAdaptAdamWState, dadapt_adamw as dadapt_adamw
+from ._dog import (
+    DoGState as DoGState,
+    DoWGState as DoWGState,
+    scale_by_dog as scale_by_dog,
+    scale_by_dowg as scale_by_dowg,
+    dog as dog,
+    dowg as dowg,
+)
+from ._mechanic import MechanicState as MechanicState, mechanize as mechanize
+from ._momo import (
+    MomoState as MomoState,
+    MomoAdamState as MomoAdamState,
+    momo as momo,
+    momo_adam as momo_adam,
+)
+from ._prodigy import ProdigyState as ProdigyState, prodigy as prodigy
+from ._schedule_free import (
+    ScheduleFreeState as ScheduleFreeState,
+    schedule_free as schedule_free,
+    schedule_free_adamw as schedule_free_adamw,
+    schedule_free_sgd as schedule_free_sgd,
+    schedule_free_eval_params as schedule_free_eval_params,
+)
 
 # Adaptive, second-order, sharpness-aware, plateau, privacy and complex-valued contrib (issue 3).
-from ._acprop import *  # noqa: F401,F403
-from ._acprop import __all__ as _acprop_all
-from ._ademamix import *  # noqa: F401,F403
-from ._ademamix import __all__ as _ademamix_all
-from ._adopt import *  # noqa: F401,F403
-from ._adopt import __all__ as _adopt_all
-from ._complex_valued import *  # noqa: F401,F403
-from ._complex_valued import __all__ as _complex_valued_all
-from ._madgrad import *  # noqa: F401,F403
-from ._madgrad import __all__ as _madgrad_all
-from ._privacy import *  # noqa: F401,F403
-from ._privacy import __all__ as _privacy_all
-from ._reduce_on_plateau import *  # noqa: F401,F403
-from ._reduce_on_plateau import __all__ as _reduce_on_plateau_all
-from ._sam import *  # noqa: F401,F403
-from ._sam import __all__ as _sam_all
-from ._sophia import *  # noqa: F401,F403
-from ._sophia import __all__ as _sophia_all
-
-__all__ += [*_acprop_all, *_ademamix_all, *_adopt_all, *_complex_valued_all, *_madgrad_all, *_privacy_all,
-            *_reduce_on_plateau_all, *_sam_all, *_sophia_all]
+from ._acprop import scale_by_acprop as scale_by_acprop, acprop as acprop
+from ._ademamix import (
+    ScaleByAdemamixState as ScaleByAdemamixState,
+    ScaleBySimplifiedAdEMAMixState as ScaleBySimplifiedAdEMAMixState,
+    scale_by_ademamix as scale_by_ademamix,
+    ademamix as ademamix,
+    scale_by_simplified_ademamix as scale_by_simplified_ademamix,
+    simplified_ademamix as simplified_ademamix,
+)
+from ._adopt import scale_by_adopt as scale_by_adopt, adopt as adopt
+from ._complex_valued import (
+    SplitRealAndImaginaryState as SplitRealAndImaginaryState,
+    split_real_and_imaginary as split_real_and_imaginary,
+)
+from ._madgrad import (
+    MadgradState as MadgradState,
+    scale_by_madgrad as scale_by_madgrad,
+    madgrad as madgrad,
+)
+from ._privacy import (
+    DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState,
+    differentially_private_aggregate as differentially_private_aggregate,
+    dpsgd as dpsgd,
+)
+from ._reduce_on_plateau import (
+    ReduceLROnPlateauState as ReduceLROnPlateauState,
+    reduce_on_plateau as reduce_on_plateau,
+)
+from ._sam import (
+    NormalizeState as NormalizeState,
+    SAMState as SAMState,
+    normalize as normalize,
+    sam as sam,
+)
+from ._sophia import (
+    HutchinsonState as HutchinsonState,
+    SophiaState as SophiaState,
+    hutchinson_estimator_diag_hessian as hutchinson_estimator_diag_hessian,
+    sophia as sophia,
+)
 
 # Orthogonalized and low-rank-projected optimizers (issue 3).
-from ._galore import *  # noqa: F401,F403
-from ._galore import __all__ as _galore_all
-from ._muon import *  # noqa: F401,F403
-from ._muon import __all__ as _muon_all
+from ._galore import (
+    GaLoreDimensionNumbers as GaLoreDimensionNumbers,
+    GaLoreState as GaLoreState,
+    scale_by_galore as scale_by_galore,
+    galore as galore,
+)
+from ._muon import (
+    MuonDimensionNumbers as MuonDimensionNumbers,
+    MuonState as MuonState,
+    scale_by_muon as scale_by_muon,
+    muon as muon,
+)
 
-__all__ += [*_galore_all, *_muon_all]
+__all__ = [
+    "COCOBState", "DAdaptAdamWState", "DifferentiallyPrivateAggregateState", "DoGState", "DoWGState",
+    "GaLoreDimensionNumbers", "GaLoreState", "HutchinsonState", "MadgradState", "MechanicState",
+    "MomoAdamState", "MomoState", "MuonDimensionNumbers", "MuonState", "NormalizeState", "ProdigyState",
+    "ReduceLROnPlateauState", "SAMState", "ScaleByAdemamixState", "ScaleBySimplifiedAdEMAMixState",
+    "ScheduleFreeState", "SophiaState", "SplitRealAndImaginaryState", "acprop", "ademamix", "adopt",
+    "cocob", "dadapt_adamw", "differentially_private_aggregate", "dog", "dowg", "dpsgd", "galore",
+    "hutchinson_estimator_diag_hessian", "madgrad", "mechanize", "momo", "momo_adam", "muon", "normalize",
+    "prodigy", "reduce_on_plateau", "sam", "scale_by_acprop", "scale_by_ademamix", "scale_by_adopt",
+    "scale_by_cocob", "scale_by_dog", "scale_by_dowg", "scale_by_galore", "scale_by_madgrad",
+    "scale_by_muon", "scale_by_simplified_ademamix", "schedule_free", "schedule_free_adamw",
+    "schedule_free_eval_params", "schedule_free_sgd", "simplified_ademamix", "sophia",
+    "split_real_and_imaginary",
+]

@@ -1,10 +1,22 @@
-"""Line searches: backtracking (Armijo) and zoom (strong Wolfe), and value_and_grad_from_state."""
+"""Line searches: backtracking (Armijo) and zoom (strong Wolfe), and value_and_grad_from_state.
 
-from ._backtracking import *  # noqa: F401,F403
-from ._backtracking import __all__ as _backtracking_all
-from ._common import *  # noqa: F401,F403
-from ._common import __all__ as _common_all
-from ._zoom import *  # noqa: F401,F403
-from ._zoom import __all__ as _zoom_all
+An internal layer, not a namespace: ``steadax`` re-exports every name below at its top level.
+"""
 
-__all__ = [*_backtracking_all, *_common_all, *_zoom_all]
+from ._backtracking import (
+    BacktrackingLinesearchInfo as BacktrackingLinesearchInfo,
+    ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState,
+    scale_by_backtracking_linesearch as scale_by_backtracking_linesearch,
+)
+from ._common import value_and_grad_from_state as value_and_grad_from_state
+from ._zoom import (
+    ZoomLinesearchInfo as ZoomLinesearchInfo,
+    ScaleByZoomLinesearchState as ScaleByZoomLinesearchState,
+    scale_by_zoom_linesearch as scale_by_zoom_linesearch,
+)
+
+__all__ = [
+    "BacktrackingLinesearchInfo", "ScaleByBacktrackingLinesearchState", "ScaleByZoomLinesearchState",
+    "ZoomLinesearchInfo", "scale_by_backtracking_linesearch", "scale_by_zoom_linesearch",
+    "value_and_grad_from_state",
+]

@@ -1,51 +1,66 @@
-"""Optimizers assembled from the building blocks, one module per family."""
+"""Optimizers assembled from the building blocks, one module per family.
 
-from ._adam import *  # noqa: F401,F403
-from ._adam import __all__ as _adam_all
-from ._factored import *  # noqa: F401,F403
-from ._factored import __all__ as _factored_all
-from ._lbfgs import *  # noqa: F401,F403
-from ._lbfgs import __all__ as _lbfgs_all
-from ._lion import *  # noqa: F401,F403
-from ._lion import __all__ as _lion_all
-from ._rms import *  # noqa: F401,F403
-from ._rms import __all__ as _rms_all
-from ._sgd import *  # noqa: F401,F403
-from ._sgd import __all__ as _sgd_all
-from ._trust_ratio import *  # noqa: F401,F403
-from ._trust_ratio import __all__ as _trust_ratio_all
+An internal layer, not a namespace: ``steadax`` re-exports every name below at its top level.
+"""
+
+from ._adam import (
+    adam as adam,
+    adamw as adamw,
+    nadam as nadam,
+    nadamw as nadamw,
+    amsgrad as amsgrad,
+    adamax as adamax,
+    adamaxw as adamaxw,
+)
+from ._factored import adafactor as adafactor
+from ._lbfgs import (
+    ScaleByLBFGSState as ScaleByLBFGSState,
+    scale_by_lbfgs as scale_by_lbfgs,
+    lbfgs as lbfgs,
+)
+from ._lion import lion as lion
+from ._rms import rmsprop as rmsprop, adagrad as adagrad
+from ._sgd import sgd as sgd
+from ._trust_ratio import lamb as lamb, lars as lars
 
 # Optax's remaining main-namespace optimizers (issue 3).
-from ._adam_variants import *  # noqa: F401,F403
-from ._adam_variants import __all__ as _adam_variants_all
-from ._adaptive import *  # noqa: F401,F403
-from ._adaptive import __all__ as _adaptive_all
-from ._fromage import *  # noqa: F401,F403
-from ._fromage import __all__ as _fromage_all
-from ._optimistic import *  # noqa: F401,F403
-from ._optimistic import __all__ as _optimistic_all
-from ._sgd_variants import *  # noqa: F401,F403
-from ._sgd_variants import __all__ as _sgd_variants_all
-from ._sign import *  # noqa: F401,F403
-from ._sign import __all__ as _sign_all
-
-__all__ = [*_adam_all, *_lbfgs_all, *_sgd_all, *_factored_all, *_lion_all, *_rms_all, *_trust_ratio_all,
-           *_adam_variants_all, *_adaptive_all, *_fromage_all, *_optimistic_all, *_sgd_variants_all, *_sign_all]
+from ._adam_variants import (
+    adabelief as adabelief,
+    adan as adan,
+    radam as radam,
+    yogi as yogi,
+)
+from ._adaptive import (
+    adadelta as adadelta,
+    novograd as novograd,
+    sm3 as sm3,
+)
+from ._fromage import fromage as fromage
+from ._optimistic import (
+    optimistic_gradient_descent as optimistic_gradient_descent,
+    optimistic_adam as optimistic_adam,
+    optimistic_adam_v2 as optimistic_adam_v2,
+)
+from ._sgd_variants import noisy_sgd as noisy_sgd, polyak_sgd as polyak_sgd
+from ._sign import (
+    sign_sgd as sign_sgd,
+    signum as signum,
+    rprop as rprop,
+)
 
 # Beyond Optax: MARS, PSGD-Kron, low-memory Adam (issue 3).
-from ._lowmem import *  # noqa: F401,F403
-from ._lowmem import __all__ as _lowmem_all
-from ._mars import *  # noqa: F401,F403
-from ._mars import __all__ as _mars_all
-from ._psgd_kron import *  # noqa: F401,F403
-from ._psgd_kron import __all__ as _psgd_kron_all
-
-__all__ += [*_lowmem_all, *_mars_all, *_psgd_kron_all]
+from ._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit
+from ._mars import mars as mars
+from ._psgd_kron import psgd_kron as psgd_kron
 
 # Beyond Optax: SOAP and Shampoo (issue 3).
-from ._shampoo import *  # noqa: F401,F403
-from ._shampoo import __all__ as _shampoo_all
-from ._soap import *  # noqa: F401,F403
-from ._soap import __all__ as _soap_all
+from ._shampoo import shampoo as shampoo
+from ._soap import soap as soap
 
-__all__ += [*_shampoo_all, *_soap_all]
+__all__ = [
+    "ScaleByLBFGSState", "adabelief", "adadelta", "adafactor", "adagrad", "adam", "adam8bit",
+    "adam_lowmem", "adamax", "adamaxw", "adamw", "adan", "amsgrad", "fromage", "lamb", "lars", "lbfgs",
+    "lion", "mars", "nadam", "nadamw", "noisy_sgd", "novograd", "optimistic_adam", "optimistic_adam_v2",
+    "optimistic_gradient_descent", "polyak_sgd", "psgd_kron", "radam", "rmsprop", "rprop",
+    "scale_by_lbfgs", "sgd", "shampoo", "sign_sgd", "signum", "sm3", "soap", "yogi",
+]

@@ -1,6 +1,11 @@
 """Differentiable perturbed functions (Optax's ``optax.perturbations``)."""
 
-from ._perturbed import *  # noqa: F401,F403
-from ._perturbed import __all__ as _perturbed_all
+from ._perturbed import (
+    Normal as Normal,
+    Gumbel as Gumbel,
+    make_perturbed_fun as make_perturbed_fun,
+)
 
-__all__ = [*_perturbed_all]
+__all__ = [
+    "Gumbel", "Normal", "make_perturbed_fun",
+]

@@ -1,6 +1,22 @@
 """Euclidean projections of pytrees (Optax's ``optax.projections``); see ``docs/projections.md``."""
 
-from ._projections import *  # noqa: F401,F403
-from ._projections import __all__ as _projections_all
+from ._projections import (
+    projection_non_negative as projection_non_negative,
+    projection_box as projection_box,
+    projection_hypercube as projection_hypercube,
+    projection_simplex as projection_simplex,
+    projection_l1_sphere as projection_l1_sphere,
+    projection_l1_ball as projection_l1_ball,
+    projection_l2_sphere as projection_l2_sphere,
+    projection_l2_ball as projection_l2_ball,
+    projection_linf_ball as projection_linf_ball,
+    projection_vector as projection_vector,
+    projection_hyperplane as projection_hyperplane,
+    projection_halfspace as projection_halfspace,
+)
 
-__all__ = [*_projections_all]
+__all__ = [
+    "projection_box", "projection_halfspace", "projection_hypercube", "projection_hyperplane",
+    "projection_l1_ball", "projection_l1_sphere", "projection_l2_ball", "projection_l2_sphere",
+    "projection_linf_ball", "projection_non_negative", "projection_simplex", "projection_vector",
+]

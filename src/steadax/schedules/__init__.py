@@ -1,13 +1,38 @@
 """Schedules of the step count, and injection of hyperparameters into the optimizer state."""
 
 from .._core._types import Schedule as Schedule
-from ._composite import *  # noqa: F401,F403
-from ._composite import __all__ as _composite_all
-from ._inject import *  # noqa: F401,F403
-from ._inject import __all__ as _inject_all
-from ._join import *  # noqa: F401,F403
-from ._join import __all__ as _join_all
-from ._schedule import *  # noqa: F401,F403
-from ._schedule import __all__ as _schedule_all
+from ._composite import (
+    warmup_constant_schedule as warmup_constant_schedule,
+    warmup_cosine_decay_schedule as warmup_cosine_decay_schedule,
+    warmup_exponential_decay_schedule as warmup_exponential_decay_schedule,
+    linear_onecycle_schedule as linear_onecycle_schedule,
+    cosine_onecycle_schedule as cosine_onecycle_schedule,
+    sgdr_schedule as sgdr_schedule,
+)
+from ._inject import (
+    InjectHyperparamsState as InjectHyperparamsState,
+    InjectStatefulHyperparamsState as InjectStatefulHyperparamsState,
+    StatefulSchedule as StatefulSchedule,
+    WrappedSchedule as WrappedSchedule,
+    inject_hyperparams as inject_hyperparams,
+    inject_stateful_hyperparams as inject_stateful_hyperparams,
+)
+from ._join import join_schedules as join_schedules
+from ._schedule import (
+    constant_schedule as constant_schedule,
+    polynomial_schedule as polynomial_schedule,
+    linear_schedule as linear_schedule,
+    exponential_decay as exponential_decay,
+    cosine_decay_schedule as cosine_decay_schedule,
+    piecewise_constant_schedule as piecewise_constant_schedule,
+    piecewise_interpolate_schedule as piecewise_interpolate_schedule,
+)
 
-__all__ = ["Schedule", *_schedule_all, *_join_all, *_composite_all, *_inject_all]
+__all__ = [
+    "InjectHyperparamsState", "InjectStatefulHyperparamsState", "Schedule", "StatefulSchedule",
+    "WrappedSchedule", "constant_schedule", "cosine_decay_schedule", "cosine_onecycle_schedule",
+    "exponential_decay", "inject_hyperparams", "inject_stateful_hyperparams", "join_schedules",
+    "linear_onecycle_schedule", "linear_schedule", "piecewise_constant_schedule",
+    "piecewise_interpolate_schedule", "polynomial_schedule", "sgdr_schedule", "warmup_constant_schedule",
+    "warmup_cosine_decay_schedule", "warmup_exponential_decay_schedule",
+]

@@ -1,6 +1,11 @@
 """Hessian-vector products and diagonal curvature (Optax's ``optax.second_order``)."""
 
-from ._second_order import *  # noqa: F401,F403
-from ._second_order import __all__ as _second_order_all
+from ._second_order import (
+    hvp as hvp,
+    hessian_diag as hessian_diag,
+    fisher_diag as fisher_diag,
+)
 
-__all__ = [*_second_order_all]
+__all__ = [
+    "fisher_diag", "hessian_diag", "hvp",
+]

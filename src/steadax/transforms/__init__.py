@@ -1,74 +1,121 @@
-"""Building blocks: ``scale_by_*`` preconditioners, clipping, decay, momentum and moment helpers."""
+"""Optax's ``optax.transforms`` (the wrappers and a few blocks) plus every building block.
 
-from ._adam import *  # noqa: F401,F403
-from ._adam import __all__ as _adam_all
-from ._clipping import *  # noqa: F401,F403
-from ._clipping import __all__ as _clipping_all
-from ._decay import *  # noqa: F401,F403
-from ._decay import __all__ as _decay_all
-from ._factored import *  # noqa: F401,F403
-from ._factored import __all__ as _factored_all
-from ._lion import *  # noqa: F401,F403
-from ._lion import __all__ as _lion_all
-from ._moments import *  # noqa: F401,F403
-from ._moments import __all__ as _moments_all
-from ._rms import *  # noqa: F401,F403
-from ._rms import __all__ as _rms_all
-from ._scaling import *  # noqa: F401,F403
-from ._scaling import __all__ as _scaling_all
-from ._trust_ratio import *  # noqa: F401,F403
-from ._trust_ratio import __all__ as _trust_ratio_all
+The blocks (``scale_by_*`` preconditioners, clipping, decay, moments and their state records) are
+the same objects as steadax's top-level names; see ``docs/extensions.md``.
+"""
+
+from ._adam import (
+    ScaleByAdamState as ScaleByAdamState,
+    ScaleByAmsgradState as ScaleByAmsgradState,
+    scale_by_adam as scale_by_adam,
+    scale_by_amsgrad as scale_by_amsgrad,
+    scale_by_adamax as scale_by_adamax,
+)
+from ._clipping import (
+    ClipState as ClipState,
+    ClipByGlobalNormState as ClipByGlobalNormState,
+    clip as clip,
+    clip_by_global_norm as clip_by_global_norm,
+    clip_by_block_rms as clip_by_block_rms,
+)
+from ._decay import (
+    AddDecayedWeightsState as AddDecayedWeightsState,
+    WeightDecaySchedule as WeightDecaySchedule,
+    add_decayed_weights as add_decayed_weights,
+)
+from ._factored import FactoredState as FactoredState, scale_by_factored_rms as scale_by_factored_rms
+from ._lion import ScaleByLionState as ScaleByLionState, scale_by_lion as scale_by_lion
+from ._moments import (
+    update_moment as update_moment,
+    update_moment_per_elem_norm as update_moment_per_elem_norm,
+    update_infinity_moment as update_infinity_moment,
+    bias_correction as bias_correction,
+    safe_norm as safe_norm,
+    safe_root_mean_squares as safe_root_mean_squares,
+)
+from ._rms import (
+    ScaleByRmsState as ScaleByRmsState,
+    ScaleByRmsWithCountState as ScaleByRmsWithCountState,
+    ScaleByRStdDevState as ScaleByRStdDevState,
+    ScaleByRStdDevWithCountState as ScaleByRStdDevWithCountState,
+    ScaleByRssState as ScaleByRssState,
+    scale_by_rms as scale_by_rms,
+    scale_by_stddev as scale_by_stddev,
+    scale_by_rss as scale_by_rss,
+)
+from ._scaling import (
+    ScaleState as ScaleState,
+    ScaleByScheduleState as ScaleByScheduleState,
+    TraceState as TraceState,
+    EmaState as EmaState,
+    scale as scale,
+    scale_by_learning_rate as scale_by_learning_rate,
+    scale_by_schedule as scale_by_schedule,
+    scale_by_sign as scale_by_sign,
+    trace as trace,
+    ema as ema,
+)
+from ._trust_ratio import (
+    ScaleByTrustRatioState as ScaleByTrustRatioState,
+    scale_by_trust_ratio as scale_by_trust_ratio,
+    scale_by_param_block_norm as scale_by_param_block_norm,
+    scale_by_param_block_rms as scale_by_param_block_rms,
+)
 
 # Optax's remaining main-namespace blocks (issue 3).
-from ._adam_variants import *  # noqa: F401,F403
-from ._adam_variants import __all__ as _adam_variants_all
-from ._adaptive import *  # noqa: F401,F403
-from ._adaptive import __all__ as _adaptive_all
-from ._centralize import *  # noqa: F401,F403
-from ._centralize import __all__ as _centralize_all
-from ._noise import *  # noqa: F401,F403
-from ._noise import __all__ as _noise_all
-from ._optimistic import *  # noqa: F401,F403
-from ._optimistic import __all__ as _optimistic_all
-from ._rprop import *  # noqa: F401,F403
-from ._rprop import __all__ as _rprop_all
-from ._step_size import *  # noqa: F401,F403
-from ._step_size import __all__ as _step_size_all
-
-__all__ = [*_adam_all, *_decay_all, *_moments_all, *_scaling_all, *_clipping_all, *_factored_all,
-           *_lion_all, *_rms_all, *_trust_ratio_all,
-           *_adam_variants_all, *_adaptive_all, *_centralize_all, *_noise_all, *_optimistic_all,
-           *_rprop_all, *_step_size_all]
+from ._adam_variants import (
+    ScaleByBeliefState as ScaleByBeliefState,
+    ScaleByAdanState as ScaleByAdanState,
+    scale_by_belief as scale_by_belief,
+    scale_by_yogi as scale_by_yogi,
+    scale_by_radam as scale_by_radam,
+    scale_by_adan as scale_by_adan,
+)
+from ._adaptive import (
+    ScaleByAdaDeltaState as ScaleByAdaDeltaState,
+    ScaleByNovogradState as ScaleByNovogradState,
+    ScaleBySM3State as ScaleBySM3State,
+    scale_by_adadelta as scale_by_adadelta,
+    scale_by_novograd as scale_by_novograd,
+    scale_by_sm3 as scale_by_sm3,
+)
+from ._centralize import centralize as centralize
+from ._noise import AddNoiseState as AddNoiseState, add_noise as add_noise
+from ._optimistic import (
+    ScaleByOptimisticGradientState as ScaleByOptimisticGradientState,
+    scale_by_optimistic_gradient as scale_by_optimistic_gradient,
+)
+from ._rprop import ScaleByRpropState as ScaleByRpropState, scale_by_rprop as scale_by_rprop
+from ._step_size import (
+    ScaleByDistanceOverGradientsState as ScaleByDistanceOverGradientsState,
+    scale_by_polyak as scale_by_polyak,
+    scale_by_distance_over_gradients as scale_by_distance_over_gradients,
+)
 
 # Beyond Optax: MARS, PSGD-Kron, low-memory Adam states (issue 3).
-from ._adam_8bit import *  # noqa: F401,F403
-from ._adam_8bit import __all__ as _adam_8bit_all
-from ._lowmem import *  # noqa: F401,F403
-from ._lowmem import __all__ as _lowmem_all
-from ._mars import *  # noqa: F401,F403
-from ._mars import __all__ as _mars_all
-from ._psgd_kron import *  # noqa: F401,F403
-from ._psgd_kron import __all__ as _psgd_kron_all
-
-__all__ += [*_adam_8bit_all, *_lowmem_all, *_mars_all, *_psgd_kron_all]
+from ._adam_8bit import (
+    BlockQuantized as BlockQuantized,
+    ScaleByAdam8bitState as ScaleByAdam8bitState,
+    scale_by_adam_8bit as scale_by_adam_8bit,
+    dynamic_quantization_map as dynamic_quantization_map,
+)
+from ._lowmem import scale_by_adam_lowmem as scale_by_adam_lowmem
+from ._mars import ScaleByMarsState as ScaleByMarsState, scale_by_mars as scale_by_mars
+from ._psgd_kron import (
+    ScaleByPsgdKronState as ScaleByPsgdKronState,
+    scale_by_psgd_kron as scale_by_psgd_kron,
+    psgd_update_probability as psgd_update_probability,
+)
 
 # Optax's normalize_by_update_norm (issue 5).
-from ._normalize import *  # noqa: F401,F403
-from ._normalize import __all__ as _normalize_all
-
-__all__ += [*_normalize_all]
+from ._normalize import normalize_by_update_norm as normalize_by_update_norm
 
 # Beyond Optax: SOAP and Shampoo blocks (issue 3).
-from ._shampoo import *  # noqa: F401,F403
-from ._shampoo import __all__ as _shampoo_all
-from ._soap import *  # noqa: F401,F403
-from ._soap import __all__ as _soap_all
+from ._shampoo import ScaleByShampooState as ScaleByShampooState, scale_by_shampoo as scale_by_shampoo
+from ._soap import ScaleBySoapState as ScaleBySoapState, scale_by_soap as scale_by_soap
 
-__all__ += [*_shampoo_all, *_soap_all]
-
-# Optax's `optax.transforms` namespace also carries the wrappers; they are defined in
-# steadax.wrappers (imported from its private modules, which depend only on the core, so the
-# import order of the two packages does not matter).
+# Optax's `optax.transforms` namespace also carries the wrappers; they are defined in the wrappers
+# layer (this file is a public surface, so it may import from above the transforms layer).
 from .._core._combine import chain as chain, named_chain as named_chain
 from ..wrappers._flatten import flatten as flatten
 from ..wrappers._masked import MaskedNode as MaskedNode, MaskedState as MaskedState, masked as masked
@@ -87,13 +134,6 @@ from ..wrappers._unitwise import (
     unitwise_clip as unitwise_clip,
     unitwise_norm as unitwise_norm,
 )
-
-__all__ += [
-    "chain", "named_chain", "flatten", "MaskedNode", "MaskedState", "masked", "PartitionState",
-    "freeze", "partition", "selective_transform", "NonNegativeParamsState", "adaptive_grad_clip",
-    "keep_params_nonnegative", "per_example_global_norm_clip", "per_example_layer_norm_clip",
-    "unitwise_clip", "unitwise_norm",
-]
 from ..wrappers._accumulation import (
     MultiSteps as MultiSteps,
     MultiStepsState as MultiStepsState,
@@ -120,10 +160,32 @@ from ..wrappers._monitoring import (
     snapshot as snapshot,
 )
 
-__all__ += [
-    "MultiSteps", "MultiStepsState", "ShouldSkipUpdateFunction", "skip_large_updates",
-    "skip_not_finite", "ApplyIfFiniteState", "ConditionFn", "ConditionallyMaskState",
-    "ConditionallyTransformState", "ZeroNansState", "apply_if_finite", "conditionally_mask",
-    "conditionally_transform", "zero_nans", "MonitorState", "SnapshotState", "measure_with_ema",
-    "monitor", "snapshot",
+__all__ = [
+    "AddDecayedWeightsState", "AddNoiseState", "ApplyIfFiniteState", "BlockQuantized",
+    "ClipByGlobalNormState", "ClipState", "ConditionFn", "ConditionallyMaskState",
+    "ConditionallyTransformState", "EmaState", "FactoredState", "MaskedNode", "MaskedState",
+    "MonitorState", "MultiSteps", "MultiStepsState", "NonNegativeParamsState", "PartitionState",
+    "ScaleByAdaDeltaState", "ScaleByAdam8bitState", "ScaleByAdamState", "ScaleByAdanState",
+    "ScaleByAmsgradState", "ScaleByBeliefState", "ScaleByDistanceOverGradientsState", "ScaleByLionState",
+    "ScaleByMarsState", "ScaleByNovogradState", "ScaleByOptimisticGradientState", "ScaleByPsgdKronState",
+    "ScaleByRStdDevState", "ScaleByRStdDevWithCountState", "ScaleByRmsState", "ScaleByRmsWithCountState",
+    "ScaleByRpropState", "ScaleByRssState", "ScaleBySM3State", "ScaleByScheduleState",
+    "ScaleByShampooState", "ScaleBySoapState", "ScaleByTrustRatioState", "ScaleState",
+    "ShouldSkipUpdateFunction", "SnapshotState", "TraceState", "WeightDecaySchedule", "ZeroNansState",
+    "adaptive_grad_clip", "add_decayed_weights", "add_noise", "apply_if_finite", "bias_correction",
+    "centralize", "chain", "clip", "clip_by_block_rms", "clip_by_global_norm", "conditionally_mask",
+    "conditionally_transform", "dynamic_quantization_map", "ema", "flatten", "freeze",
+    "keep_params_nonnegative", "masked", "measure_with_ema", "monitor", "named_chain",
+    "normalize_by_update_norm", "partition", "per_example_global_norm_clip",
+    "per_example_layer_norm_clip", "psgd_update_probability", "safe_norm", "safe_root_mean_squares",
+    "scale", "scale_by_adadelta", "scale_by_adam", "scale_by_adam_8bit", "scale_by_adam_lowmem",
+    "scale_by_adamax", "scale_by_adan", "scale_by_amsgrad", "scale_by_belief",
+    "scale_by_distance_over_gradients", "scale_by_factored_rms", "scale_by_learning_rate",
+    "scale_by_lion", "scale_by_mars", "scale_by_novograd", "scale_by_optimistic_gradient",
+    "scale_by_param_block_norm", "scale_by_param_block_rms", "scale_by_polyak", "scale_by_psgd_kron",
+    "scale_by_radam", "scale_by_rms", "scale_by_rprop", "scale_by_rss", "scale_by_schedule",
+    "scale_by_shampoo", "scale_by_sign", "scale_by_sm3", "scale_by_soap", "scale_by_stddev",
+    "scale_by_trust_ratio", "scale_by_yogi", "selective_transform", "skip_large_updates",
+    "skip_not_finite", "snapshot", "trace", "unitwise_clip", "unitwise_norm", "update_infinity_moment",
+    "update_moment", "update_moment_per_elem_norm", "zero_nans",
 ]

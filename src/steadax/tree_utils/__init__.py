@@ -6,19 +6,55 @@ from ..transforms._moments import (
     update_moment as tree_update_moment,
     update_moment_per_elem_norm as tree_update_moment_per_elem_norm,
 )
-from ..tree._casting import *  # noqa: F401,F403
-from ..tree._casting import __all__ as _casting_all
-from ..tree._math import *  # noqa: F401,F403
-from ..tree._math import __all__ as _math_all
-from ..tree._random import *  # noqa: F401,F403
-from ..tree._random import __all__ as _random_all
-from ..tree._reduce import *  # noqa: F401,F403
-from ..tree._reduce import __all__ as _reduce_all
-from ..tree._state import *  # noqa: F401,F403
-from ..tree._state import __all__ as _state_all
+from ..tree._casting import (
+    tree_cast as tree_cast,
+    tree_cast_like as tree_cast_like,
+    tree_dtype as tree_dtype,
+)
+from ..tree._math import (
+    tree_add as tree_add,
+    tree_sub as tree_sub,
+    tree_mul as tree_mul,
+    tree_div as tree_div,
+    tree_scale as tree_scale,
+    tree_add_scale as tree_add_scale,
+    tree_where as tree_where,
+    tree_clip as tree_clip,
+    tree_conj as tree_conj,
+    tree_real as tree_real,
+    tree_batch_shape as tree_batch_shape,
+    tree_zeros_like as tree_zeros_like,
+    tree_ones_like as tree_ones_like,
+    tree_full_like as tree_full_like,
+)
+from ..tree._random import (
+    tree_split_key_like as tree_split_key_like,
+    tree_random_like as tree_random_like,
+    tree_unwrap_random_key_data as tree_unwrap_random_key_data,
+)
+from ..tree._reduce import (
+    tree_sum as tree_sum,
+    tree_max as tree_max,
+    tree_min as tree_min,
+    tree_norm as tree_norm,
+    tree_vdot as tree_vdot,
+    tree_size as tree_size,
+    tree_allclose as tree_allclose,
+)
+from ..tree._state import (
+    NamedTupleKey as NamedTupleKey,
+    tree_get_all_with_path as tree_get_all_with_path,
+    tree_get as tree_get,
+    tree_set as tree_set,
+    tree_map_params as tree_map_params,
+)
 
 __all__ = [
-    *_casting_all, *_math_all, *_random_all, *_reduce_all, *_state_all,
-    "tree_bias_correction", "tree_update_infinity_moment", "tree_update_moment",
-    "tree_update_moment_per_elem_norm",
+    "NamedTupleKey", "tree_add", "tree_add_scale", "tree_allclose", "tree_batch_shape",
+    "tree_bias_correction", "tree_cast", "tree_cast_like", "tree_clip", "tree_conj", "tree_div",
+    "tree_dtype", "tree_full_like", "tree_get", "tree_get_all_with_path", "tree_map_params", "tree_max",
+    "tree_min", "tree_mul", "tree_norm", "tree_ones_like", "tree_random_like", "tree_real", "tree_scale",
+    "tree_set", "tree_size", "tree_split_key_like", "tree_sub", "tree_sum", "tree_unwrap_random_key_data",
+    "tree_update_infinity_moment", "tree_update_moment", "tree_update_moment_per_elem_norm", "tree_vdot",
+    "tree_where", "tree_zeros_like",
 ]

@@ -1,8 +1,32 @@
 """Aggregation of per-element gradients (Optax's ``optax.experimental.aggregating``)."""
 
-from ._process import *  # noqa: F401,F403
-from ._process import __all__ as _process_all
-from ._statistics import *  # noqa: F401,F403
-from ._statistics import __all__ as _statistics_all
+from ._process import (
+    PerElementUpdates as PerElementUpdates,
+    AggregatedUpdates as AggregatedUpdates,
+    MaybeAxis as MaybeAxis,
+    AggregatorUpdateFn as AggregatorUpdateFn,
+    Aggregator as Aggregator,
+    process as process,
+    average_per_element_updates as average_per_element_updates,
+    AccumulateAvgUpdatesState as AccumulateAvgUpdatesState,
+    accumulate_avg_updates as accumulate_avg_updates,
+    average_incrementally_updates as average_incrementally_updates,
+)
+from ._statistics import (
+    get_batch_size_from_per_elt_updates as get_batch_size_from_per_elt_updates,
+    PerElementMeanAndSumSqDiffGradsState as PerElementMeanAndSumSqDiffGradsState,
+    get_per_element_mean_and_sum_sq_diff_grads as get_per_element_mean_and_sum_sq_diff_grads,
+    PerElementMeanAndVarianceEMAState as PerElementMeanAndVarianceEMAState,
+    track_per_element_mean_and_variance_with_ema as track_per_element_mean_and_variance_with_ema,
+    get_unbiased_mean_and_variance_ema as get_unbiased_mean_and_variance_ema,
+    add_mean_variance_to_opt as add_mean_variance_to_opt,
+)
 
-__all__ = [*_process_all, *_statistics_all]
+__all__ = [
+    "AccumulateAvgUpdatesState", "AggregatedUpdates", "Aggregator", "AggregatorUpdateFn", "MaybeAxis",
+    "PerElementMeanAndSumSqDiffGradsState", "PerElementMeanAndVarianceEMAState", "PerElementUpdates",
+    "accumulate_avg_updates", "add_mean_variance_to_opt", "average_incrementally_updates",
+    "average_per_element_updates", "get_batch_size_from_per_elt_updates",
+    "get_per_element_mean_and_sum_sq_diff_grads", "get_unbiased_mean_and_variance_ema", "process",
+    "track_per_element_mean_and_variance_with_ema",
+]
