@@ -28,33 +28,29 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._combine import chain
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    COUNTER_DTYPE,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
+from .._core._tree import zeros_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate
 from ._adopt import clip_modulus
+from ._reductions import tree_reduce
 
 __all__ = ["HutchinsonState", "SophiaState", "hutchinson_estimator_diag_hessian", "sophia"]
 
 
+@state_roles(key=OTHER)
 class HutchinsonState(NamedTuple):
   """State of ``hutchinson_estimator_diag_hessian``: the typed PRNG key."""
 
   key: jax.Array
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator(real=True), hessian_fn_state=INNER)
 class SophiaState(NamedTuple):
   """State of ``sophia``'s scaling block (Optax's field names).
 
@@ -73,6 +69,7 @@ class SophiaState(NamedTuple):
 
 class HutchinsonEstimator(Transformation):
   name = "hutchinson_estimator_diag_hessian"
+  State = HutchinsonState
   key: Any = hyper_field(0)
 
   def init_fn(self, params):
@@ -89,27 +86,27 @@ class HutchinsonEstimator(Transformation):
     key, subkey = jax.random.split(state.key)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(subkey, len(leaves))
-    tangents, weights = [], []
+    tangents = []
     for p, k in zip(leaves, keys):
       signs = jax.random.rademacher(k, np.shape(p), jnp.float32)
       if jnp.iscomplexobj(p):
         imag = jax.random.rademacher(jax.random.fold_in(k, 1), np.shape(p), jnp.float32)
         signs = jax.lax.complex(signs, imag)
+      # jax.jvp needs tangents in the primal's dtype: the signs (exact in every dtype) are cast.
       tangents.append(signs.astype(p.dtype))
-      weights.append(2 if jnp.iscomplexobj(p) else 1)
     tangents = treedef.unflatten(tangents)
     # jax.grad of a real function of z = x + iy is d/dx - i d/dy: the product with v (no conjugate)
     # is the real pairing <v, H v>.
     hvp = jax.jvp(jax.grad(obj_fn), (params,), (tangents,))[1]
 
-    def leaf(h, v, w):
-      cdt = compute_dtype(h.dtype, v.dtype)
-      prod = as_compute(h, cdt) * as_compute(v, cdt)
-      est = jnp.real(prod) / w if jnp.iscomplexobj(prod) else prod
-      return est.astype(v.dtype)
+    def leaf(k, h, v):
+      # ĥ = v ⊙ (H v); for z = x + iy, Re(v (H v)) / 2 averages the curvatures of x and y. The
+      # estimate is real; a complex parameter keeps it in its dtype with a zero imaginary part.
+      if jnp.iscomplexobj(h):
+        return jnp.real(h * v) / 2 + 0j
+      return h * v
 
-    out = treedef.unflatten([leaf(h, v, w) for h, v, w in
-                             zip(treedef.flatten_up_to(hvp), treedef.flatten_up_to(tangents), weights)])
+    out, = self.leafwise(leaf, hvp, params=params, reads=(tangents,))
     return out, HutchinsonState(key=key)
 
 
@@ -143,20 +140,43 @@ def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> Transformation
   return HutchinsonEstimator(key)
 
 
+def _check_decay_open(owner: str, name: str, value: Any) -> None:
+  check_range(owner, name, value, 0.0, 1.0, high_open=True)
+
+
+def _check_interval(owner: str, name: str, value: Any) -> None:
+  check_range(owner, name, value, 1.0, np.inf)
+
+
+def _preconditioned(k: Scalars, g: jax.Array, m: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Algorithm 3: ``m = b1 m + (1 - b1) g`` and the unclipped step ``m_hat / max(gamma h, eps)``."""
+  m = k.b1 * m + k.one_minus_b1 * g
+  return (m / k.c1) / jnp.maximum(k.gamma * h, k.eps), m
+
+
 class ScaleBySophia(Transformation):
   name = "sophia"
+  State = SophiaState
   hessian_diagonal_fn: Any = static_field()
-  b1: Any = hyper_field(0.965)
-  b2: Any = hyper_field(0.99)
-  eps: Any = hyper_field(1e-08)
-  gamma: Any = hyper_field(0.01)
-  clip_threshold: Any = hyper_field(1.0)
-  update_interval: Any = hyper_field(10)
+  b1: Any = hyper_field(0.965, check=_check_decay_open)
+  b2: Any = hyper_field(0.99, check=_check_decay_open)
+  eps: Any = hyper_field(1e-08, check=check_positive)
+  gamma: Any = hyper_field(0.01, check=check_positive)
+  clip_threshold: Any = hyper_field(1.0, check=check_positive)
+  update_interval: Any = hyper_field(10, check=_check_interval)
   print_win_rate_every_n_steps: Any = hyper_field(0)
   mu_dtype: Any = static_field(default=None)
   verbose: bool = static_field(default=False)
 
+  def __post_init__(self):
+    if self.verbose:
+      if self.clip_threshold is None:
+        raise ValueError(f"{self.name}: verbose reports the clipping win rate; it needs a clip_threshold.")
+      check_positive(self.name, "print_win_rate_every_n_steps (with verbose=True)",
+                     self.print_win_rate_every_n_steps)
+
   def init_fn(self, params):
+    # The inner estimator's state is not built from roles: written here, checked against them.
     return SophiaState(count=zero_count(), mu=zeros_like(params, self.mu_dtype), nu=zeros_like(params, real=True),
                        hessian_fn_state=self.hessian_diagonal_fn.init(params))
 
@@ -165,42 +185,36 @@ class ScaleBySophia(Transformation):
       raise ValueError("sophia: `params` must be passed to update() (the Hessian estimate needs them).")
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1 = hyper(self.b1, cdt)
-      c1 = np.asarray(1, rdt) - hyper(self.b1, rdt) ** count.astype(rdt)
-      clip = None if self.clip_threshold is None else hyper(self.clip_threshold, rdt)
-      return dict(b1=b1, one_minus_b1=hyper(1 - self.b1, cdt), c1=c1.astype(cdt), gamma=hyper(self.gamma, rdt),
-                  eps=hyper(self.eps, rdt), clip=clip)
+    def scalars(dt):
+      return Scalars(b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt),
+                     c1=1 - hyper(self.b1, dt) ** count.astype(dt), gamma=hyper(self.gamma, dt),
+                     eps=hyper(self.eps, dt),
+                     clip=None if self.clip_threshold is None else hyper(self.clip_threshold, dt))
 
-    def step(g, m, h):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * as_compute(g, cdt)
-      u = (m_new / k["c1"]) / jnp.maximum(k["gamma"] * as_compute(h, rdt), k["eps"]).astype(cdt)
-      unclipped = jnp.zeros([], COUNTER_DTYPE)
-      if k["clip"] is not None:
-        unclipped = jnp.sum(jnp.abs(u) < k["clip"], dtype=COUNTER_DTYPE)
-        u = clip_modulus(u, k["clip"])
-      return u.astype(g.dtype), m_new.astype(m.dtype), unclipped
+    def leaf(k, g, m, h):
+      u, m = _preconditioned(k, g, m, h)
+      if self.clip_threshold is not None:
+        u = clip_modulus(u, k.clip)
+      return u, m
 
-    out, mu, unclipped = tree_map_n(step, 3, updates, state.mu, state.nu)
+    out, mu = self.leafwise(leaf, updates, state.mu, reads=(state.nu,), scalars=scalars)
     if self.verbose and self.clip_threshold is not None:
+      # The win rate: the fraction of coordinates whose step was not clipped.
+      unclipped = tree_reduce(
+          lambda k, g, m, h: jnp.sum(jnp.abs(_preconditioned(k, g, m, h)[0]) < k.clip, dtype=COUNTER_DTYPE),
+          COUNTER_DTYPE, updates, state.mu, state.nu, scalars=scalars)
       self._report_win_rate(out, unclipped, count)
 
     def refresh(hess_state, nu):
       diag, hess_state = self.hessian_diagonal_fn.update(updates, hess_state, params, **extra_args)
-      b2s = per_dtype(lambda rdt: (hyper(self.b2, rdt), hyper(1 - self.b2, rdt)))
 
-      def ema(d, v):
-        rdt = real_dtype(compute_dtype(d.dtype, v.dtype))
-        b2, one_minus_b2 = b2s(rdt)
-        dr = jnp.real(as_compute(d, compute_dtype(d.dtype))).astype(rdt)
-        return (b2 * as_compute(v, rdt) + one_minus_b2 * dr).astype(v.dtype)
+      def ema(k, d, v):
+        # h = b2 h + (1 - b2) ĥ; the leaf's first output (ĥ itself) is not used.
+        return d, k.b2 * v + k.one_minus_b2 * jnp.real(d)
 
-      return hess_state, tree_map(ema, diag, nu)
+      _, nu = self.leafwise(ema, diag, nu,
+                            scalars=lambda dt: Scalars(b2=hyper(self.b2, dt), one_minus_b2=hyper(1 - self.b2, dt)))
+      return hess_state, nu
 
     due = state.count % hyper(self.update_interval, COUNTER_DTYPE) == 0
     hess_state, nu = jax.lax.cond(due, refresh, lambda h, n: (h, n), state.hessian_fn_state, state.nu)
@@ -208,8 +222,7 @@ class ScaleBySophia(Transformation):
 
   def _report_win_rate(self, out, unclipped, count):
     size = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(out))
-    total = sum(jax.tree_util.tree_leaves(unclipped), jnp.zeros([], COUNTER_DTYPE))
-    win_rate = total.astype(jnp.float32) / max(size, 1)
+    win_rate = unclipped.astype(jnp.float32) / max(size, 1)  # a printed ratio: float32 is enough
     every = hyper(self.print_win_rate_every_n_steps, COUNTER_DTYPE)
     jax.lax.cond(count % every == 0, lambda: jax.debug.print("Sophia optimizer win rate: {}", win_rate),
                  lambda: None)
@@ -270,20 +283,9 @@ def sophia(
     >>> u["w"].dtype, s[0].nu["b"]  # (1 - b2) * 2
     (dtype(bfloat16), Array([0.02], dtype=float32))
   """
-  owner = "sophia"
-  check_schedule_or_scalar(owner, "learning_rate", learning_rate)
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  check_positive(owner, "eps", eps)
-  check_nonnegative(owner, "weight_decay", weight_decay)
-  check_positive(owner, "gamma", gamma)
-  if clip_threshold is not None:
-    check_positive(owner, "clip_threshold", clip_threshold)
-  check_range(owner, "update_interval", update_interval, 1.0, np.inf)
-  if verbose:
-    if clip_threshold is None:
-      raise ValueError(f"{owner}: verbose reports the clipping win rate; it needs a clip_threshold.")
-    check_positive(owner, "print_win_rate_every_n_steps (with verbose=True)", print_win_rate_every_n_steps)
+  # The block (named "sophia" too) checks its own hyperparameters; these two belong to the chain.
+  check_schedule_or_scalar("sophia", "learning_rate", learning_rate)
+  check_nonnegative("sophia", "weight_decay", weight_decay)
   if hessian_diagonal_fn is None:
     hessian_diagonal_fn = hutchinson_estimator_diag_hessian()
   block = ScaleBySophia(with_extra_args_support(hessian_diagonal_fn), b1, b2, eps, gamma, clip_threshold,
