@@ -14,11 +14,14 @@ fixed number of collectives whatever ``ns_steps`` is; batch axes of stacked weig
 sharding, so each device orthogonalizes its own matrices. The iteration is computed redundantly on
 the devices that share a matrix: the memory of one gathered matrix and its Gram matrix per device.
 
-The polynomial runs in at least float32 (Optax runs it in the momentum's dtype).
+The momentum and the polynomial run in one leaf function under ``leafwise``: in at least float32
+(float64 for float64 parameters; Optax runs the polynomial in the momentum's dtype), with the
+update cast once to the parameter's dtype.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -29,19 +32,14 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
+from .._core._tree import is_none
 from .._core._types import ScalarOrSchedule
 from ..optimizers._adam import adamw
+from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
 from ..transforms._matrix import conj_t, replicate_axes
 from ..transforms._scaling import scale_by_learning_rate
@@ -80,6 +78,7 @@ class MuonDimensionNumbers(NamedTuple):
   output_axis: Sequence[int] | int = 1
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), ns_coeffs=OTHER)
 class MuonState(NamedTuple):
   """State of ``scale_by_muon``.
 
@@ -126,9 +125,7 @@ def _first_step_aol(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
   a = _gram(x)
   rows = jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps)
   s = jax.lax.rsqrt(rows)[:, None]
-  x = x * s.astype(x.dtype)
-  a = a * (s * s.T).astype(a.dtype)
-  return _polynomial(x, a, c)
+  return _polynomial(x * s, a * (s * s.T), c)
 
 
 def _first_step_schatten(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
@@ -137,9 +134,7 @@ def _first_step_schatten(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Arra
   norm = jnp.maximum(jnp.sqrt(jnp.sum(jnp.real(a * jnp.conj(a)))) if jnp.iscomplexobj(a)
                      else jnp.sqrt(jnp.sum(a * a)), eps)
   s = jax.lax.rsqrt(norm)
-  x = x * s.astype(x.dtype)
-  a = a * (s * s).astype(a.dtype)
-  return _polynomial(x, a, c)
+  return _polynomial(x * s, a * (s * s), c)
 
 
 def _frobenius(x: jax.Array) -> jax.Array:
@@ -152,21 +147,21 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditionin
   """Approximate orthogonal factor of one matrix ``x`` (2-D, compute dtype).
 
   ``f(X^T) = f(X)^T`` for the odd polynomial, so a tall matrix is transposed first and the Gram
-  matrix is the smaller of the two.
+  matrix is the smaller of the two. Runs inside Muon's leaf function: ``x`` and the (real)
+  coefficients are in the compute dtype, ``eps`` is weakly typed, and real scales multiply a
+  complex ``x`` by standard promotion.
   """
   if x.size == 0:
     return x
   transposed = x.shape[0] > x.shape[1]
   if transposed:
     x = x.T
-  rdt = real_dtype(x.dtype)
   if preconditioning == "frobenius":
-    x = x / (_frobenius(x) + eps).astype(x.dtype)
+    x = x / (_frobenius(x) + eps)
   elif preconditioning == "spectral":
-    x = x / (jnp.linalg.norm(x, ord=2).astype(rdt) + eps).astype(x.dtype)
+    x = x / (jnp.linalg.norm(x, ord=2) + eps)
   rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
   for i, c in enumerate(rows):
-    c = c.astype(x.dtype)
     if i == 0 and preconditioning == "aol":
       x = _first_step_aol(x, c, eps)
     elif i == 0 and preconditioning == "schatten":
@@ -187,10 +182,25 @@ def orthogonalize(owner: str, where: str, x: jax.Array, dims: Any, coeffs: jax.A
   return restore(view.from_matrices(fn(view.to_matrices(gathered))))
 
 
+def _check_ns_steps(owner: str, ns_steps: Any) -> None:
+  if not isinstance(ns_steps, (int, np.integer)) or isinstance(ns_steps, bool) or ns_steps < 1:
+    raise ValueError(f"{owner}: ns_steps must be a positive Python int, got {ns_steps!r}.")
+
+
+def _check_preconditioning(owner: str, preconditioning: Any) -> None:
+  if preconditioning not in _PRECONDITIONINGS:
+    raise ValueError(f"{owner}: preconditioning must be one of {_PRECONDITIONINGS}, got {preconditioning!r}.")
+
+
+# At beta = 1 the bias correction divides by zero.
+_check_beta = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
+
+
 class ScaleByMuon(Transformation):
   name = "scale_by_muon"
-  beta: Any = hyper_field(0.95)
-  eps: Any = hyper_field(1e-08)
+  State = MuonState
+  beta: Any = hyper_field(0.95, check=_check_beta)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
   ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS[0])
   ns_steps: int = static_field(default=5)
   mu_dtype: Any = static_field(default=None)
@@ -199,60 +209,61 @@ class ScaleByMuon(Transformation):
   preconditioning: str = static_field(default="frobenius")
   weight_dimension_numbers: Any = static_field(default=None)
 
+  def __post_init__(self):
+    # Static fields have no hyper_field check: validated here, so the class, the factory and
+    # .replace all raise.
+    _check_ns_steps(self.owner, self.ns_steps)
+    _check_preconditioning(self.owner, self.preconditioning)
+    _coefficients(self.owner, self.ns_coeffs, self.ns_steps)
+
   def init_fn(self, params):
-    return MuonState(count=zero_count(), mu=zeros_like(params, self.mu_dtype),
+    return MuonState(count=zero_count(), mu=role_zeros(params, accumulator("mu_dtype"), self),
                      ns_coeffs=jnp.asarray(np.asarray(self.ns_coeffs, np.float32)))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
     dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
                      MuonDimensionNumbers, lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
-    paths = leaf_paths(updates)
-    tags = jax.tree_util.tree_structure(updates, is_leaf=lambda x: x is None).unflatten(
-        list(zip(paths, dims)))
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      beta = hyper(self.beta, rdt)
-      c1 = 1 - beta ** count.astype(rdt)
-      c1_next = 1 - beta ** safe_increment(count).astype(rdt)
-      return dict(beta=beta.astype(cdt), one_minus=(1 - beta).astype(cdt), c1=c1.astype(cdt),
-                  c1_next=c1_next.astype(cdt), eps=hyper(self.eps, rdt))
+    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
+    def scalars(dt):
+      return Scalars(b1=hyper(self.beta, dt), c1=one_minus_pow(self.beta, count, dt),
+                     c1_next=one_minus_pow(self.beta, safe_increment(count), dt),
+                     eps=hyper(self.eps, dt))
 
-    def leaf(g, m, tag):
-      where, dn = tag
+    def leaf_fn(where, dn):
+      def leaf(k, g, m, coeffs):
+        m = k.b1 * m + (1 - k.b1) * g
+        m_hat = debiased_mu(k, m, g, self.nesterov)
+        out = orthogonalize(self.owner, where, m_hat, dn, coeffs, self.ns_steps, self.preconditioning,
+                            k.eps)
+        if self.adaptive:
+          # Scale by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
+          out = jnp.sum(jnp.conj(m_hat) * out) * out
+        return out, m
+      return leaf
+
+    # One leafwise call per parameter: each has its own matrix view (dimension numbers).
+    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
+    grads, mus = treedef.flatten_up_to(updates), treedef.flatten_up_to(state.mu)
+    ps = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
+    out, new_mu = [], []
+    for g, m, p, where, dn in zip(grads, mus, ps, leaf_paths(updates), dims):
+      if g is None:
+        out.append(None)
+        new_mu.append(m)
+        continue
       if dn is None:
         raise ValueError(
             f"{self.owner}: the parameter at {where} has shape {tuple(g.shape)}; Muon orthogonalizes "
             "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
             "(muon() sends it to AdamW).")
-      cdt = compute_dtype(g.dtype, m.dtype)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["beta"] * as_compute(m, cdt) + k["one_minus"] * gc
-      if self.nesterov:
-        m_hat = k["beta"] * m_new / k["c1_next"] + k["one_minus"] * gc / k["c1"]
-      else:
-        m_hat = m_new / k["c1"]
-      out = orthogonalize(self.owner, where, m_hat, dn, state.ns_coeffs.astype(real_dtype(cdt)),
-                          self.ns_steps, self.preconditioning, k["eps"])
-      if self.adaptive:
-        # Scale by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
-        out = jnp.sum(jnp.conj(m_hat) * out) * out
-      return out.astype(g.dtype), m_new.astype(m.dtype)
-
-    out, mu = tree_map_n(leaf, 2, updates, state.mu, tags)
-    return out, MuonState(count=count, mu=mu, ns_coeffs=state.ns_coeffs)
-
-
-def _check_muon(owner: str, ns_steps: Any, beta: Any, eps: Any, preconditioning: str) -> None:
-  if not isinstance(ns_steps, (int, np.integer)) or isinstance(ns_steps, bool) or ns_steps < 1:
-    raise ValueError(f"{owner}: ns_steps must be a positive Python int, got {ns_steps!r}.")
-  check_range(owner, "beta", beta, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "eps", eps)
-  if preconditioning not in _PRECONDITIONINGS:
-    raise ValueError(f"{owner}: preconditioning must be one of {_PRECONDITIONINGS}, got {preconditioning!r}.")
+      u, m = self.leafwise(leaf_fn(where, dn), g, m, params=p, reads=(state.ns_coeffs,),
+                           scalars=scalars)
+      out.append(u)
+      new_mu.append(m)
+    return treedef.unflatten(out), MuonState(count=count, mu=treedef.unflatten(new_mu),
+                                             ns_coeffs=state.ns_coeffs)
 
 
 def scale_by_muon(
@@ -314,8 +325,8 @@ def scale_by_muon(
     >>> bool(jnp.all(jnp.abs(jnp.linalg.svd(u)[1] - 1.0) < 0.35))
     True
   """
+  _check_ns_steps("scale_by_muon", ns_steps)
   coeffs = _coefficients("scale_by_muon", ns_coeffs, ns_steps)
-  _check_muon("scale_by_muon", ns_steps, beta, eps, preconditioning)
   return ScaleByMuon(beta, eps, ns_coeffs=coeffs, ns_steps=int(ns_steps), mu_dtype=mu_dtype,
                      nesterov=nesterov, adaptive=adaptive, preconditioning=preconditioning,
                      weight_dimension_numbers=weight_dimension_numbers)
@@ -331,22 +342,23 @@ class ScaleByShape(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
                      MuonDimensionNumbers, lambda x: MuonDimensionNumbers())
-    tags = jax.tree_util.tree_structure(updates, is_leaf=lambda x: x is None).unflatten(
-        list(zip(leaf_paths(updates), dims)))
-
-    def leaf(g, tag):
-      where, dn = tag
+    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
+    out = []
+    for g, where, dn in zip(treedef.flatten_up_to(updates), leaf_paths(updates), dims):
+      if g is None:
+        out.append(None)
+        continue
       view = matrix_view(self.owner, where, tuple(g.shape), dn)
-      cdt = compute_dtype(g.dtype)
       if self.consistent_rms is None:
         factor = np.sqrt(max(1.0, view.fan_out / max(view.fan_in, 1)))
-        scale = hyper(factor, real_dtype(cdt))
+        scalars = lambda dt, factor=factor: Scalars(scale=hyper(factor, dt))
       else:
-        rdt = real_dtype(cdt)
-        scale = hyper(np.sqrt(max(view.fan_in, view.fan_out)), rdt) * hyper(self.consistent_rms, rdt)
-      return (as_compute(g, cdt) * scale.astype(cdt)).astype(g.dtype)
-
-    return tree_map_n(lambda g, t: (leaf(g, t),), 1, updates, tags)[0], state
+        factor = np.sqrt(max(view.fan_in, view.fan_out))
+        scalars = lambda dt, factor=factor: Scalars(
+            scale=hyper(factor, dt) * hyper(self.consistent_rms, dt))
+      (u,) = self.leafwise(lambda k, g: g * k.scale, g, scalars=scalars)
+      out.append(u)
+    return treedef.unflatten(out), state
 
 
 class _MuonLabels:
@@ -451,8 +463,8 @@ def muon(
     ((3, 2), (2,))
   """
   check_schedule_or_scalar("muon", "learning_rate", learning_rate)
+  _check_ns_steps("muon", ns_steps)
   coeffs = _coefficients("muon", ns_coeffs, ns_steps)
-  _check_muon("muon", ns_steps, beta, eps, preconditioning)
   if adam_learning_rate is None:
     adam_learning_rate = learning_rate
   dims = MuonDimensionNumbers() if muon_weight_dimension_numbers is None else muon_weight_dimension_numbers

@@ -2,8 +2,13 @@
 
 Muon, GaLore, SOAP and Shampoo treat a parameter as a matrix (or a tensor with one small matrix per
 axis). What they share lives here: mode products and per-axis Gram statistics of tensors, Hermitian
-eigendecompositions and inverse roots in at least float32, the blocking of large axes, and the
-gathering of a sharded matrix before an iterative algorithm runs on it.
+eigendecompositions and inverse roots, the blocking of large axes, and the gathering of a sharded
+matrix before an iterative algorithm runs on it.
+
+These functions take their inputs in one compute dtype (the ``_core._policy`` rule: at least
+float32, float64 for float64 parameters, complex for complex ones) and do no casting of their own:
+the optimizers call them inside ``self.leafwise`` leaf functions, where every input, eigenbases and
+factors included, is already cast and real-with-complex products promote as the maths says.
 
 Complex parameters are handled with conjugate transposes throughout: the statistic of axis ``k`` is
 ``X_(k) X_(k)^H`` (``X_(k)`` the mode-``k`` unfolding), which is Hermitian, so ``eigh`` applies and
@@ -111,23 +116,23 @@ def axis_statistic(x: jax.Array, axis: int) -> jax.Array:
   return jnp.tensordot(x, jnp.conj(x) if jnp.iscomplexobj(x) else x, axes=(others, others))
 
 
-def eigh_dtype(dtype: Any) -> np.dtype:
-  """Dtype of an eigendecomposition of a statistic stored in ``dtype``: at least float32."""
-  dtype = np.dtype(dtype)
-  if jnp.issubdtype(dtype, jnp.complexfloating):
-    return np.dtype(jnp.complex128) if dtype == np.dtype(jnp.complex128) else np.dtype(jnp.complex64)
-  return np.dtype(jnp.float64) if dtype == np.dtype(jnp.float64) else np.dtype(jnp.float32)
-
-
 def symmetrize(s: jax.Array) -> jax.Array:
   """``(S + S^H) / 2``: removes the rounding asymmetry of accumulated Gram matrices."""
-  half = jnp.asarray(0.5, jnp.finfo(s.dtype).dtype)
-  return (s + conj_t(s)) * half.astype(s.dtype)
+  return (s + conj_t(s)) * 0.5
 
 
 def eigenbasis(s: jax.Array) -> jax.Array:
-  """Eigenvectors of the Hermitian ``s`` (batched over leading axes), by decreasing eigenvalue."""
-  _, vectors = jnp.linalg.eigh(symmetrize(s.astype(eigh_dtype(s.dtype))))
+  """Eigenvectors of the Hermitian ``s`` (batched over leading axes), by decreasing eigenvalue.
+
+  ``s`` is in its compute dtype (at least float32: ``eigh`` has no 16-bit kernels).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> eigenbasis(jnp.diag(jnp.array([1.0, 3.0])))
+    Array([[0., 1.],
+           [1., 0.]], dtype=float32)
+  """
+  _, vectors = jnp.linalg.eigh(symmetrize(s))
   return vectors[..., ::-1]
 
 
@@ -138,28 +143,107 @@ def inverse_root(s: jax.Array, exponent: Any, relative_eps: Any) -> jax.Array:
   scale of the statistics (grafting restores the scale). A zero matrix (no gradient seen yet) gives
   the identity. Negative eigenvalues (rounding) are clipped to zero.
 
+  Called inside a leaf function: ``s`` is in its compute dtype (at least float32) and the scalars
+  are weakly typed; the real powers scale the (possibly complex) eigenvectors by standard promotion.
+
   Args:
     s: ``(..., d, d)`` Hermitian positive semi-definite matrices.
     exponent: the root (``4`` for a matrix's left and right Shampoo factors).
     relative_eps: the regulariser, relative to the largest eigenvalue.
 
   Returns:
-    The inverse roots in the eigendecomposition dtype (at least float32).
+    The inverse roots, in ``s``'s dtype.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> inverse_root(jnp.diag(jnp.array([16.0, 1.0])), 4, 0.0)
+    Array([[0.5, 0. ],
+           [0. , 1. ]], dtype=float32)
   """
-  dtype = eigh_dtype(s.dtype)
-  rdt = jnp.finfo(dtype).dtype
-  values, vectors = jnp.linalg.eigh(symmetrize(s.astype(dtype)))
-  values = jnp.maximum(values, jnp.zeros([], rdt))
+  values, vectors = jnp.linalg.eigh(symmetrize(s))
+  values = jnp.maximum(values, 0)
   if values.shape[-1]:
     top = jnp.max(values, axis=-1, keepdims=True)
   else:
-    top = jnp.zeros(values.shape[:-1] + (1,), rdt)
+    top = jnp.zeros(values.shape[:-1] + (1,), values.dtype)
   positive = top > 0
-  reg = values + jnp.asarray(relative_eps).astype(rdt) * top
+  reg = values + relative_eps * top
   safe = jnp.where(positive, reg, jnp.ones_like(reg))
-  power = jnp.where(positive, safe ** (-1 / jnp.asarray(exponent).astype(rdt)), jnp.ones_like(reg))
-  root = (vectors * power[..., None, :].astype(dtype)) @ conj_t(vectors)
+  power = jnp.where(positive, safe ** (-1 / exponent), jnp.ones_like(reg))
+  root = (vectors * power[..., None, :]) @ conj_t(vectors)
   return symmetrize(root)
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-axis matrices of a parameter (statistics, eigenbases, inverse roots) are stored as one tuple
+# per parameter, with a ``(0, 0)`` placeholder for the axes that are not preconditioned.
+
+
+def split_matrices(matrices: tuple) -> tuple[tuple[int, ...], tuple]:
+  """The axes that carry a matrix (not the ``(0, 0)`` placeholder) and those matrices."""
+  axes = tuple(axis for axis, x in enumerate(matrices) if x.size)
+  return axes, tuple(matrices[axis] for axis in axes)
+
+
+def merge_matrices(matrices: tuple, axes: tuple[int, ...], new: tuple) -> tuple:
+  """``matrices`` with the entries of ``axes`` replaced by ``new`` (placeholders kept)."""
+  out = list(matrices)
+  for axis, x in zip(axes, new):
+    out[axis] = x
+  return tuple(out)
+
+
+def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: tuple, matrices: tuple,
+                           params: Any, scalars: Callable) -> tuple:
+  """``tx.leafwise`` once per parameter, with its per-axis matrices beside its moments.
+
+  ``make_leaf(axes)`` builds the leaf function of a parameter whose ``axes`` carry matrices; it is
+  called as ``leaf(k, g, *moment_leaves, *matrices_of_tree_0, *matrices_of_tree_1, ...)`` (only the
+  live matrices, in the order of ``axes``) and returns ``(update, *moments, *matrices)``. Going
+  through ``leafwise`` means the moments and the matrices are cast into one compute dtype (the
+  policy's promotion of all of them, at least float32), the leaf runs under standard promotion
+  (real matrices on complex tensors), and every output is checked and written back once in its
+  stored dtype. Parameters with a preconditioned axis are gathered whole first (a contraction over
+  a sharded axis is ambiguous under explicit sharding and costs collectives in every product
+  otherwise) and the results are put back to the inputs' shardings (a local slice).
+
+  Args:
+    tx: the transformation (its ``leafwise`` and name).
+    make_leaf: ``make_leaf(axes) -> leaf``.
+    updates: the incoming updates.
+    moments: state trees mirroring the parameters (``mu``, ``nu``).
+    matrices: state trees holding one tuple of per-axis matrices per parameter.
+    params: the parameters or None (the updates take their dtypes).
+    scalars: ``scalars(dtype) -> Scalars``.
+
+  Returns:
+    ``(updates, *moments, *matrices)`` as trees.
+  """
+  treedef = jax.tree_util.tree_structure(updates, is_leaf=lambda x: x is None)
+  grads = treedef.flatten_up_to(updates)
+  moment_leaves = [treedef.flatten_up_to(tree) for tree in moments]
+  matrix_leaves = [treedef.flatten_up_to(tree) for tree in matrices]
+  param_leaves = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
+  outs = []
+  for i, g in enumerate(grads):
+    leaf_moments = [tree[i] for tree in moment_leaves]
+    leaf_matrices = [tree[i] for tree in matrix_leaves]
+    if g is None:
+      outs.append((None, *leaf_moments, *leaf_matrices))
+      continue
+    axes = split_matrices(leaf_matrices[0])[0] if leaf_matrices else ()
+    live = [x for mats in leaf_matrices for x in split_matrices(mats)[1]]
+    back = [_identity] * (1 + len(leaf_moments))
+    if axes:
+      (g, *leaf_moments), back = replicate_whole(g, *leaf_moments)
+    u, *rest = tx.leafwise(make_leaf(axes), g, *leaf_moments, *live, params=param_leaves[i],
+                           scalars=scalars)
+    new_moments, new_live = rest[:len(leaf_moments)], rest[len(leaf_moments):]
+    new_matrices = [merge_matrices(mats, axes, new_live[j * len(axes):(j + 1) * len(axes)])
+                    for j, mats in enumerate(leaf_matrices)]
+    outs.append((back[0](u), *(b(x) for b, x in zip(back[1:], new_moments)), *new_matrices))
+  n = 1 + len(moments) + len(matrices)
+  return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(n))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,3 +286,21 @@ def from_blocks(blocks: jax.Array, shape: Sequence[int], sizes: Sequence[int]) -
 
 def num_blocks(shape: Sequence[int], sizes: Sequence[int]) -> int:
   return math.prod(-(-d // b) if b else 1 for d, b in zip(shape, sizes))
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation of the static sizes of the matrix optimizers (static fields have no hyper_field check:
+# the classes call this from ``__post_init__``, so the class, its factory and ``.replace`` raise).
+
+
+def check_positive_int(owner: str, name: str, value: Any) -> None:
+  """Raise a ValueError unless ``value`` is a positive Python (or numpy) int.
+
+  Example:
+    >>> check_positive_int("scale_by_soap", "precondition_frequency", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: scale_by_soap: precondition_frequency must be a positive Python int, got 0.
+  """
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+    raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")
