@@ -5,8 +5,8 @@ along ``L^{-1/4} G R^{-1/4}`` (Gupta et al. 2018, Algorithm 1); an order-``k`` t
 statistic per axis and the root ``1/(2k)`` (Algorithm 2). Anil et al. 2020 make it practical:
 
 * statistics are an exponential moving average (``shampoo_beta``; ``1.0`` gives the original sum);
-* inverse roots are recomputed every ``precondition_frequency`` steps, here by ``eigh`` in at least
-  float32 with a regulariser relative to the largest eigenvalue;
+* inverse roots are recomputed every ``precondition_frequency`` steps, here by ``eigh`` in the
+  compute dtype (at least float32) with a regulariser relative to the largest eigenvalue;
 * axes longer than ``block_size`` are cut into blocks, each preconditioned on its own (§3.3);
 * grafting: per block, the Shampoo direction takes the norm of Adam's (or SGD's) step (§3.2).
 
@@ -17,6 +17,7 @@ and empty parameters get Adam's diagonal step.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -25,25 +26,21 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, roles_of, state_roles
+from .._core._tree import is_none
+from ._adam import one_minus_pow
 from ._matrix import (
     axis_statistic,
     block_sizes,
+    check_positive_int,
     from_blocks,
     inverse_root,
+    leafwise_with_matrices,
     mode_product,
     num_blocks,
-    replicate_whole,
     to_blocks,
 )
 from ._moments import abs_sq
@@ -54,6 +51,8 @@ __all__ = ["ScaleByShampooState", "scale_by_shampoo"]
 _GRAFTS = ("adam", "sgd", "none")
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator("nu_dtype", real=True),
+             statistics=OTHER, preconditioners=OTHER)
 class ScaleByShampooState(NamedTuple):
   """State of ``scale_by_shampoo``.
 
@@ -88,14 +87,26 @@ def _block_norms(x: jax.Array) -> jax.Array:
   return jnp.sqrt(jnp.sum(abs_sq(x), axis=axes, keepdims=True))
 
 
+# At 1 the bias corrections divide by zero.
+_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
+                                                                high_open=True)
+
+
+def _check_graft_type(owner: str, graft_type: Any) -> None:
+  if graft_type not in _GRAFTS:
+    raise ValueError(f"{owner}: graft_type must be one of {_GRAFTS}, got {graft_type!r}.")
+
+
 class ScaleByShampoo(Transformation):
   name = "scale_by_shampoo"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-  matrix_eps: Any = hyper_field(1e-06)
-  shampoo_beta: Any = hyper_field(None)
-  exponent_override: Any = hyper_field(None)
+  State = ScaleByShampooState
+  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  matrix_eps: Any = hyper_field(1e-06, check=check_nonnegative)
+  # 1.0 is allowed: the summed statistics of Gupta et al.
+  shampoo_beta: Any = hyper_field(None, check=lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
+  exponent_override: Any = hyper_field(None, check=check_positive)
   block_size: int = static_field(default=128)
   precondition_frequency: int = static_field(default=10)
   graft_type: str = static_field(default="adam")
@@ -104,116 +115,83 @@ class ScaleByShampoo(Transformation):
   statistics_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
 
-  def _leaf_state(self, x):
+  def __post_init__(self):
+    check_positive_int(self.owner, "block_size", self.block_size)
+    check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
+    _check_graft_type(self.owner, self.graft_type)
+
+  def _statistics(self, x):
     sizes, axes = _plan(tuple(x.shape), self.block_size)
     blocks = num_blocks(tuple(x.shape), sizes) if any(axes) else 0
     sdt = stat_dtype(x.dtype, self.statistics_dtype)
+    return tuple(jnp.zeros((blocks, b, b) if p else (0, 0), sdt) for b, p in zip(sizes, axes))
+
+  def _preconditioners(self, x):
+    sizes, axes = _plan(tuple(x.shape), self.block_size)
+    blocks = num_blocks(tuple(x.shape), sizes) if any(axes) else 0
     pdt = stat_dtype(x.dtype, self.preconditioner_dtype)
-    stats = tuple(jnp.zeros((blocks, b, b) if p else (0, 0), sdt) for b, p in zip(sizes, axes))
     eye = lambda b: jnp.broadcast_to(jnp.eye(b, dtype=pdt), (blocks, b, b))
-    precs = tuple(eye(b) if p else jnp.zeros((0, 0), pdt) for b, p in zip(sizes, axes))
-    return stats, precs
+    return tuple(eye(b) if p else jnp.zeros((0, 0), pdt) for b, p in zip(sizes, axes))
 
   def init_fn(self, params):
-    stats, precs = tree_map_n(self._leaf_state, 2, params)
-    return ScaleByShampooState(count=zero_count(), mu=zeros_like(params, self.mu_dtype),
-                               nu=zeros_like(params, self.nu_dtype, real=True), statistics=stats,
-                               preconditioners=precs)
+    roles = roles_of(ScaleByShampooState)
+    per_param = lambda fn: jax.tree_util.tree_map(lambda x: None if x is None else fn(x), params,
+                                                  is_leaf=is_none)
+    return ScaleByShampooState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),
+                               nu=role_zeros(params, roles["nu"], self),
+                               statistics=per_param(self._statistics),
+                               preconditioners=per_param(self._preconditioners))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
     refresh = (count - 1) % self.precondition_frequency == 0
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, rdt), hyper(self.b2, rdt)
-      beta = b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, rdt)
-      k = count.astype(rdt)
-      # beta == 1 is the original (summed) statistics of Gupta et al.
-      weight = jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta))
-      return dict(b1=b1.astype(cdt), one_minus_b1=(1 - b1).astype(cdt), b2=b2, one_minus_b2=1 - b2,
-                  c1=(1 - b1**k).astype(cdt), c2=1 - b2**k, eps=hyper(self.eps, rdt),
-                  beta=beta, weight=weight, matrix_eps=hyper(self.matrix_eps, rdt))
+    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
+    def scalars(dt):
+      b2 = hyper(self.b2, dt)
+      beta = b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt)
+      exponent = None if self.exponent_override is None else hyper(self.exponent_override, dt)
+      return Scalars(b1=hyper(self.b1, dt), b2=b2, c1=one_minus_pow(self.b1, count, dt),
+                     c2=one_minus_pow(self.b2, count, dt), eps=hyper(self.eps, dt), beta=beta,
+                     # beta == 1 is the original (summed) statistics of Gupta et al.
+                     weight=jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta)),
+                     matrix_eps=hyper(self.matrix_eps, dt), exponent=exponent)
 
-    def local(g, m, v, stats, precs):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      m_hat = m_new / k["c1"]
-      adam = m_hat / (jnp.sqrt(v_new / k["c2"]) + k["eps"]).astype(cdt)
-      sizes, axes = _plan(tuple(g.shape), self.block_size)
-      if not any(axes):
-        return adam.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), stats, precs
+    def leaf_fn(axes):
+      def leaf(k, g, m, v, *matrices):
+        m = k.b1 * m + (1 - k.b1) * g
+        v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+        m_hat = m / k.c1
+        adam = m_hat / (jnp.sqrt(v / k.c2) + k.eps)
+        if not axes:  # vectors, scalars, empty parameters: Adam's diagonal step
+          return adam, m, v
+        # Gupta et al. 2018, Algorithm 2, per block (Anil et al. 2020, §3.3).
+        stats, precs = matrices[:len(axes)], matrices[len(axes):]
+        sizes = _plan(tuple(g.shape), self.block_size)[0]
+        g_blocks = to_blocks(g, sizes)
+        stats = tuple(k.beta * s + k.weight * jax.vmap(lambda b, axis=axis: axis_statistic(b, axis))(g_blocks)
+                      for axis, s in zip(axes, stats))
+        exponent = 2 * len(axes) if k.exponent is None else k.exponent
+        old = precs
+        precs = jax.lax.cond(refresh, lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats),
+                             lambda: old)
+        direction = to_blocks(m_hat, sizes)
+        for axis, q in zip(axes, precs):
+          direction = jax.vmap(lambda x, q, axis=axis: mode_product(x, q, axis))(direction, q)
+        if self.graft_type != "none":
+          # Grafting (Anil et al. 2020, §3.2): each block takes the norm of Adam's (SGD's) step.
+          target = to_blocks(adam if self.graft_type == "adam" else m_hat, sizes)
+          have, want = _block_norms(direction), _block_norms(target)
+          ratio = jnp.where(have > 0, want / jnp.where(have > 0, have, jnp.ones_like(have)),
+                            jnp.zeros_like(have))
+          direction = direction * ratio
+        return (from_blocks(direction, tuple(g.shape), sizes), m, v, *stats, *precs)
+      return leaf
 
-      shape = tuple(g.shape)
-      exponent = (2 * sum(axes)) if self.exponent_override is None else self.exponent_override
-      g_blocks = to_blocks(gc, sizes)
-      new_stats = []
-      for axis, s in enumerate(stats):
-        if not s.size:
-          new_stats.append(s)
-          continue
-        sdt = compute_dtype(s.dtype)
-        fresh = jax.vmap(lambda b, axis=axis: axis_statistic(b, axis))(as_compute(g_blocks, sdt))
-        beta = k["beta"].astype(real_dtype(sdt)).astype(sdt)
-        weight = k["weight"].astype(real_dtype(sdt)).astype(sdt)
-        new_stats.append((beta * as_compute(s, sdt) + weight * fresh).astype(s.dtype))
-      new_stats = tuple(new_stats)
-
-      def recompute():
-        return tuple(inverse_root(s, exponent, k["matrix_eps"]).astype(p.dtype) if p.size else p
-                     for s, p in zip(new_stats, precs))
-
-      precs = jax.lax.cond(refresh, recompute, lambda precs=precs: precs)
-      direction = to_blocks(m_hat, sizes)
-      for axis, p in enumerate(precs):
-        if p.size:
-          pc = as_compute(p, cdt)
-          direction = jax.vmap(lambda x, q, axis=axis: mode_product(x, q, axis))(direction, pc)
-      if self.graft_type != "none":
-        target = to_blocks(adam if self.graft_type == "adam" else m_hat, sizes)
-        have, want = _block_norms(direction), _block_norms(target)
-        ratio = jnp.where(have > 0, want / jnp.where(have > 0, have, jnp.ones_like(have)),
-                          jnp.zeros_like(have))
-        direction = direction * ratio.astype(cdt)
-      out = from_blocks(direction, shape, sizes)
-      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), new_stats, precs
-
-    def leaf(g, m, v, stats, precs):
-      if not any(x.size for x in precs):
-        return local(g, m, v, stats, precs)
-      # Contractions over a sharded axis are ambiguous under explicit sharding and need collectives
-      # in every product otherwise: work on whole copies, put the results back to the inputs'
-      # shardings (a local slice).
-      (g, m, v), (back_g, back_m, back_v) = replicate_whole(g, m, v)
-      out, m_new, v_new, stats, precs = local(g, m, v, stats, precs)
-      return back_g(out), back_m(m_new), back_v(v_new), stats, precs
-
-    out, mu, nu, stats, precs = tree_map_n(
-        leaf, 5, updates, state.mu, state.nu, state.statistics, state.preconditioners)
+    out, mu, nu, stats, precs = leafwise_with_matrices(
+        self, leaf_fn, updates, (state.mu, state.nu), (state.statistics, state.preconditioners),
+        params, scalars)
     return out, ScaleByShampooState(count=count, mu=mu, nu=nu, statistics=stats, preconditioners=precs)
-
-
-def check_shampoo(owner: str, b1: Any, b2: Any, eps: Any, matrix_eps: Any, block_size: Any,
-                  precondition_frequency: Any, shampoo_beta: Any, graft_type: str,
-                  exponent_override: Any) -> None:
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  if shampoo_beta is not None:
-    check_range(owner, "shampoo_beta", shampoo_beta, 0.0, 1.0)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "matrix_eps", matrix_eps)
-  if exponent_override is not None:
-    check_positive(owner, "exponent_override", exponent_override)
-  for name, value in (("block_size", block_size), ("precondition_frequency", precondition_frequency)):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")
-  if graft_type not in _GRAFTS:
-    raise ValueError(f"{owner}: graft_type must be one of {_GRAFTS}, got {graft_type!r}.")
 
 
 def scale_by_shampoo(
@@ -272,9 +250,7 @@ def scale_by_shampoo(
     >>> [s.shape for s in state.statistics]  # two row blocks (the second zero-padded)
     [(2, 2, 2), (2, 2, 2)]
   """
-  check_shampoo("scale_by_shampoo", b1, b2, eps, matrix_eps, block_size, precondition_frequency,
-                shampoo_beta, graft_type, exponent_override)
   return ScaleByShampoo(b1, b2, eps, matrix_eps, shampoo_beta, exponent_override,
-                        block_size=int(block_size), precondition_frequency=int(precondition_frequency),
+                        block_size=block_size, precondition_frequency=precondition_frequency,
                         graft_type=graft_type, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
                         statistics_dtype=statistics_dtype, preconditioner_dtype=preconditioner_dtype)

@@ -10,7 +10,7 @@ or scalar) keep the identity, so vectors get plain Adam.
 
 Differences from the reference implementation, all deliberate:
 
-* eigenbases are recomputed with an exact ``eigh`` (in at least float32) every
+* eigenbases are recomputed with an exact ``eigh`` (in the compute dtype: at least float32) every
   ``precondition_frequency`` steps, rather than one power-iteration step with a QR decomposition;
   ``eigh``'s eigenvalues are sorted, so the second moment stays aligned with the eigenvalue order;
 * Adam's ``eps`` is added to the bias-corrected ``sqrt(v_hat)`` (Optax's form), so that with a
@@ -22,6 +22,7 @@ Differences from the reference implementation, all deliberate:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -30,24 +31,27 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
+from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, roles_of, state_roles
+from .._core._tree import is_none
+from ._adam import one_minus_pow
+from ._matrix import (
+    axis_statistic,
+    check_positive_int,
+    conj_t,
+    eigenbasis,
+    leafwise_with_matrices,
+    mode_product,
 )
-from .._core._tree import tree_map_n, zeros_like
-from ._matrix import axis_statistic, conj_t, eigenbasis, mode_product, replicate_whole
 from ._moments import abs_sq
 
 __all__ = ["ScaleBySoapState", "scale_by_soap"]
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator("nu_dtype", real=True),
+             statistics=OTHER, eigenbases=OTHER)
 class ScaleBySoapState(NamedTuple):
   """State of ``scale_by_soap``.
 
@@ -82,21 +86,25 @@ def stat_dtype(param_dtype: Any, override: Any) -> np.dtype:
   return accumulator_dtype(compute_dtype(param_dtype), override)
 
 
-def rotate(x: jax.Array, bases: tuple, adjoint: bool) -> jax.Array:
-  """``x`` with every preconditioned axis multiplied by its basis (``Q^H`` if ``adjoint``)."""
-  for axis, q in enumerate(bases):
-    if q.size:
-      q = as_compute(q, x.dtype)
-      x = mode_product(x, conj_t(q) if adjoint else q, axis)
+def rotate(x: jax.Array, axes: tuple[int, ...], bases: tuple, adjoint: bool) -> jax.Array:
+  """``x`` with each axis of ``axes`` multiplied by its basis (``Q^H`` if ``adjoint``)."""
+  for axis, q in zip(axes, bases):
+    x = mode_product(x, conj_t(q) if adjoint else q, axis)
   return x
+
+
+# At 1 the bias corrections divide by zero (and the statistics would never move).
+_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
+                                                                high_open=True)
 
 
 class ScaleBySoap(Transformation):
   name = "scale_by_soap"
-  b1: Any = hyper_field(0.95)
-  b2: Any = hyper_field(0.95)
-  shampoo_beta: Any = hyper_field(None)
-  eps: Any = hyper_field(1e-08)
+  State = ScaleBySoapState
+  b1: Any = hyper_field(0.95, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.95, check=_check_decay_below_one)
+  shampoo_beta: Any = hyper_field(None, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
   precondition_frequency: int = static_field(default=10)
   max_precond_dim: int = static_field(default=10000)
   mu_dtype: Any = static_field(default=None)
@@ -105,19 +113,28 @@ class ScaleBySoap(Transformation):
   eigenbasis_dtype: Any = static_field(default=None)
   precondition_1d: bool = static_field(default=False)
 
-  def _leaf_state(self, x):
+  def __post_init__(self):
+    check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
+    check_positive_int(self.owner, "max_precond_dim", self.max_precond_dim)
+
+  def _statistics(self, x):
     axes = preconditioned_axes(tuple(x.shape), self.max_precond_dim, self.precondition_1d)
     sdt = stat_dtype(x.dtype, self.statistics_dtype)
+    return tuple(jnp.zeros((d, d) if p else (0, 0), sdt) for d, p in zip(x.shape, axes))
+
+  def _eigenbases(self, x):
+    axes = preconditioned_axes(tuple(x.shape), self.max_precond_dim, self.precondition_1d)
     edt = stat_dtype(x.dtype, self.eigenbasis_dtype)
-    stats = tuple(jnp.zeros((d, d) if p else (0, 0), sdt) for d, p in zip(x.shape, axes))
-    bases = tuple(jnp.eye(d, dtype=edt) if p else jnp.zeros((0, 0), edt) for d, p in zip(x.shape, axes))
-    return stats, bases
+    return tuple(jnp.eye(d, dtype=edt) if p else jnp.zeros((0, 0), edt) for d, p in zip(x.shape, axes))
 
   def init_fn(self, params):
-    stats, bases = tree_map_n(self._leaf_state, 2, params)
-    return ScaleBySoapState(count=zero_count(), mu=zeros_like(params, self.mu_dtype),
-                            nu=zeros_like(params, self.nu_dtype, real=True), statistics=stats,
-                            eigenbases=bases)
+    roles = roles_of(ScaleBySoapState)
+    per_param = lambda fn: jax.tree_util.tree_map(lambda x: None if x is None else fn(x), params,
+                                                  is_leaf=is_none)
+    return ScaleBySoapState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),
+                            nu=role_zeros(params, roles["nu"], self),
+                            statistics=per_param(self._statistics),
+                            eigenbases=per_param(self._eigenbases))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
@@ -126,76 +143,35 @@ class ScaleBySoap(Transformation):
     refresh = (count - 1) % self.precondition_frequency == 0
     adam_count = jnp.maximum(count - 1, 1)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, rdt), hyper(self.b2, rdt)
-      beta = b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, rdt)
-      k = adam_count.astype(rdt)
-      return dict(b1=b1.astype(cdt), one_minus_b1=(1 - b1).astype(cdt), b2=b2, one_minus_b2=1 - b2,
-                  c1=(1 - b1**k).astype(cdt), c2=1 - b2**k, eps=hyper(self.eps, rdt),
-                  beta=beta, one_minus_beta=1 - beta)
+    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
+    def scalars(dt):
+      b2 = hyper(self.b2, dt)
+      return Scalars(b1=hyper(self.b1, dt), b2=b2, c1=one_minus_pow(self.b1, adam_count, dt),
+                     c2=one_minus_pow(self.b2, adam_count, dt), eps=hyper(self.eps, dt),
+                     beta=b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt))
 
-    def local(g, m, v, stats, bases):
-      cdt = compute_dtype(g.dtype, m.dtype, *[q.dtype for q in bases])
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_old, v_old = as_compute(m, cdt), as_compute(v, rdt)
-      m_new = k["b1"] * m_old + k["one_minus_b1"] * gc
-      g_rot = rotate(gc, bases, adjoint=True)
-      v_new = k["b2"] * v_old + k["one_minus_b2"] * abs_sq(g_rot).astype(rdt)
-      m_hat = rotate(m_new, bases, adjoint=True) / k["c1"]
-      v_hat = v_new / k["c2"]
-      direction = rotate(m_hat / (jnp.sqrt(v_hat) + k["eps"]).astype(cdt), bases, adjoint=False)
-      out = jnp.where(first, jnp.zeros_like(direction), direction)
-      m_new = jnp.where(first, m_old, m_new)
-      v_new = jnp.where(first, v_old, v_new)
+    def leaf_fn(axes):
+      def leaf(k, g, m, v, *matrices):
+        # Vyas et al. 2024, Algorithm 3, with S_k the statistics and Q_k their eigenbases.
+        stats, bases = matrices[:len(axes)], matrices[len(axes):]
+        m_new = k.b1 * m + (1 - k.b1) * g
+        v_new = k.b2 * v + (1 - k.b2) * abs_sq(rotate(g, axes, bases, adjoint=True))
+        m_hat = rotate(m_new, axes, bases, adjoint=True) / k.c1
+        direction = rotate(m_hat / (jnp.sqrt(v_new / k.c2) + k.eps), axes, bases, adjoint=False)
+        # The first update only sets up the statistics and eigenbases.
+        out = jnp.where(first, jnp.zeros_like(direction), direction)
+        m_new, v_new = jnp.where(first, m, m_new), jnp.where(first, v, v_new)
+        stats = tuple(k.beta * s + (1 - k.beta) * axis_statistic(g, axis) for axis, s in zip(axes, stats))
+        if axes:
+          old = bases
+          bases = jax.lax.cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), lambda: old)
+        return (out, m_new, v_new, *stats, *bases)
+      return leaf
 
-      new_stats = []
-      for axis, s in enumerate(stats):
-        if not s.size:
-          new_stats.append(s)
-          continue
-        sdt = compute_dtype(s.dtype)
-        beta = k["beta"].astype(real_dtype(sdt)).astype(sdt)
-        one_minus = k["one_minus_beta"].astype(real_dtype(sdt)).astype(sdt)
-        fresh = axis_statistic(as_compute(gc, sdt), axis)
-        new_stats.append((beta * as_compute(s, sdt) + one_minus * fresh).astype(s.dtype))
-      new_stats = tuple(new_stats)
-      if any(q.size for q in bases):
-        def recompute():
-          return tuple(eigenbasis(s).astype(q.dtype) if q.size else q for s, q in zip(new_stats, bases))
-
-        bases = jax.lax.cond(refresh, recompute, lambda bases=bases: bases)
-      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), new_stats, bases
-
-    def leaf(g, m, v, stats, bases):
-      if not any(x.size for x in bases):
-        return local(g, m, v, stats, bases)
-      # Contractions over a sharded axis are ambiguous under explicit sharding and need collectives
-      # in every product otherwise: work on whole copies, put the results back to the inputs'
-      # shardings (a local slice).
-      (g, m, v), (back_g, back_m, back_v) = replicate_whole(g, m, v)
-      out, m_new, v_new, stats, bases = local(g, m, v, stats, bases)
-      return back_g(out), back_m(m_new), back_v(v_new), stats, bases
-
-    out, mu, nu, stats, bases = tree_map_n(
-        leaf, 5, updates, state.mu, state.nu, state.statistics, state.eigenbases)
+    out, mu, nu, stats, bases = leafwise_with_matrices(
+        self, leaf_fn, updates, (state.mu, state.nu), (state.statistics, state.eigenbases), params,
+        scalars)
     return out, ScaleBySoapState(count=count, mu=mu, nu=nu, statistics=stats, eigenbases=bases)
-
-
-def check_soap(owner: str, b1: Any, b2: Any, shampoo_beta: Any, eps: Any, precondition_frequency: Any,
-               max_precond_dim: Any) -> None:
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  if shampoo_beta is not None:
-    check_range(owner, "shampoo_beta", shampoo_beta, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "eps", eps)
-  for name, value in (("precondition_frequency", precondition_frequency),
-                      ("max_precond_dim", max_precond_dim)):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")
 
 
 def scale_by_soap(
@@ -251,8 +227,7 @@ def scale_by_soap(
     >>> [q.shape for q in state.eigenbases]
     [(2, 2), (2, 2)]
   """
-  check_soap("scale_by_soap", b1, b2, shampoo_beta, eps, precondition_frequency, max_precond_dim)
-  return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency=int(precondition_frequency),
-                     max_precond_dim=int(max_precond_dim), mu_dtype=mu_dtype, nu_dtype=nu_dtype,
+  return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency=precondition_frequency,
+                     max_precond_dim=max_precond_dim, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
                      statistics_dtype=statistics_dtype, eigenbasis_dtype=eigenbasis_dtype,
                      precondition_1d=precondition_1d)
