@@ -14,12 +14,13 @@ import jax
 import jax.numpy as jnp
 
 from .._core._base import Transformation
-from .._core._checks import check_decay, check_nonnegative
+from .._core._checks import check_decay, check_nonnegative, check_range
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
-from ._moments import abs_sq
+from ._moments import abs_sq, moving_average
+from ._moments import one_minus_pow  # noqa: F401  (imported from here by other modules)
 
 __all__ = [
     "ScaleByAdamState",
@@ -50,9 +51,9 @@ class ScaleByAmsgradState(NamedTuple):
   nu_max: Any
 
 
-def one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  """``1 - decay**count`` in ``dtype`` (Adam's bias-correction factor)."""
-  return jnp.asarray(1, dtype) - hyper(decay, dtype) ** count.astype(dtype)
+def check_decay_below_one(owner: str, name: str, value: Any) -> None:
+  """A decay in [0, 1): at 1 the bias correction ``1 - decay^t`` divides by zero."""
+  check_range(owner, name, value, 0.0, 1.0, high_open=True)
 
 
 def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
@@ -67,11 +68,35 @@ def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) ->
                  **{name: hyper(value, dtype) for name, value in more.items()})
 
 
-def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool) -> jax.Array:
+def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool = False) -> jax.Array:
   """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
   if nesterov:
     return k.b1 * m / k.c1_next + (1 - k.b1) * g / k.c1
   return m / k.c1
+
+
+# The Adam skeleton: every Adam-like leaf function (the variants below and in _adam_variants.py,
+# low-memory and 8-bit Adam, MARS, AdEMAMix) writes its moments and denominator with these, on
+# compute-dtype leaves and the ``Scalars`` of ``adam_scalars``.
+
+
+def adam_moments(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Adam's moment estimates (Kingma & Ba 2015, Algorithm 1): ``m <- b1 m + (1 - b1) g``,
+  ``v <- b2 v + (1 - b2) |g|^2`` (real for complex ``g``)."""
+  return moving_average(k.b1, m, g), moving_average(k.b2, v, abs_sq(g))
+
+
+def adam_denominator(k: Scalars, v: jax.Array) -> jax.Array:
+  """``sqrt(v_hat + eps_root) + eps`` with the bias-corrected ``v_hat = v / (1 - b2^t)``."""
+  return jnp.sqrt(v / k.c2 + k.eps_root) + k.eps
+
+
+def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
+              nesterov: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """One Adam step on one leaf: ``(update, m, v)`` with ``update = m_hat / (sqrt(v_hat + eps_root)
+  + eps)`` (Algorithm 1; NAdam's look-ahead ``m_hat`` with ``nesterov``, Dozat 2016)."""
+  m, v = adam_moments(k, g, m, v)
+  return debiased_mu(k, m, g, nesterov) / adam_denominator(k, v), m, v
 
 
 class ScaleByAdam(Transformation):
@@ -89,10 +114,7 @@ class ScaleByAdam(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, v):
-      m = k.b1 * m + (1 - k.b1) * g
-      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
-      u = debiased_mu(k, m, g, self.nesterov) / (jnp.sqrt(v / k.c2 + k.eps_root) + k.eps)
-      return u, m, v
+      return adam_step(k, g, m, v, self.nesterov)
 
     scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
@@ -151,8 +173,7 @@ class ScaleByAmsgrad(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, v, v_max):
-      m = k.b1 * m + (1 - k.b1) * g
-      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      m, v = adam_moments(k, g, m, v)
       m_hat = m / k.c1 if self.bias_correction_mu else m
       v_hat = v / k.c2 if self.bias_correction_nu else v
       v_max = jnp.maximum(v_max, v_hat)
@@ -213,7 +234,7 @@ class ScaleByAdamax(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, u):
-      m = k.b1 * m + (1 - k.b1) * g
+      m = moving_average(k.b1, m, g)
       u = jnp.maximum(jnp.abs(g) + k.eps, k.b2 * u)   # the infinity norm, eps inside (§7.1)
       return m / (k.c1 * u), m, u
 

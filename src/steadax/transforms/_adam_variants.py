@@ -28,8 +28,9 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
-from ._adam import ScaleByAdamState, adam_scalars, debiased_mu
-from ._moments import abs_sq
+from ._adam import (ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, check_decay_below_one,
+                    debiased_mu)
+from ._moments import abs_sq, moving_average
 
 __all__ = [
     "ScaleByBeliefState",
@@ -61,9 +62,6 @@ class ScaleByAdanState(NamedTuple):
   t: jax.Array
 
 
-# Decays of the Adam relatives lie in [0, 1): at 1 the bias corrections divide by zero.
-_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
-                                                                high_open=True)
 # The variance of RAdam's adaptive learning rate is finite only for rho_t > 4 (paper, §4).
 _check_threshold = lambda owner, name, value: check_range(owner, name, value, 4.0, np.inf)
 
@@ -71,8 +69,8 @@ _check_threshold = lambda owner, name, value: check_range(owner, name, value, 4.
 class ScaleByBelief(Transformation):
   name = "scale_by_belief"
   State = ScaleByBeliefState
-  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-16, check=check_nonnegative)
   eps_root: Any = hyper_field(1e-16, check=check_nonnegative)
   nesterov: bool = static_field(default=False)
@@ -81,9 +79,9 @@ class ScaleByBelief(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, s):
-      m = k.b1 * m + (1 - k.b1) * g
+      m = moving_average(k.b1, m, g)
       # The "belief": the squared deviation of the gradient from its prediction m (eq. 2).
-      s = k.b2 * s + (1 - k.b2) * abs_sq(g - m) + k.eps_root
+      s = moving_average(k.b2, s, abs_sq(g - m)) + k.eps_root
       return debiased_mu(k, m, g, self.nesterov) / (jnp.sqrt(s / k.c2) + k.eps), m, s
 
     scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
@@ -138,8 +136,8 @@ def _filled(params: Any, value: Any, *, real: bool) -> Any:
 class ScaleByYogi(Transformation):
   name = "scale_by_yogi"
   State = ScaleByAdamState
-  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(0.001, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   initial_accumulator_value: Any = hyper_field(1e-06, check=check_positive)
@@ -155,11 +153,11 @@ class ScaleByYogi(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, v):
-      m = k.b1 * m + (1 - k.b1) * g
+      m = moving_average(k.b1, m, g)
       g2 = abs_sq(g)
       # Additive (not multiplicative) change of v: it moves towards g^2 by at most (1 - b2) g^2.
       v = v - (1 - k.b2) * jnp.sign(v - g2) * g2
-      return m / k.c1 / (jnp.sqrt(v / k.c2 + k.eps_root) + k.eps), m, v
+      return m / k.c1 / adam_denominator(k, v), m, v
 
     scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
@@ -203,8 +201,8 @@ def scale_by_yogi(
 class ScaleByRadam(Transformation):
   name = "scale_by_radam"
   State = ScaleByAdamState
-  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   threshold: Any = hyper_field(5.0, check=_check_threshold)
@@ -235,10 +233,9 @@ class ScaleByRadam(Transformation):
     rectify, r = self._rectification(count)
 
     def leaf(k, g, m, v):
-      m = k.b1 * m + (1 - k.b1) * g
-      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+      m, v = adam_moments(k, g, m, v)
       m_hat = debiased_mu(k, m, g, self.nesterov)
-      adaptive = k.r * m_hat / (jnp.sqrt(v / k.c2 + k.eps_root) + k.eps)
+      adaptive = k.r * m_hat / adam_denominator(k, v)
       return jnp.where(rectify, adaptive, m_hat), m, v
 
     scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root,
@@ -289,9 +286,9 @@ def scale_by_radam(
 class ScaleByAdan(Transformation):
   name = "scale_by_adan"
   State = ScaleByAdanState
-  b1: Any = hyper_field(0.98, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.92, check=_check_decay_below_one)
-  b3: Any = hyper_field(0.99, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.98, check=check_decay_below_one)
+  b2: Any = hyper_field(0.92, check=check_decay_below_one)
+  b3: Any = hyper_field(0.99, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
 
@@ -302,9 +299,9 @@ class ScaleByAdan(Transformation):
     def leaf(k, g, m, v, n, g_prev):
       # No previous gradient at the first step: the difference term starts at zero.
       d = jnp.where(first, jnp.zeros_like(g), g - g_prev)
-      m = k.b1 * m + (1 - k.b1) * g
-      v = k.b2 * v + (1 - k.b2) * d
-      n = k.b3 * n + (1 - k.b3) * abs_sq(g + (1 - k.b2) * d)
+      m = moving_average(k.b1, m, g)
+      v = moving_average(k.b2, v, d)
+      n = moving_average(k.b3, n, abs_sq(g + (1 - k.b2) * d))
       step = m / k.c1 + (1 - k.b2) * (v / k.c2)
       return step / (jnp.sqrt(n / k.c3 + k.eps_root) + k.eps), m, v, n, g
 

@@ -12,19 +12,20 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._checks import check_nonnegative, check_positive
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from .._core._tree import tree_map_n, zeros_like
-from ._adam import one_minus_pow
+from .._core._policy import hyper, safe_increment
+from .._core._roles import COUNTER, accumulator, state_roles
+from ._adam import adam_scalars, adam_step, check_decay_below_one
 from ._moments import abs_sq
 
 __all__ = ["ScaleByMarsState", "scale_by_mars"]
 
 
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator("nu_dtype", real=True),
+             prev_grad=accumulator())
 class ScaleByMarsState(NamedTuple):
   """State of ``scale_by_mars``: int32 count, Adam's moments of the corrected gradient, and the
   previous raw gradient (MARS-approx's stand-in for the gradient at the previous iterate)."""
@@ -37,22 +38,15 @@ class ScaleByMarsState(NamedTuple):
 
 class ScaleByMars(Transformation):
   name = "scale_by_mars"
-  b1: Any = hyper_field(0.95)
-  b2: Any = hyper_field(0.99)
-  gamma: Any = hyper_field(0.025)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
-  max_norm: Any = hyper_field(1.0)
+  State = ScaleByMarsState
+  b1: Any = hyper_field(0.95, check=check_decay_below_one)
+  b2: Any = hyper_field(0.99, check=check_decay_below_one)
+  gamma: Any = hyper_field(0.025, check=check_nonnegative)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
+  max_norm: Any = hyper_field(1.0, check=check_positive)  # None: no clipping
   mu_dtype: Any = static_field(default=None)
   nu_dtype: Any = static_field(default=None)
-
-  def init_fn(self, params):
-    return ScaleByMarsState(
-        count=zero_count(),
-        mu=zeros_like(params, self.mu_dtype),
-        nu=zeros_like(params, self.nu_dtype, real=True),
-        prev_grad=zeros_like(params),
-    )
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
@@ -60,38 +54,25 @@ class ScaleByMars(Transformation):
     # zero-initialised last gradient would instead scale the first gradient by 1 + gamma b1/(1-b1)).
     first = state.count == 0
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1r = hyper(self.b1, rdt)
-      weight = hyper(self.gamma, rdt) * b1r / (np.asarray(1, rdt) - b1r)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
-      return dict(
-          weight=jnp.where(first, jnp.zeros([], rdt), weight).astype(cdt),
-          b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=np.asarray(1, rdt) - b2,
-          c1=one_minus_pow(self.b1, count, rdt).astype(cdt), c2=one_minus_pow(self.b2, count, rdt),
-          eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt),
-          max_norm=None if self.max_norm is None else hyper(self.max_norm, rdt))
-
-    def leaf(g, m, v, prev):
-      cdt = compute_dtype(g.dtype, m.dtype, prev.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
+    def leaf(k, g, m, v, g_prev):
       # c_t = g_t + gamma b1/(1-b1) (g_t - g_{t-1})  (Algorithm 1, line 4)
-      c = gc + k["weight"] * (gc - as_compute(prev, cdt))
-      if k["max_norm"] is not None:
-        # Clip(c_t, 1): rescale to the threshold when the tensor's l2 norm exceeds it (per tensor, as
-        # the authors' implementation does).
-        norm = jnp.sqrt(jnp.sum(abs_sq(c).astype(rdt)))
-        c = c * (k["max_norm"] / jnp.maximum(norm, k["max_norm"])).astype(cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * c
-      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(c).astype(rdt)
-      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
-      out = (m_new / k["c1"]) / denom.astype(cdt)
-      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), g.astype(prev.dtype)
+      c = g + k.weight * (g - g_prev)
+      if k.max_norm is not None:
+        # Clip(c_t, 1): rescaled to the threshold when the tensor's l2 norm exceeds it (per tensor,
+        # as the authors' implementation does).
+        c = c * (k.max_norm / jnp.maximum(jnp.sqrt(jnp.sum(abs_sq(c))), k.max_norm))
+      # Adam on c_t (Algorithm 2); the raw gradient is kept for the next correction.
+      return (*adam_step(k, c, m, v), g)
 
-    out, mu, nu, prev = tree_map_n(leaf, 4, updates, state.mu, state.nu, state.prev_grad)
+    def scalars(dt):
+      b1 = hyper(self.b1, dt)
+      weight = jnp.where(first, 0, hyper(self.gamma, dt) * b1 / (1 - b1))
+      k = adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root, weight=weight)
+      k.max_norm = None if self.max_norm is None else hyper(self.max_norm, dt)
+      return k
+
+    out, mu, nu, prev = self.leafwise(leaf, updates, state.mu, state.nu, state.prev_grad, params=params,
+                                      scalars=scalars)
     return out, ScaleByMarsState(count=count, mu=mu, nu=nu, prev_grad=prev)
 
 
@@ -137,12 +118,4 @@ def scale_by_mars(
     >>> tx.update(jnp.array([0.5]), tx.init(jnp.zeros(1)))[0]
     Array([1.], dtype=float32)
   """
-  owner = "scale_by_mars"
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "gamma", gamma)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "eps_root", eps_root)
-  if max_norm is not None:
-    check_positive(owner, "max_norm", max_norm)
   return ScaleByMars(b1, b2, gamma, eps, eps_root, max_norm, mu_dtype=mu_dtype, nu_dtype=nu_dtype)

@@ -1,4 +1,10 @@
-"""Shared helpers for moments, bias correction and safe norms (Optax's names and signatures)."""
+"""Moving averages, bias correction and safe norms: the one place these formulas are written.
+
+Leaf functions (``Transformation.leafwise``) call ``moving_average`` and ``abs_sq`` on inputs that are
+already in the compute dtype; the public tree functions (Optax's names and signatures:
+``update_moment``, ``bias_correction`` ...) run the same formulas through the per-leaf primitive, so
+they follow the dtype policy too: arithmetic in at least float32, results in each moment's dtype.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._core._policy import as_compute, compute_dtype, hyper, real_dtype
-from .._core._tree import tree_map
+from .._core._leafwise import Scalars, leafwise
+from .._core._policy import cast, compute_dtype, hyper, real_dtype
 
 __all__ = [
     "update_moment",
@@ -18,8 +24,6 @@ __all__ = [
     "safe_norm",
     "safe_root_mean_squares",
     "abs_sq",
-    "moment_step",
-    "second_moment_step",
 ]
 
 
@@ -30,28 +34,32 @@ def abs_sq(x: jax.Array) -> jax.Array:
   return x * x
 
 
-def moment_step(g: jax.Array, m: jax.Array, decay: Any, order: int = 1) -> jax.Array:
-  """``(1 - decay) * g**order + decay * m`` computed in at least float32, returned in m's dtype."""
-  cdt = compute_dtype(g.dtype, m.dtype)
-  d = hyper(decay, cdt)
-  gc = as_compute(g, cdt)
-  if order != 1:
-    gc = gc**order
-  out = (jnp.asarray(1, cdt) - d) * gc + d * as_compute(m, cdt)
-  return out.astype(m.dtype)
+def moving_average(decay: Any, average: jax.Array, x: jax.Array) -> jax.Array:
+  """One step of an exponential moving average: ``decay * average + (1 - decay) * x``.
+
+  The one moving average of the library, for leaf functions (inputs in the compute dtype, ``decay``
+  a weak scalar of ``Scalars``): Adam's moments, AdEMAMix's slow average, AdaBelief's belief ...
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> moving_average(0.5, jnp.array([4.0]), jnp.array([2.0]))
+    Array([3.], dtype=float32)
+  """
+  return decay * average + (1 - decay) * x
 
 
-def second_moment_step(g: jax.Array, v: jax.Array, decay: Any, order: int = 2) -> jax.Array:
-  """``(1 - decay) * |g|**order + decay * v`` (real-valued; complex g uses its modulus)."""
-  cdt = real_dtype(compute_dtype(g.dtype, v.dtype))
-  d = hyper(decay, cdt)
-  gc = g.astype(compute_dtype(g.dtype))
-  if order == 2:
-    stat = abs_sq(gc)
-  else:
-    stat = jnp.abs(gc) ** order
-  out = (jnp.asarray(1, cdt) - d) * stat.astype(cdt) + d * as_compute(v, cdt)
-  return out.astype(v.dtype)
+def one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
+  """``1 - decay**count`` in ``dtype``: Adam's bias-correction factor (Kingma & Ba 2015, §3)."""
+  return 1 - hyper(decay, dtype) ** jnp.asarray(count).astype(dtype)
+
+
+def _moments_of(owner: str, stat: Any, updates: Any, moments: Any, decay: Any) -> Any:
+  """``moving_average(decay, moments, stat(updates))`` leaf by leaf, under the dtype policy."""
+  def leaf(k, g, m):
+    return g, moving_average(k.decay, m, stat(g))  # the update slot carries g through unchanged
+
+  _, new = leafwise(owner, leaf, updates, moments, scalars=lambda dt: Scalars(decay=hyper(decay, dt)))
+  return new
 
 
 def update_moment(updates: Any, moments: Any, decay: Any, order: int) -> Any:
@@ -71,7 +79,7 @@ def update_moment(updates: Any, moments: Any, decay: Any, order: int) -> Any:
     >>> steadax.update_moment(jnp.array([1.0]), jnp.array([0.0]), 0.9, 1)
     Array([0.1], dtype=float32)
   """
-  return tree_map(lambda g, m: moment_step(g, m, decay, order), updates, moments)
+  return _moments_of("update_moment", lambda g: g if order == 1 else g**order, updates, moments, decay)
 
 
 def update_moment_per_elem_norm(updates: Any, moments: Any, decay: Any, order: int) -> Any:
@@ -91,7 +99,8 @@ def update_moment_per_elem_norm(updates: Any, moments: Any, decay: Any, order: i
     >>> steadax.update_moment_per_elem_norm(jnp.array([-2.0]), jnp.array([0.0]), 0.5, 2)
     Array([2.], dtype=float32)
   """
-  return tree_map(lambda g, v: second_moment_step(g, v, decay, order), updates, moments)
+  stat = abs_sq if order == 2 else (lambda g: jnp.abs(g) ** order)
+  return _moments_of("update_moment_per_elem_norm", stat, updates, moments, decay)
 
 
 def update_infinity_moment(updates: Any, moments: Any, decay: Any, eps: Any) -> Any:
@@ -111,12 +120,12 @@ def update_infinity_moment(updates: Any, moments: Any, decay: Any, eps: Any) -> 
     >>> steadax.update_infinity_moment(jnp.array([1.0]), jnp.array([4.0]), 0.5, 0.0)
     Array([2.], dtype=float32)
   """
-  def step(g, v):
-    cdt = real_dtype(compute_dtype(g.dtype, v.dtype))
-    a = jnp.abs(g.astype(compute_dtype(g.dtype))).astype(cdt)
-    return jnp.maximum(a + hyper(eps, cdt), hyper(decay, cdt) * as_compute(v, cdt)).astype(v.dtype)
+  def leaf(k, g, v):
+    return g, jnp.maximum(jnp.abs(g) + k.eps, k.decay * v)  # Kingma & Ba 2015, §7.1
 
-  return tree_map(step, updates, moments)
+  scalars = lambda dt: Scalars(decay=hyper(decay, dt), eps=hyper(eps, dt))
+  _, new = leafwise("update_infinity_moment", leaf, updates, moments, scalars=scalars)
+  return new
 
 
 def bias_correction(moment: Any, decay: Any, count: jax.Array) -> Any:
@@ -135,17 +144,15 @@ def bias_correction(moment: Any, decay: Any, count: jax.Array) -> Any:
     >>> steadax.bias_correction(jnp.array([0.1]), 0.9, jnp.asarray(1, jnp.int32))
     Array([1.], dtype=float32)
   """
-  def correct(m):
-    cdt = compute_dtype(m.dtype)
-    rdt = real_dtype(cdt)
-    factor = jnp.asarray(1, rdt) - hyper(decay, rdt) ** jnp.asarray(count).astype(rdt)
-    return (as_compute(m, cdt) / factor.astype(cdt)).astype(m.dtype)
-
-  return tree_map(correct, moment)
+  scalars = lambda dt: Scalars(c=one_minus_pow(decay, count, dt))
+  (corrected,) = leafwise("bias_correction", lambda k, m: m / k.c, moment, scalars=scalars)
+  return corrected
 
 
 def safe_norm(x: jax.Array, min_norm: Any, ord: Any = None, axis: Any = None, keepdims: bool = False):
   """``max(norm(x), min_norm)`` with a gradient that is zero (not NaN) at ``x = 0``.
+
+  Computed in at least float32 and returned in ``x``'s real dtype.
 
   Args:
     x: an array.
@@ -162,16 +169,16 @@ def safe_norm(x: jax.Array, min_norm: Any, ord: Any = None, axis: Any = None, ke
     >>> float(steadax.safe_norm(jnp.zeros(3), 1e-3))
     0.001
   """
-  dtype = real_dtype(compute_dtype(x.dtype))
-  xc = x.astype(compute_dtype(x.dtype))
-  floor = hyper(min_norm, dtype)
-  norm = jnp.linalg.norm(xc, ord=ord, axis=axis, keepdims=True).astype(dtype)
-  masked = jnp.where(norm <= floor, jnp.ones_like(xc), xc)
-  safe = jnp.linalg.norm(masked, ord=ord, axis=axis, keepdims=True).astype(dtype)
-  out = jnp.where(norm <= floor, floor, safe)
+  xc = cast(x, compute_dtype(x.dtype))
+  floor = hyper(min_norm, real_dtype(xc.dtype))
+  norm = jnp.linalg.norm(xc, ord=ord, axis=axis, keepdims=True)
+  small = norm <= floor
+  # Norm of ones where the true norm is below the floor: its gradient is finite, then discarded.
+  safe = jnp.linalg.norm(jnp.where(small, jnp.ones_like(xc), xc), ord=ord, axis=axis, keepdims=True)
+  out = jnp.where(small, floor, safe)
   if not keepdims:
     out = jnp.squeeze(out, axis=axis) if axis is not None else jnp.squeeze(out)
-  return out.astype(real_dtype(x.dtype)) if jnp.issubdtype(x.dtype, jnp.inexact) else out
+  return cast(out, real_dtype(x.dtype)) if jnp.issubdtype(x.dtype, jnp.inexact) else out
 
 
 def safe_root_mean_squares(x: jax.Array, min_rms: Any) -> jax.Array:
@@ -189,9 +196,8 @@ def safe_root_mean_squares(x: jax.Array, min_rms: Any) -> jax.Array:
     >>> round(float(steadax.safe_root_mean_squares(jnp.array([3.0, 4.0]), 0.0)) ** 2, 4)
     12.5
   """
-  dtype = real_dtype(compute_dtype(x.dtype))
-  xc = x.astype(compute_dtype(x.dtype))
-  floor = hyper(min_rms, dtype)
-  ms = jnp.mean(abs_sq(xc)).astype(dtype)
-  safe_ms = jnp.where(ms <= floor**2, jnp.ones_like(ms), ms)
-  return jnp.where(ms <= floor**2, floor, jnp.sqrt(safe_ms)).astype(real_dtype(x.dtype))
+  xc = cast(x, compute_dtype(x.dtype))
+  floor = hyper(min_rms, real_dtype(xc.dtype))
+  ms = jnp.mean(abs_sq(xc))
+  small = ms <= floor**2
+  return cast(jnp.where(small, floor, jnp.sqrt(jnp.where(small, jnp.ones_like(ms), ms))), real_dtype(x.dtype))
