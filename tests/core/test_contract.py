@@ -86,11 +86,6 @@ def test_weak_typed_init_raises_in_strict_mode_and_is_fixed_otherwise():
   assert not state.count.weak_type
 
 
-def test_integer_params_rejected_with_path():
-  with pytest.raises(TypeError, match=r"scale_by_adam: parameter at \['layer'\]\['idx'\] has dtype int32"):
-    steadax.adam(0.1).init({"layer": {"idx": jnp.zeros(3, jnp.int32), "w": jnp.zeros(3)}})
-
-
 def test_mismatched_params_and_updates_trees_name_the_paths():
   tx = steadax.adamw(0.1)
   params = {"a": jnp.zeros(2), "b": jnp.zeros(2)}

@@ -269,6 +269,19 @@ def test_apply_updates_with_a_float0_update_keeps_the_parameter():
   np.testing.assert_allclose(after["w"], 2.0)
 
 
+def test_float0_update_passes_through_a_chain_eagerly():
+  """A pass-through stage (masked, identity) hands a float0 update on unchanged: the contract does
+  not try to cast it to the integer parameter's dtype (which failed eagerly)."""
+  params = {"w": jnp.ones(2, jnp.float32), "step": jnp.asarray(3, jnp.int32)}
+  grads = jax.grad(lambda p: jnp.sum(p["w"] ** 2), allow_int=True)(params)
+  for tx in (steadax.chain(steadax.identity(), steadax.adam(0.1)),
+             steadax.masked(steadax.adam(0.1), {"w": True, "step": False})):
+    updates, _ = tx.update(grads, tx.init(params), params)
+    after = steadax.apply_updates(params, updates)
+    assert after["step"].dtype == jnp.int32 and int(after["step"]) == 3
+    assert float(after["w"][0]) < 1.0
+
+
 def test_state_constructors_keep_shape_dtype_and_sharding_of_any_array_like_leaf():
   from steadax._core._roles import role_zeros
   from steadax._core._tree import copy_like, full_like, zeros_like

@@ -144,6 +144,11 @@ def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any)
       raise ContractError(
           f"{owner}: update at {where} has shape {np.shape(new)}, expected {np.shape(old)}."
       )
+    if new.dtype == jax.dtypes.float0:
+      # A float0 update (``jax.grad(..., allow_int=True)`` of an integer parameter) passed through:
+      # it carries no value to cast, and apply_updates leaves its parameter unchanged.
+      fixed.append(new)
+      continue
     target = np.dtype(ref.dtype if _is_array_like(ref) else jnp.result_type(ref))
     if new.dtype != target or is_weak(new):
       incoming = np.dtype(old.dtype) if _is_array_like(old) else target
