@@ -16,6 +16,7 @@ from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, OTHER, SCALAR, state_roles
 from .._core._tree import zeros_like
 from ._common import (
     add_scaled,
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 
+@state_roles(num_linesearch_steps=COUNTER, decrease_error=SCALAR)
 class BacktrackingLinesearchInfo(NamedTuple):
   """Diagnostics of the last backtracking search.
 
@@ -50,6 +52,8 @@ class BacktrackingLinesearchInfo(NamedTuple):
   decrease_error: jax.Array
 
 
+# grad: None unless store_grad, which the accumulator role cannot express; info: its own record.
+@state_roles(learning_rate=SCALAR, value=SCALAR, grad=OTHER, info=OTHER)
 class ScaleByBacktrackingLinesearchState(NamedTuple):
   """State of ``scale_by_backtracking_linesearch`` (Optax's field names).
 
@@ -66,6 +70,8 @@ class ScaleByBacktrackingLinesearchState(NamedTuple):
   info: BacktrackingLinesearchInfo
 
 
+@state_roles(learning_rate=SCALAR, new_value=SCALAR, new_grad=OTHER, decrease_error=SCALAR,
+             iter_num=COUNTER)
 class BacktrackingLineSearchState(NamedTuple):
   """The carry of the search loop (internal; Optax's name)."""
 
@@ -78,6 +84,7 @@ class BacktrackingLineSearchState(NamedTuple):
 
 class ScaleByBacktrackingLinesearch(Transformation):
   name = "scale_by_backtracking_linesearch"
+  State = ScaleByBacktrackingLinesearchState
   max_backtracking_steps: Any = hyper_field()
   slope_rtol: Any = hyper_field(0.0001)
   decrease_factor: Any = hyper_field(0.8)
@@ -158,7 +165,7 @@ class ScaleByBacktrackingLinesearch(Transformation):
         grad=new_grad,
         info=BacktrackingLinesearchInfo(final.iter_num, final.decrease_error),
     )
-    return scale_tree(stepsize, updates), new_state
+    return scale_tree(self.owner, stepsize, updates), new_state
 
 
 def scale_by_backtracking_linesearch(

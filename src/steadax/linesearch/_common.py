@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._leafwise import Scalars, leafwise
 from .._core._policy import as_compute, compute_dtype, hyper
 from .._core._tree import tree_map
 
@@ -74,7 +75,7 @@ def as_stat(owner: str, name: str, value: Any, dtype: Any) -> jax.Array:
   value = jnp.reshape(value, ())
   if jnp.iscomplexobj(value):
     value = jnp.real(value)
-  return value.astype(dtype)
+  return value.astype(dtype)  # the user's objective, whatever its dtype, in the statistics dtype
 
 
 def real_vdot(a: Any, b: Any, dtype: Any) -> jax.Array:
@@ -84,12 +85,18 @@ def real_vdot(a: Any, b: Any, dtype: Any) -> jax.Array:
     cdt = compute_dtype(x.dtype, y.dtype)
     # vdot conjugates its first argument: Re(sum(conj(x) y)) = sum(Re x Re y + Im x Im y).
     dot = jnp.vdot(as_compute(x, cdt), as_compute(y, cdt), precision=jax.lax.Precision.HIGHEST)
+    # A whole-tree reduction: each leaf's product joins the total in the statistics dtype.
     total = total + jnp.real(dot).astype(dtype)
   return total
 
 
 def add_scaled(params: Any, stepsize: jax.Array, direction: Any) -> Any:
-  """``params + stepsize * direction`` in at least float32, each leaf back in its parameter's dtype."""
+  """``params + stepsize * direction`` in at least float32, each leaf back in its parameter's dtype.
+
+  Trial parameters, not updates, so not through ``leafwise`` (whose integer leaves get a zero
+  update): an integer parameter keeps its value here. The sum is rounded once, to the parameter's
+  dtype (the cast back below).
+  """
   def leaf(p, d):
     cdt = compute_dtype(p.dtype, d.dtype)
     return (as_compute(p, cdt) + hyper(stepsize, cdt) * as_compute(d, cdt)).astype(p.dtype)
@@ -97,13 +104,11 @@ def add_scaled(params: Any, stepsize: jax.Array, direction: Any) -> Any:
   return tree_map(leaf, params, direction)
 
 
-def scale_tree(stepsize: jax.Array, tree: Any) -> Any:
-  """``stepsize * tree`` in at least float32, each leaf in its own dtype."""
-  def leaf(x):
-    cdt = compute_dtype(x.dtype)
-    return (hyper(stepsize, cdt) * as_compute(x, cdt)).astype(x.dtype)
-
-  return tree_map(leaf, tree)
+def scale_tree(owner: str, stepsize: jax.Array, tree: Any) -> Any:
+  """``stepsize * tree`` (the line search's output updates), each leaf in its own dtype."""
+  (out,) = leafwise(owner, lambda k, d: k.stepsize * d, tree,
+                    scalars=lambda dt: Scalars(stepsize=stepsize))
+  return out
 
 
 def conj_tree(tree: Any) -> Any:
@@ -112,7 +117,10 @@ def conj_tree(tree: Any) -> Any:
 
 
 def cast_like(tree: Any, reference: Any) -> Any:
-  """Each leaf of ``tree`` in the dtype of the matching leaf of ``reference``."""
+  """Each leaf of ``tree`` in the dtype of the matching leaf of ``reference``.
+
+  For gradients the user's ``value_fn`` returns (any dtype): they are stored in the state's.
+  """
   return tree_map(lambda x, r: jnp.asarray(x).astype(r.dtype), tree, reference)
 
 

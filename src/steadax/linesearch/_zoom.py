@@ -21,6 +21,7 @@ from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
 from .._core._tree import zeros_like
 from ._common import (
     add_scaled,
@@ -40,6 +41,7 @@ from ._common import (
 __all__ = ["ZoomLinesearchInfo", "ScaleByZoomLinesearchState", "scale_by_zoom_linesearch"]
 
 
+@state_roles(num_linesearch_steps=COUNTER, decrease_error=SCALAR, curvature_error=SCALAR)
 class ZoomLinesearchInfo(NamedTuple):
   """Diagnostics of the last zoom search.
 
@@ -56,6 +58,7 @@ class ZoomLinesearchInfo(NamedTuple):
   curvature_error: jax.Array
 
 
+@state_roles(learning_rate=SCALAR, value=SCALAR, grad=accumulator(), info=OTHER)  # info: its own record
 class ScaleByZoomLinesearchState(NamedTuple):
   """State of ``scale_by_zoom_linesearch`` (Optax's field names).
 
@@ -72,6 +75,11 @@ class ScaleByZoomLinesearchState(NamedTuple):
   info: ZoomLinesearchInfo
 
 
+@state_roles(count=COUNTER, stepsize=SCALAR, value=SCALAR, grad=accumulator(), slope=SCALAR,
+             decrease_error=SCALAR, curvature_error=SCALAR, interval_found=OTHER, done=OTHER,
+             failed=OTHER, low=SCALAR, value_low=SCALAR, slope_low=SCALAR, high=SCALAR,
+             value_high=SCALAR, slope_high=SCALAR, cubic_ref=SCALAR, value_cubic_ref=SCALAR,
+             safe_stepsize=SCALAR, safe_value=SCALAR, safe_grad=accumulator())
 class _Search(NamedTuple):
   """The carry of the search loop. ``low``/``high`` bound the bracket with f(low) <= f(high) (not
   low < high); ``cubic_ref`` is the third point of the cubic model; ``safe_*`` is the best step
@@ -127,6 +135,7 @@ def _where(pred, new, old):
 
 class ScaleByZoomLinesearch(Transformation):
   name = "scale_by_zoom_linesearch"
+  State = ScaleByZoomLinesearchState
   max_linesearch_steps: Any = hyper_field()
   max_learning_rate: Any = hyper_field(None)
   tol: Any = hyper_field(0.0)
@@ -285,7 +294,7 @@ class ScaleByZoomLinesearch(Transformation):
         grad=conj_tree(final.grad),
         info=ZoomLinesearchInfo(final.count, final.decrease_error, final.curvature_error),
     )
-    return scale_tree(final.stepsize, updates), new_state
+    return scale_tree(self.owner, final.stepsize, updates), new_state
 
 
 def scale_by_zoom_linesearch(

@@ -18,15 +18,10 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, identity
 from .._core._checks import check_schedule_or_scalar
 from .._core._combine import Chain, chain
+from .._core._leafwise import Scalars, leafwise
 from .._core._module import static_field
-from .._core._policy import (
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
+from .._core._policy import accumulator_dtype, compute_dtype, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
 from .._core._types import ScalarOrSchedule
 from ..linesearch._common import real_vdot
@@ -36,6 +31,10 @@ from ..transforms._scaling import scale, scale_by_learning_rate
 __all__ = ["ScaleByLBFGSState", "scale_by_lbfgs", "lbfgs"]
 
 
+# The memories are stacked on a leading [memory_size] axis and the weights are a [memory_size]
+# vector: none of them mirrors the parameters' shapes.
+@state_roles(count=COUNTER, params=accumulator(), updates=accumulator(), diff_params_memory=OTHER,
+             diff_updates_memory=OTHER, weights_memory=OTHER)
 class ScaleByLBFGSState(NamedTuple):
   """State of ``scale_by_lbfgs`` (Optax's field names).
 
@@ -62,35 +61,44 @@ def _slot(memory: Any, index: jax.Array) -> Any:
   return tree_map(lambda x: x[index], memory)
 
 
-def _two_loop(updates, diff_params, diff_updates, rho, gamma, oldest, stat):
+def _axpy(owner: str, x: Any, a: jax.Array, y: Any) -> Any:
+  """``x + a y`` leaf by leaf, in ``x``'s dtype (the recursion's compute dtype)."""
+  (out,) = leafwise(owner, lambda k, xi, yi: xi + k.a * yi, x, reads=(y,),
+                    scalars=lambda dt: Scalars(a=a))
+  return out
+
+
+def _two_loop(updates, diff_params, diff_updates, rho, gamma, oldest, stat, owner="scale_by_lbfgs"):
   """``H_k u`` by Nocedal & Wright's Alg. 7.4; slot ``oldest`` holds the oldest pair."""
   memory_size = rho.shape[0]
   order = (oldest + jnp.arange(memory_size, dtype=jnp.int32)) % memory_size
 
   def start(u, s):
-    return as_compute(u, compute_dtype(u.dtype, s.dtype))
+    # The recursion is a lax.scan carry across whole-tree inner products, so it stays in the
+    # compute dtype (at least float32) from here to the end, not in a 16-bit update dtype.
+    return u.astype(compute_dtype(u.dtype, s.dtype))
 
   def newest_to_oldest(q, i):
     alpha = rho[i] * real_vdot(_slot(diff_params, i), q, stat)
-    q = tree_map(lambda x, y: x - alpha.astype(x.dtype) * y[i].astype(x.dtype), q, diff_updates)
-    return q, alpha
+    return _axpy(owner, q, -alpha, _slot(diff_updates, i)), alpha
 
   def oldest_to_newest(r, i_alpha):
     i, alpha = i_alpha
     beta = rho[i] * real_vdot(_slot(diff_updates, i), r, stat)
-    r = tree_map(lambda x, s: x + (alpha - beta).astype(x.dtype) * s[i].astype(x.dtype), r,
-                 diff_params)
-    return r, None
+    return _axpy(owner, r, alpha - beta, _slot(diff_params, i)), None
 
   q = tree_map(start, updates, diff_params)
   q, alphas = jax.lax.scan(newest_to_oldest, q, order, reverse=True)
-  r = tree_map(lambda x: gamma.astype(x.dtype) * x, q)  # H_k^0 = gamma I (N&W Eq. 7.20)
+  (r,) = leafwise(owner, lambda k, x: k.gamma * x, q, scalars=lambda dt: Scalars(gamma=gamma))
+  # H_k^0 = gamma I (N&W Eq. 7.20)
   r, _ = jax.lax.scan(oldest_to_newest, r, (order, alphas))
+  # Returned in the incoming updates' dtypes, as before the recursion (one rounding).
   return tree_map(lambda x, u: x.astype(u.dtype), r, updates)
 
 
 class ScaleByLBFGS(Transformation):
   name = "scale_by_lbfgs"
+  State = ScaleByLBFGSState
   memory_size: int = static_field(default=10)
   scale_init_precond: bool = static_field(default=True)
 
@@ -116,12 +124,11 @@ class ScaleByLBFGS(Transformation):
     newest = (state.count - 1) % self.memory_size  # the slot the new pair goes to
     oldest = state.count % self.memory_size
 
-    def difference(new, old, memory):
-      cdt = compute_dtype(new.dtype, old.dtype)
-      return (as_compute(new, cdt) - as_compute(old, cdt)).astype(memory.dtype)
-
-    s = tree_map(difference, params, state.params, state.diff_params_memory)
-    y = tree_map(difference, updates, state.updates, state.diff_updates_memory)
+    # The curvature pair s = w_{k+1} - w_k, y = g_{k+1} - g_k (N&W Eq. 7.18), each written in the
+    # stored copy's dtype (the memories have it), and the copies of w_{k+1} and g_{k+1}.
+    difference = lambda k, new, old: (new - old, new)
+    s, new_params = self.leafwise(difference, params, state.params, params=state.params)
+    y, new_updates = self.leafwise(difference, updates, state.updates, params=state.updates)
     sy, yy = real_vdot(y, s, stat), real_vdot(y, y, stat)
     # A pair is used only with positive curvature Re<s, y> > eps |s| |y| (N&W Sec. 6.1 and 7.2):
     # it keeps H_k positive definite, so -H_k g stays a descent direction even when the pair
@@ -145,11 +152,11 @@ class ScaleByLBFGS(Transformation):
       gamma = jnp.where(valid, safe_sy / jnp.where(valid, yy, one), jnp.minimum(one, 1 / norm))
     else:
       gamma = one
-    direction = _two_loop(updates, diff_params, diff_updates, weights, gamma, oldest, stat)
+    direction = _two_loop(updates, diff_params, diff_updates, weights, gamma, oldest, stat, self.owner)
     new_state = ScaleByLBFGSState(
         count=safe_increment(state.count),
-        params=tree_map(lambda p, o: p.astype(o.dtype), params, state.params),
-        updates=tree_map(lambda u, o: u.astype(o.dtype), updates, state.updates),
+        params=new_params,
+        updates=new_updates,
         diff_params_memory=diff_params,
         diff_updates_memory=diff_updates,
         weights_memory=weights,
