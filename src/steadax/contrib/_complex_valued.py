@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import child_field
+from .._core._roles import INNER, state_roles
 
 __all__ = ["SplitRealAndImaginaryState", "split_real_and_imaginary"]
 
@@ -27,6 +28,7 @@ class SplitRealAndImaginaryArrays(NamedTuple):
   imaginary: Any
 
 
+@state_roles(inner_state=INNER)
 class SplitRealAndImaginaryState(NamedTuple):
   """State of ``split_real_and_imaginary``: the inner transformation's state."""
 
@@ -55,6 +57,7 @@ def _split_tree(tree: Any) -> Any:
 
 class SplitRealAndImaginary(Transformation):
   name = "split_real_and_imaginary"
+  State = SplitRealAndImaginaryState
   inner: Any = child_field()
 
   def init_fn(self, params):

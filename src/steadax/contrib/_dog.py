@@ -83,10 +83,10 @@ def _distance_and_grad_norms(owner, updates, init_params, params, stat):
   return sq_dist, sq_grad
 
 
-def _scale(tx, updates, params, step):
-  """``step * g`` leaf by leaf (``step``: the step size, a scalar in the statistics dtype)."""
-  return tx.leafwise(lambda k, g: k.step * g, updates, params=params,
-                     scalars=lambda dt: Scalars(step=step))[0]
+def _scale(tx, updates, step):
+  """``step * g`` leaf by leaf (``step``: the step size, a scalar in the statistics dtype); each
+  update keeps the incoming update's dtype."""
+  return tx.leafwise(lambda k, g: k.step * g, updates, scalars=lambda dt: Scalars(step=step))[0]
 
 
 class ScaleByDoG(Transformation):
@@ -125,7 +125,7 @@ class ScaleByDoG(Transformation):
     step = max_dist / jnp.sqrt(sum_sq + hyper(self.eps, stat))
     if self.init_step_type == "learning_rate":
       step = jnp.where(state.is_init_step, hyper(self.init_step_value, stat), step)
-    return _scale(self, updates, params, step), DoGState(
+    return _scale(self, updates, step), DoGState(
         is_init_step=jnp.zeros_like(state.is_init_step),
         init_params=state.init_params,
         max_dist=max_dist,
@@ -159,7 +159,7 @@ class ScaleByDoWG(Transformation):
     estim_sq_dist = jnp.maximum(state.estim_sq_dist, sq_dist)
     weighted = state.weighted_sq_norm_grads + estim_sq_dist * sq_grad
     step = estim_sq_dist / (jnp.sqrt(weighted) + hyper(self.eps, stat))
-    return _scale(self, updates, params, step), DoWGState(
+    return _scale(self, updates, step), DoWGState(
         init_params=state.init_params, weighted_sq_norm_grads=weighted, estim_sq_dist=estim_sq_dist)
 
 

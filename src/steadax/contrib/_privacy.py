@@ -22,8 +22,11 @@ import numpy as np
 
 from .._core._base import Transformation, identity
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
+from .._core._combine import Chain
 from .._core._contract import conform_updates
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
+from .._core._leafwise import Scalars
+from .._core._policy import hyper
+from .._core._roles import OTHER, state_roles
 from .._core._types import ScalarOrSchedule
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate, trace
@@ -33,6 +36,7 @@ from .._core._module import hyper_field, child_field
 __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggregate", "dpsgd"]
 
 
+@state_roles(rng_key=OTHER)
 class DifferentiallyPrivateAggregateState(NamedTuple):
   """State of ``differentially_private_aggregate``: the typed PRNG key of the noise."""
 
@@ -48,12 +52,14 @@ def _follow_params(owner: str, params: Any, updates: Any) -> Any:
 
 class DifferentiallyPrivateAggregate(Transformation):
   name = "differentially_private_aggregate"
+  State = DifferentiallyPrivateAggregateState
   updates_follow_params = False
-  l2_norm_clip: Any = hyper_field()
-  noise_multiplier: Any = hyper_field()
+  l2_norm_clip: Any = hyper_field(check=check_positive)
+  noise_multiplier: Any = hyper_field(check=check_nonnegative)
   key: Any = hyper_field(0)
 
   def init_fn(self, params):
+    # A typed key from the seed: not a role's zero, built here.
     return DifferentiallyPrivateAggregateState(rng_key=_typed_key(self.name, self.key))
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -67,17 +73,20 @@ class DifferentiallyPrivateAggregate(Transformation):
     clipped, _ = per_example_global_norm_clip(leaves, self.l2_norm_clip)
     new_key, *keys = jax.random.split(state.rng_key, len(leaves) + 1)
 
-    @per_dtype
-    def scalars(rdt):
-      return hyper(self.l2_norm_clip, rdt) * hyper(self.noise_multiplier, rdt), np.asarray(batch, rdt)
+    def scalars(dt):
+      return Scalars(std=hyper(self.l2_norm_clip, dt) * hyper(self.noise_multiplier, dt), size=np.asarray(batch, dt))
 
-    def leaf(g, k):
-      cdt = compute_dtype(g.dtype)
-      std, size = scalars(real_dtype(cdt))
-      noise = jax.random.normal(k, g.shape, cdt)
-      return ((as_compute(g, cdt) + std.astype(cdt) * noise) / size.astype(cdt)).astype(g.dtype)
+    impl = jax.random.key_impl(state.rng_key)
 
-    out = treedef.unflatten([leaf(g, k) for g, k in zip(clipped, keys)])
+    def leaf(k, g, key_data):
+      # Algorithm 1: (Σ clipped g + N(0, σ² C²)) / B; the noise is drawn in the compute dtype.
+      noise = jax.random.normal(jax.random.wrap_key_data(key_data, impl=impl), g.shape, g.dtype)
+      return (g + k.std * noise) / k.size
+
+    # Each leaf's key enters as its raw uint32 data (integer inputs pass leafwise unchanged; the
+    # policy's dtype helpers do not take typed key dtypes).
+    out, = self.leafwise(leaf, clipped, reads=([jax.random.key_data(k) for k in keys],), scalars=scalars)
+    out = treedef.unflatten(out)
     return _follow_params(self.name, params, out), DifferentiallyPrivateAggregateState(rng_key=new_key)
 
 
@@ -127,13 +136,17 @@ def differentially_private_aggregate(
     warnings.warn(f"{owner}: no `key` given; using 0. Pass `key` for reproducible, independent noise.",
                   UserWarning, stacklevel=2)
     key = 0
-  _check(owner, l2_norm_clip, noise_multiplier)
   _typed_key(owner, key)  # fail at construction, not at init
   return DifferentiallyPrivateAggregate(l2_norm_clip, noise_multiplier, key)
 
 
 class PerExampleChain(Transformation):
-  """``chain`` whose first link turns per-example gradients into parameter-shaped updates."""
+  """``chain`` whose first link turns per-example gradients into parameter-shaped updates.
+
+  It runs the one ``Chain`` (same state, same checks of each link); only the check of its own
+  updates differs: they are compared with the parameters, since the incoming per-example gradients
+  have another shape.
+  """
 
   name = "dpsgd"
   requires_float = True
@@ -141,14 +154,11 @@ class PerExampleChain(Transformation):
   transforms: tuple = child_field(())
 
   def init_fn(self, params):
-    return tuple(t.init(params) for t in self.transforms)
+    return Chain(self.transforms).init_fn(params)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    new_state = []
-    for t, s in zip(self.transforms, state):
-      updates, s = t.update(updates, s, params, **extra_args)
-      new_state.append(s)
-    return _follow_params(self.name, params, updates), tuple(new_state)
+    updates, state = Chain(self.transforms).update_fn(updates, state, params, **extra_args)
+    return _follow_params(self.name, params, updates), state
 
 
 def dpsgd(

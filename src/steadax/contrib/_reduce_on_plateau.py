@@ -25,23 +25,17 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._policy import (
-    COUNTER_DTYPE,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
-from .._core._tree import tree_map
-from ._reductions import scalar_value
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._roles import COUNTER, SCALAR, state_roles
+from ._reductions import scalar_value
 
 __all__ = ["ReduceLROnPlateauState", "reduce_on_plateau"]
 
 
+@state_roles(scale=SCALAR, best_value=SCALAR, plateau_count=COUNTER, cooldown_count=COUNTER, count=COUNTER,
+             avg_value=SCALAR)
 class ReduceLROnPlateauState(NamedTuple):
   """State of ``reduce_on_plateau`` (Optax's field names).
 
@@ -63,18 +57,39 @@ class ReduceLROnPlateauState(NamedTuple):
   avg_value: jax.Array
 
 
+def _check_factor(owner: str, name: str, value: Any) -> None:
+  check_range(owner, name, value, 0.0, 1.0, low_open=True, high_open=True)
+
+
+def _check_rtol(owner: str, name: str, value: Any) -> None:
+  check_range(owner, name, value, 0.0, 1.0)
+
+
+def _check_at_least_one(owner: str, name: str, value: Any) -> None:
+  check_range(owner, name, value, 1.0, np.inf)
+
+
 class ReduceOnPlateau(Transformation):
   name = "reduce_on_plateau"
+  State = ReduceLROnPlateauState
   requires_float = False
-  factor: Any = hyper_field(0.1)
-  patience: Any = hyper_field(10)
-  rtol: Any = hyper_field(0.0001)
-  atol: Any = hyper_field(0.0)
-  cooldown: Any = hyper_field(0)
-  accumulation_size: Any = hyper_field(1)
-  min_scale: Any = hyper_field(0.0)
+  factor: Any = hyper_field(0.1, check=_check_factor)
+  patience: Any = hyper_field(10, check=check_nonnegative)
+  rtol: Any = hyper_field(0.0001, check=_check_rtol)
+  atol: Any = hyper_field(0.0, check=check_nonnegative)
+  cooldown: Any = hyper_field(0, check=check_nonnegative)
+  accumulation_size: Any = hyper_field(1, check=_check_at_least_one)
+  min_scale: Any = hyper_field(0.0, check=check_nonnegative)
+
+  def __post_init__(self):
+    rtol, atol = self.rtol, self.atol
+    if isinstance(rtol, (int, float)) and isinstance(atol, (int, float)) and rtol == 0 and atol == 0:
+      raise ValueError(
+          f"{self.name}: at least one of rtol and atol must be positive, got rtol={rtol}, atol={atol}.")
 
   def init_fn(self, params):
+    # scale starts at 1 and best_value at the dtype's largest value: built here, checked against
+    # the roles.
     stat = scalar_stat_dtype(params)
     return ReduceLROnPlateauState(
         scale=jnp.ones([], stat),
@@ -119,13 +134,9 @@ class ReduceOnPlateau(Transformation):
         count=jnp.where(complete, zero_count(), count),
         avg_value=jnp.where(complete, jnp.zeros_like(avg), avg),
     )
-    factors = per_dtype(lambda cdt: new_state.scale.astype(cdt))
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype)
-      return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates), new_state
+    # Each update keeps the incoming update's dtype.
+    out, = self.leafwise(lambda k, g: k.scale * g, updates, scalars=lambda dt: Scalars(scale=new_state.scale))
+    return out, new_state
 
 
 def reduce_on_plateau(
@@ -168,14 +179,4 @@ def reduce_on_plateau(
     >>> u, s.scale
     (Array([0.5], dtype=float32), Array(0.5, dtype=float32))
   """
-  owner = "reduce_on_plateau"
-  check_range(owner, "factor", factor, 0.0, 1.0, low_open=True, high_open=True)
-  check_range(owner, "rtol", rtol, 0.0, 1.0)
-  check_nonnegative(owner, "atol", atol)
-  if isinstance(rtol, (int, float)) and isinstance(atol, (int, float)) and rtol == 0 and atol == 0:
-    raise ValueError(f"{owner}: at least one of rtol and atol must be positive, got rtol={rtol}, atol={atol}.")
-  check_nonnegative(owner, "patience", patience)
-  check_nonnegative(owner, "cooldown", cooldown)
-  check_range(owner, "accumulation_size", accumulation_size, 1.0, np.inf)
-  check_nonnegative(owner, "min_scale", min_scale)
   return ReduceOnPlateau(factor, patience, rtol, atol, cooldown, accumulation_size, min_scale)

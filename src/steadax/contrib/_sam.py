@@ -23,8 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import EmptyState, GradientTransformation, Transformation, apply_updates, with_extra_args_support
+from .._core._leafwise import Scalars
 from .._core._module import child_field, static_field
-from .._core._policy import COUNTER_DTYPE, as_compute, compute_dtype, per_dtype, zero_count
+from .._core._policy import COUNTER_DTYPE, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import copy_like, global_norm, tree_map
 
 __all__ = ["NormalizeState", "SAMState", "normalize", "sam"]
@@ -32,6 +34,7 @@ __all__ = ["NormalizeState", "SAMState", "normalize", "sam"]
 NormalizeState = EmptyState  # Optax's name for normalize's (empty) state
 
 
+@state_roles(steps_since_sync=COUNTER, opt_state=INNER, adv_state=INNER, cache=OTHER)
 class SAMState(NamedTuple):
   """State of ``sam`` (Optax's field names).
 
@@ -55,13 +58,9 @@ class Normalize(Transformation):
     norm = global_norm(updates)
     # A zero gradient has no direction: it stays zero (Optax divides 0 by 0).
     inverse = jnp.where(norm > 0, 1 / jnp.where(norm > 0, norm, jnp.ones_like(norm)), jnp.zeros_like(norm))
-    factors = per_dtype(lambda cdt: inverse.astype(cdt))
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype)
-      return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates), state
+    # Each update keeps the incoming update's dtype.
+    out, = self.leafwise(lambda k, g: k.inverse * g, updates, scalars=lambda dt: Scalars(inverse=inverse))
+    return out, state
 
 
 def normalize() -> Transformation:
@@ -85,6 +84,7 @@ def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 class SAM(Transformation):
   name = "sam"
+  State = SAMState
   optimizer: Any = child_field()
   adv_optimizer: Any = child_field()
   sync_period: int = static_field(default=2)
@@ -92,7 +92,13 @@ class SAM(Transformation):
   opaque_mode: bool = static_field(default=False)
   batch_axis_name: Any = static_field(default=None)
 
+  def __post_init__(self):
+    n = self.sync_period
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise ValueError(f"sam: sync_period must be an integer >= 1, got {n!r}.")
+
   def init_fn(self, params):
+    # The inner states and the cached outer point (a copy) are not zeros: built here.
     return SAMState(
         steps_since_sync=zero_count(),
         opt_state=self.optimizer.init(params),
@@ -117,16 +123,14 @@ class SAM(Transformation):
     def outer_step():
       out, opt_state = self.optimizer.update(updates, state.opt_state, outer, **extra_args)
 
-      def back_and_step(c, p, u):
-        cdt = compute_dtype(c.dtype, p.dtype, u.dtype)
-        return (as_compute(c, cdt) - as_compute(p, cdt) + as_compute(u, cdt)).astype(p.dtype)
-
+      # Back to the outer point, then the outer step: (outer - x) + u, in the parameter's dtype.
+      out, = self.leafwise(lambda k, u, c, x: c - x + u, out, params=params, reads=(outer, params))
       adv_state = self.adv_optimizer.init(params) if self.reset_state else state.adv_state
-      return tree_map(back_and_step, outer, params, out), opt_state, adv_state
+      return out, opt_state, adv_state
 
     def ascent_step():
       out, adv_state = self.adv_optimizer.update(updates, state.adv_state, params, **extra_args)
-      out = tree_map(lambda u, p: (-as_compute(u, compute_dtype(u.dtype))).astype(p.dtype), out, params)
+      out, = self.leafwise(lambda k, u: -u, out, params=params)  # an ascent: the updates are subtracted
       return out, state.opt_state, adv_state
 
     out, opt_state, adv_state = jax.lax.cond(last, outer_step, ascent_step)
