@@ -177,3 +177,12 @@ def test_default_update_probability_anneals():
 def test_invalid_arguments_name_the_argument(kwargs, argument):
   with pytest.raises((ValueError, TypeError), match=f"scale_by_psgd_kron: {argument}"):
     steadax.scale_by_psgd_kron(**kwargs)
+
+
+@pytest.mark.parametrize("changes, argument", [
+    ({"b1": 1.0}, "b1"), ({"preconditioner_lr": 0.0}, "preconditioner_lr"),
+    ({"min_ndim_triangular": -1}, "min_ndim_triangular"), ({"key": "seed"}, "key"),
+])
+def test_replace_validates_like_the_factory(changes, argument):
+  with pytest.raises((ValueError, TypeError), match=f"scale_by_psgd_kron: {argument}"):
+    steadax.scale_by_psgd_kron().replace(**changes)

@@ -20,6 +20,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -30,18 +31,11 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import Module, hyper_field, static_field
-from .._core._policy import (
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
+from .._core._leafwise import Scalars
+from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
+from .._core._tree import global_norm, is_none
 from ._adam import one_minus_pow
-from .._core._tree import global_norm, is_none, zeros_like
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._scaling import value_at
@@ -49,6 +43,7 @@ from ._scaling import value_at
 __all__ = ["ScaleByPsgdKronState", "scale_by_psgd_kron", "psgd_update_probability"]
 
 
+@state_roles(count=COUNTER, rng_key=OTHER, mu=accumulator("mu_dtype"), preconditioner=OTHER)
 class ScaleByPsgdKronState(NamedTuple):
   """State of ``scale_by_psgd_kron``.
 
@@ -76,7 +71,7 @@ class _AnnealedProbability(Module):
 
   def __call__(self, count: jax.Array) -> jax.Array:
     f32 = np.dtype(jnp.float32)
-    steps = count.astype(f32) - hyper(self.flat_start, f32)
+    steps = count.astype(f32) - hyper(self.flat_start, f32)  # the int32 count as a float exponent
     value = hyper(self.max_prob, f32) * jnp.exp(-hyper(self.decay, f32) * steps)
     return jnp.clip(value, hyper(self.min_prob, f32), hyper(self.max_prob, f32))
 
@@ -126,7 +121,7 @@ def _mode_product(m: jax.Array, x: jax.Array, axis: int) -> jax.Array:
 def _diag_product(d: jax.Array, x: jax.Array, axis: int) -> jax.Array:
   shape = [1] * x.ndim
   shape[axis] = -1
-  return x * d.reshape(shape).astype(x.dtype)
+  return x * d.reshape(shape)
 
 
 def _unfold(x: jax.Array, axis: int) -> jax.Array:
@@ -143,16 +138,20 @@ def _mode_solve_h(q: jax.Array, x: jax.Array, axis: int) -> jax.Array:
 def _norm_lower_bound(h: jax.Array, tiny: Any) -> jax.Array:
   """A cheap lower bound of the spectral norm of a Hermitian matrix: ``||H c|| / ||c||`` for its
   column ``c`` of largest norm (one power-iteration step from the best coordinate vector)."""
-  rdt = real_dtype(h.dtype)
   scale = jnp.max(jnp.abs(h))
-  hn = h / jnp.where(scale > 0, scale, jnp.ones_like(scale)).astype(h.dtype)
+  hn = h / jnp.where(scale > 0, scale, jnp.ones_like(scale))
   column = jnp.take(hn, jnp.argmax(jnp.sum(abs_sq(hn), axis=0)), axis=1)
-  column = column / jnp.maximum(jnp.linalg.norm(column), tiny).astype(h.dtype)
-  return (scale * jnp.linalg.norm(hn @ column)).astype(rdt)
+  column = column / jnp.maximum(jnp.linalg.norm(column), tiny)
+  return scale * jnp.linalg.norm(hn @ column)
 
 
 def _fit_factors(factors, dense, g, v, lr, tiny):
-  """One Lie-group step of every factor towards whitening ``g`` (probe ``v``)."""
+  """One Lie-group step of every factor towards whitening ``g`` (probe ``v``).
+
+  Li 2019, eq. 7 on the group of triangular matrices. All inputs are in one compute dtype (dense
+  factors complex for complex parameters, diagonal ones real) and this runs under standard
+  promotion, so real step sizes and diagonals scale complex tensors as the maths says.
+  """
   a, b = g, v
   for axis, (q, is_dense) in enumerate(zip(factors, dense)):
     if is_dense:
@@ -168,13 +167,13 @@ def _fit_factors(factors, dense, g, v, lr, tiny):
       t1 = a_mat @ jnp.conj(a_mat).T
       t2 = b_mat @ jnp.conj(b_mat).T
       step = lr / jnp.maximum(_norm_lower_bound(t1 + t2, tiny), tiny)
-      new.append(q - step.astype(q.dtype) * (jnp.triu(t1 - t2) @ q))
+      new.append(q - step * (jnp.triu(t1 - t2) @ q))
     else:
       others = tuple(i for i in range(a.ndim) if i != axis)
-      t1 = jnp.sum(abs_sq(a), axis=others).astype(q.dtype)
-      t2 = jnp.sum(abs_sq(b), axis=others).astype(q.dtype)
+      t1 = jnp.sum(abs_sq(a), axis=others)
+      t2 = jnp.sum(abs_sq(b), axis=others)
       step = lr / jnp.maximum(jnp.max(t1 + t2), tiny)
-      new.append(q - step.astype(q.dtype) * (t1 - t2) * q)
+      new.append(q - step * (t1 - t2) * q)
   return tuple(new)
 
 
@@ -183,6 +182,8 @@ def _balance(factors, do_balance):
   from under- and overflow in low precision."""
   if len(factors) < 2:
     return factors
+  # On the stored factors: the norms in float32 and the rescaling in the factor's stored dtype (two
+  # casts, kept so the numbers do not change; in float64 the product drifts by ~1e-7 per balance).
   norms = [jnp.max(jnp.abs(q)).astype(jnp.float32) for q in factors]
   norms = [jnp.where(n > 0, n, jnp.ones_like(n)) for n in norms]
   log_mean = sum(jnp.log(n) for n in norms) / len(norms)
@@ -199,17 +200,51 @@ def _precondition(factors, dense, g):
   return g
 
 
+def _to(x: jax.Array, dtype: Any) -> jax.Array:
+  """``x`` in ``dtype``: the cast in to, and out of, PSGD's per-parameter matrix part (see
+  ``ScaleByPsgdKron.update_fn`` for why leafwise cannot do it there)."""
+  return x if x.dtype == dtype else x.astype(dtype)
+
+
+def _check_key(owner: str, name: str, key: Any) -> None:
+  try:
+    _typed_key(owner, key)
+  except TypeError as error:
+    if str(error).startswith(owner):
+      raise
+    raise TypeError(f"{owner}: {name} must be a jax.random.key, raw uint32[2] key data or an integer "
+                    f"seed, got {key!r}.") from error
+
+
+def _check_non_negative_int(owner: str, name: str, value: Any) -> None:
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+    raise ValueError(f"{owner}: {name} must be a non-negative int, got {value!r}.")
+
+
+# At b1 = 1 the bias correction divides by zero.
+_check_b1 = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
+_check_probability = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)
+
+
 class ScaleByPsgdKron(Transformation):
   name = "scale_by_psgd_kron"
-  b1: Any = hyper_field(0.9)
-  preconditioner_update_probability: Any = hyper_field(None)
-  preconditioner_lr: Any = hyper_field(0.1)
-  preconditioner_init_scale: Any = hyper_field(1.0)
-  key: Any = hyper_field(0)
+  State = ScaleByPsgdKronState
+  b1: Any = hyper_field(0.9, check=_check_b1)
+  # None is the annealed psgd_update_probability() (the factory fills it in); schedules pass.
+  preconditioner_update_probability: Any = hyper_field(None, check=_check_probability)
+  preconditioner_lr: Any = hyper_field(0.1, check=check_positive)
+  preconditioner_init_scale: Any = hyper_field(1.0, check=check_positive)
+  key: Any = hyper_field(0, check=_check_key)
   max_size_triangular: int = static_field(default=8192)
   min_ndim_triangular: int = static_field(default=2)
   mu_dtype: Any = static_field(default=None)
   precond_dtype: Any = static_field(default=None)
+
+  def __post_init__(self):
+    # Static fields have no hyper_field check: validated here, so the class, the factory and
+    # .replace all raise.
+    _check_non_negative_int(self.owner, "max_size_triangular", self.max_size_triangular)
+    _check_non_negative_int(self.owner, "min_ndim_triangular", self.min_ndim_triangular)
 
   def _dense(self, shape):
     return _dense_dims(tuple(shape), self.max_size_triangular, self.min_ndim_triangular)
@@ -222,7 +257,8 @@ class ScaleByPsgdKron(Transformation):
       shape = tuple(np.shape(x)) or (1,)
       fdt = self._factor_dtype(x.dtype)
       rdt = real_dtype(fdt)
-      # The scale is spread evenly over the factors (computed in float32 at least, then cast).
+      # The scale is spread evenly over the factors (computed in float32 at least, then cast to
+      # the factors' declared dtype: precond_dtype may be 16-bit).
       wide = compute_dtype(rdt)
       scale = hyper(self.preconditioner_init_scale, wide) ** (1.0 / len(shape))
       return tuple(
@@ -231,7 +267,7 @@ class ScaleByPsgdKron(Transformation):
 
     return ScaleByPsgdKronState(
         count=zero_count(), rng_key=_typed_key(self.name, self.key),
-        mu=zeros_like(params, self.mu_dtype),
+        mu=role_zeros(params, accumulator("mu_dtype"), self),
         preconditioner=jax.tree_util.tree_map(make, params))
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -242,15 +278,11 @@ class ScaleByPsgdKron(Transformation):
     do_update = jax.random.uniform(k_update, (), f32) < hyper(probability, f32)
     do_balance = jax.random.uniform(k_balance, (), f32) < np.float32(0.01)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1 = hyper(self.b1, cdt)
-      one = np.asarray(1, rdt)
-      return dict(b1=b1, one_minus_b1=np.asarray(1, cdt) - b1,
-                  c1=one_minus_pow(self.b1, count, rdt).astype(cdt),
-                  lr=hyper(self.preconditioner_lr, rdt), tiny=np.asarray(jnp.finfo(rdt).tiny, rdt),
-                  damping=np.asarray(np.sqrt(np.finfo(np.float32).eps), rdt))
+    @functools.cache  # once per real compute dtype
+    def scalars(rdt):
+      return Scalars(b1=hyper(self.b1, rdt), c1=one_minus_pow(self.b1, count, rdt),
+                     lr=hyper(self.preconditioner_lr, rdt), tiny=np.asarray(jnp.finfo(rdt).tiny, rdt),
+                     damping=np.asarray(np.sqrt(np.finfo(np.float32).eps), rdt))
 
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     grads = treedef.flatten_up_to(updates)
@@ -259,50 +291,63 @@ class ScaleByPsgdKron(Transformation):
     live = [i for i, g in enumerate(grads) if g is not None]
     probe_keys = jax.random.split(k_probe, max(len(live), 1))
 
+    # The per-parameter matrix part. leafwise cannot carry it: the factors do not mirror the
+    # parameters, and the preconditioned momentum must stay in the compute dtype until the
+    # whole-tree trust region below. So it casts in once (``_to``) to the compute dtype the
+    # policy gives (the promotion of gradient, momentum and factors, at least float32) and runs
+    # under standard promotion (real diagonals and step sizes on complex tensors), as leafwise does.
     new_mus, momenta = list(mus), {}
-    for i in live:
-      g, m = grads[i], mus[i]
-      cdt = compute_dtype(g.dtype, m.dtype, factors[i][0].dtype)
-      k = scalars(cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * as_compute(g, cdt)
-      new_mus[i] = m_new.astype(m.dtype)
-      momenta[i] = (m_new / k["c1"]).reshape(np.shape(g) or (1,))
+    with jax.numpy_dtype_promotion("standard"):
+      for i in live:
+        g, m = grads[i], mus[i]
+        cdt = compute_dtype(g.dtype, m.dtype, factors[i][0].dtype)
+        k = scalars(real_dtype(cdt))
+        m_new = k.b1 * _to(m, cdt) + (1 - k.b1) * _to(g, cdt)
+        new_mus[i] = _to(m_new, m.dtype)
+        momenta[i] = (m_new / k.c1).reshape(np.shape(g) or (1,))
 
-    def fit(all_factors):
-      out = list(all_factors)
-      for n, i in enumerate(live):
+      def in_compute(fs, h):
+        return tuple(_to(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
+
+      def fit(all_factors):
+        out = list(all_factors)
+        for n, i in enumerate(live):
+          h = momenta[i]
+          if h.size == 0:
+            continue
+          k = scalars(real_dtype(h.dtype))
+          fs = in_compute(_balance(all_factors[i], do_balance), h)
+          probe = jax.random.normal(probe_keys[n], h.shape, h.dtype)
+          # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
+          damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
+          fitted = _fit_factors(fs, self._dense(np.shape(grads[i])), damped, probe, k.lr, k.tiny)
+          out[i] = tuple(_to(q, old.dtype) for q, old in zip(fitted, all_factors[i]))
+        return out
+
+      factors = jax.lax.cond(do_update, fit, lambda fs: list(fs), list(factors))
+
+      preconditioned = {}
+      for i in live:
         h = momenta[i]
-        if h.size == 0:
-          continue
-        k = scalars(h.dtype)
-        fs = _balance(all_factors[i], do_balance)
-        fs = tuple(as_compute(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
-        probe = jax.random.normal(probe_keys[n], h.shape, h.dtype)
-        # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
-        damped = h + (k["damping"] * jnp.mean(jnp.abs(h))).astype(h.dtype) * probe
-        fitted = _fit_factors(fs, self._dense(np.shape(grads[i])), damped, probe, k["lr"], k["tiny"])
-        out[i] = tuple(q.astype(old.dtype) for q, old in zip(fitted, all_factors[i]))
-      return out
+        fs = in_compute(factors[i], h)
+        pre = _precondition(fs, self._dense(np.shape(grads[i])), h) if h.size else h
+        preconditioned[i] = pre.reshape(np.shape(grads[i]))
 
-    factors = jax.lax.cond(do_update, fit, lambda fs: list(fs), list(factors))
-
-    preconditioned = {}
-    for i in live:
-      h = momenta[i]
-      fs = tuple(as_compute(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in factors[i])
-      preconditioned[i] = _precondition(fs, self._dense(np.shape(grads[i])), h) if h.size else h
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
+    # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,
+    # with the cast to the gradient's dtype, goes through leafwise.
     total = sum(h.size for h in momenta.values())
     norm = global_norm(list(preconditioned.values()))
     limit = np.asarray(math.sqrt(max(total, 1)), norm.dtype)
     shrink = limit / jnp.maximum(norm, limit)
-    out = [None] * len(grads)
-    for i in live:
-      u = preconditioned[i] * shrink.astype(real_dtype(preconditioned[i].dtype)).astype(preconditioned[i].dtype)
-      magnitude = jnp.abs(u)
-      u = u / jnp.maximum(magnitude, jnp.ones_like(magnitude)).astype(u.dtype)
-      out[i] = u.reshape(np.shape(grads[i])).astype(grads[i].dtype)
-    return treedef.unflatten(out), ScaleByPsgdKronState(
+
+    def clip(k, g, pre):  # g only gives the update's dtype
+      u = pre * k.shrink
+      return u / jnp.maximum(jnp.abs(u), 1)
+
+    pre_tree = treedef.unflatten([preconditioned.get(i) for i in range(len(grads))])
+    (out,) = self.leafwise(clip, updates, reads=(pre_tree,), scalars=lambda dt: Scalars(shrink=shrink))
+    return out, ScaleByPsgdKronState(
         count=count, rng_key=rng_key, mu=treedef.unflatten(new_mus),
         preconditioner=treedef.unflatten(factors))
 
@@ -354,25 +399,9 @@ def scale_by_psgd_kron(
     >>> [q.shape for q in state.preconditioner["w"]], [q.shape for q in state.preconditioner["b"]]
     ([(3, 3), (2, 2)], [(3,)])
   """
-  owner = "scale_by_psgd_kron"
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
   if preconditioner_update_probability is None:
     preconditioner_update_probability = psgd_update_probability()
-  elif not callable(preconditioner_update_probability):
-    check_range(owner, "preconditioner_update_probability", preconditioner_update_probability, 0.0, 1.0)
-  check_positive(owner, "preconditioner_lr", preconditioner_lr)
-  check_positive(owner, "preconditioner_init_scale", preconditioner_init_scale)
-  for arg, value in (("max_size_triangular", max_size_triangular), ("min_ndim_triangular", min_ndim_triangular)):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-      raise ValueError(f"{owner}: {arg} must be a non-negative int, got {value!r}.")
-  try:
-    _typed_key(owner, key)  # fail at construction, not at init
-  except TypeError as error:
-    if str(error).startswith(owner):
-      raise
-    raise TypeError(f"{owner}: key must be a jax.random.key, raw uint32[2] key data or an integer seed, "
-                    f"got {key!r}.") from error
   return ScaleByPsgdKron(
       b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
-      max_size_triangular=int(max_size_triangular), min_ndim_triangular=int(min_ndim_triangular),
+      max_size_triangular=max_size_triangular, min_ndim_triangular=min_ndim_triangular,
       mu_dtype=mu_dtype, precond_dtype=precond_dtype)
