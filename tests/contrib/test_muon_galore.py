@@ -408,3 +408,15 @@ def test_kronecker_optimizers_run_on_sharded_weights():
     assert case["max_diff"] < 1e-4, (name, case)
     if name.startswith("Explicit"):
       assert case["spec"] == case["param_spec"], (name, case)
+
+
+@pytest.mark.parametrize("make, changes, match", [
+    (steadax.contrib.scale_by_muon, {"beta": 1.0}, "scale_by_muon: beta"),
+    (steadax.contrib.scale_by_muon, {"preconditioning": "qr"}, "scale_by_muon: preconditioning"),
+    (steadax.contrib.scale_by_muon, {"ns_steps": 0}, "scale_by_muon: ns_steps"),
+    (steadax.contrib.scale_by_galore, {"update_proj_gap": 0}, "scale_by_galore: update_proj_gap"),
+])
+def test_replace_validates_like_the_factory(make, changes, match):
+  """Hyperparameters are checked by the class, so ``.replace`` rejects what the factory rejects."""
+  with pytest.raises(ValueError, match=match):
+    make().replace(**changes)

@@ -295,3 +295,16 @@ def test_state_memory_per_parameter(name, make, bytes_per_parameter):
   state = jax.eval_shape(make().init, param)
   total = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(state))
   assert 0 <= total - bytes_per_parameter * 1024 * 1024 < 64, (name, total)
+
+
+@pytest.mark.parametrize("make, changes, match", [
+    (steadax.scale_by_soap, {"b1": 1.0}, "scale_by_soap: b1"),
+    (steadax.scale_by_soap, {"precondition_frequency": 0}, "scale_by_soap: precondition_frequency"),
+    (steadax.scale_by_shampoo, {"matrix_eps": -1.0}, "scale_by_shampoo: matrix_eps"),
+    (steadax.scale_by_shampoo, {"graft_type": "adagrad"}, "scale_by_shampoo: graft_type"),
+])
+def test_replace_validates_like_the_factory(make, changes, match):
+  """Hyperparameters are checked by the class (hyper_field checks, static sizes in __post_init__),
+  so ``.replace`` rejects what the factory rejects."""
+  with pytest.raises(ValueError, match=match):
+    make().replace(**changes)

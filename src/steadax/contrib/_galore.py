@@ -7,13 +7,15 @@ back, ``P N``. The optimizer state of the matrix shrinks from ``m x n`` to ``r x
 projector. ``P`` is recomputed from the current gradient's SVD every ``update_proj_gap`` steps
 (Algorithm 2 of the paper).
 
-The SVD runs in at least float32 (float64 for float64 parameters); projectors are stored in the
-parameter's dtype, as in Optax. Complex matrices use conjugate transposes (Optax drops the imaginary
-part before its SVD).
+The SVD and the projections run in at least float32 (float64 for float64 parameters); projectors
+are stored in the parameter's dtype, as in Optax. The projection back, the scale and the cast to
+the parameter's dtype go through ``leafwise``. Complex matrices use conjugate transposes (Optax
+drops the imaginary part before its SVD).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -23,8 +25,10 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
+from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, real_dtype, safe_increment, zero_count
+from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import is_none
 from .._core._types import ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
@@ -52,6 +56,7 @@ class GaLoreDimensionNumbers(NamedTuple):
   output_axis: Sequence[int] | int = 1
 
 
+@state_roles(count=COUNTER, base_optimizer_state=INNER, projector=OTHER)
 class GaLoreState(NamedTuple):
   """State of ``scale_by_galore``.
 
@@ -73,13 +78,28 @@ def _plan(view, rank: int) -> tuple[int, int, bool, int]:
   return m, n, m >= n, min(rank, m, n)
 
 
+def _check_galore(owner: str, rank: Any, update_proj_gap: Any) -> None:
+  if not isinstance(rank, int) or isinstance(rank, bool):
+    raise TypeError(f"{owner}: rank must be a Python int, got {type(rank).__name__}.")
+  if rank <= 0:
+    raise ValueError(f"{owner}: rank must be positive, got {rank}.")
+  if not isinstance(update_proj_gap, int) or isinstance(update_proj_gap, bool) or update_proj_gap <= 0:
+    raise ValueError(f"{owner}: update_proj_gap must be a positive Python int, got {update_proj_gap!r}.")
+
+
 class ScaleByGalore(Transformation):
   name = "scale_by_galore"
+  State = GaLoreState
   base_optimizer: Any = child_field(None)
   scale: Any = hyper_field(1.0)
   rank: int = static_field(default=128)
   update_proj_gap: int = static_field(default=200)
   weight_dimension_numbers: Any = static_field(default=None)
+
+  def __post_init__(self):
+    # Static fields have no hyper_field check: validated here, so the class, the factory and
+    # .replace all raise.
+    _check_galore(self.owner, self.rank, self.update_proj_gap)
 
   def _dims(self, tree: Any) -> list[Any]:
     spec = self.weight_dimension_numbers
@@ -124,29 +144,36 @@ class ScaleByGalore(Transformation):
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     grads = treedef.flatten_up_to(updates)
     projectors = treedef.flatten_up_to(state.projector)
+    ps = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
     views = self._views(updates)
     refresh = (state.count % self.update_proj_gap) == 0
 
-    lows, new_projectors, restores = [], [], []
+    # The projection (Zhao et al. 2024, Algorithm 2) is a matrix part, in the compute dtype of the
+    # gradient and its projector (at least float32; float64 for float64 parameters).
+    lows, new_projectors, wholes = [], [], []
     for g, p, view in zip(grads, projectors, views):
       if g is None or view is None:
         lows.append(g)
         new_projectors.append(p)
-        restores.append(None)
+        wholes.append(None)
         continue
       _, _, left, r = _plan(view, self.rank)
       cdt = compute_dtype(g.dtype, p.dtype)
       # The SVD and the products need the whole matrix (sharded axes are gathered once).
       (whole,), (restore,) = replicate_whole(g)
-      restores.append(restore)
-      g2 = as_compute(view.to_matrices(whole), cdt)
+      wholes.append((whole, restore))
+      # Cast in once: the SVD has no 16-bit kernels and the projection accumulates in cdt.
+      g2 = view.to_matrices(whole).astype(cdt)
       if r > 0:
         def fresh(g2=g2, left=left, r=r, dtype=p.dtype):
           u, _, vh = jnp.linalg.svd(g2, full_matrices=False)
+          # Projectors are stored in the parameter's dtype, as in Optax.
           return (u[:, :r] if left else conj_t(vh[:r, :])).astype(dtype)
 
         p = jax.lax.cond(refresh, fresh, lambda p=p: p)
-      pc = as_compute(p, cdt)
+      pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
+      # The base optimizer sees the projected gradient in the gradient's dtype, as its own
+      # parameters (the low-rank proxies built at init) have it.
       lows.append((conj_t(pc) @ g2 if left else g2 @ pc).astype(g.dtype))
       new_projectors.append(p)
 
@@ -154,29 +181,28 @@ class ScaleByGalore(Transformation):
         treedef.unflatten(lows), state.base_optimizer_state, None)
     low_updates = treedef.flatten_up_to(low_updates)
 
+    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
+    def scalars(dt):
+      return Scalars(scale=hyper(self.scale, dt))
+
+    def back_fn(view, left):
+      def back(k, g, p, low):  # g only gives the update's shape and dtype
+        return view.from_matrices(p @ low if left else low @ conj_t(p)) * k.scale
+      return back
+
     out = []
-    for g, low, p, view, restore in zip(grads, low_updates, new_projectors, views, restores):
-      if g is None or view is None:
+    for low, p, param, view, whole in zip(low_updates, new_projectors, ps, views, wholes):
+      if whole is None:
         out.append(low)
         continue
-      _, _, left, _ = _plan(view, self.rank)
-      cdt = compute_dtype(g.dtype, p.dtype)
-      pc, lc = as_compute(p, cdt), as_compute(low, cdt)
-      full = view.from_matrices(pc @ lc if left else lc @ conj_t(pc))
-      out.append(restore((full * hyper(self.scale, real_dtype(cdt)).astype(cdt)).astype(g.dtype)))
+      (g, restore), left = whole, _plan(view, self.rank)[2]
+      # Back to the full space, scaled, cast once to the parameter's dtype.
+      (u,) = self.leafwise(back_fn(view, left), g, params=param, reads=(p, low), scalars=scalars)
+      out.append(restore(u))
 
     return treedef.unflatten(out), GaLoreState(
         count=safe_increment(state.count), base_optimizer_state=base_state,
         projector=treedef.unflatten(new_projectors))
-
-
-def _check_galore(owner: str, rank: Any, update_proj_gap: Any) -> None:
-  if not isinstance(rank, int) or isinstance(rank, bool):
-    raise TypeError(f"{owner}: rank must be a Python int, got {type(rank).__name__}.")
-  if rank <= 0:
-    raise ValueError(f"{owner}: rank must be positive, got {rank}.")
-  if not isinstance(update_proj_gap, int) or isinstance(update_proj_gap, bool) or update_proj_gap <= 0:
-    raise ValueError(f"{owner}: update_proj_gap must be a positive Python int, got {update_proj_gap!r}.")
 
 
 def scale_by_galore(
@@ -217,7 +243,6 @@ def scale_by_galore(
     >>> state.projector["w"].shape, state.base_optimizer_state.mu["w"].shape
     ((4, 1), (1, 3))
   """
-  _check_galore("scale_by_galore", rank, update_proj_gap)
   if base_optimizer is None:
     base_optimizer = scale_by_adam()
   return ScaleByGalore(base_optimizer, scale, rank=rank, update_proj_gap=update_proj_gap,

@@ -105,7 +105,7 @@ class ScaleByShampoo(Transformation):
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   matrix_eps: Any = hyper_field(1e-06, check=check_nonnegative)
   # 1.0 is allowed: the summed statistics of Gupta et al.
-  shampoo_beta: Any = hyper_field(None, check=lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
+  shampoo_beta: Any = hyper_field(None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
   exponent_override: Any = hyper_field(None, check=check_positive)
   block_size: int = static_field(default=128)
   precondition_frequency: int = static_field(default=10)
