@@ -27,6 +27,7 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
+from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._common import cast, declared_dtype
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 
+@state_roles(count=COUNTER, hyperparams=OTHER, inner_state=INNER)
 class InjectHyperparamsState(NamedTuple):
   """Optax's older record for injected hyperparameters (kept for compatibility).
 
@@ -50,6 +52,7 @@ class InjectHyperparamsState(NamedTuple):
   inner_state: Any
 
 
+@state_roles(count=COUNTER, hyperparams=OTHER, hyperparams_states=OTHER, inner_state=INNER)
 class InjectStatefulHyperparamsState(NamedTuple):
   """State of ``inject_hyperparams``.
 
@@ -78,6 +81,7 @@ class StatefulSchedule(Protocol):
   def __call__(self, state: Any, **extra_args: Any) -> Any: ...
 
 
+@state_roles(count=COUNTER)
 class WrappedScheduleState(NamedTuple):
   """State of a ``WrappedSchedule``: the int32 step count."""
 
@@ -131,6 +135,7 @@ class InjectHyperparams(Transformation):
   """The transformation ``inject_hyperparams(factory)(...)`` returns."""
 
   name = "inject_hyperparams"
+  State = InjectStatefulHyperparamsState
   requires_float = False  # the inner transformation checks its parameters
   inner_factory: Callable = static_field()
   numeric_names: tuple = static_field(default=())
@@ -209,7 +214,7 @@ class InjectHyperparams(Transformation):
             f"{self.owner}: hyperparams[{name!r}] was declared {dtype.name} and cannot take a "
             f"complex value."
         )
-      hyperparams[name] = jnp.asarray(value).astype(dtype)
+      hyperparams[name] = cast(value, dtype)
     return state._replace(hyperparams=hyperparams)
 
   def update(self, updates, state, params=None, **extra_args):
