@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_nonnegative
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from ._adam import one_minus_pow
-from .._core._tree import tree_map, tree_map_n
-from ._moments import abs_sq
+from .._core._policy import compute_dtype, real_dtype, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, state_roles
+from .._core._tree import tree_map
+from ._adam import adam_scalars, adam_step, check_decay_below_one
 
 __all__ = ["BlockQuantized", "ScaleByAdam8bitState", "scale_by_adam_8bit", "dynamic_quantization_map"]
 
@@ -49,6 +49,10 @@ class BlockQuantized(NamedTuple):
   scale: jax.Array
 
 
+# mu and nu are not plain accumulators: a leaf is a full-precision array (the parameter's compute
+# dtype, at least float32) for a small tensor and a BlockQuantized pair of a layout of its own for a
+# large one; init_fn builds them and the contract checks their drift.
+@state_roles(count=COUNTER, mu=OTHER, nu=OTHER)
 class ScaleByAdam8bitState(NamedTuple):
   """State of ``scale_by_adam_8bit``: the int32 count and the moments, each leaf either a
   full-precision array (small tensors) or a ``BlockQuantized`` pair."""
@@ -132,20 +136,25 @@ def _layout(n: int, block_size: int) -> int:
 
 
 def _quantize(flat: jax.Array, blocks: int, block_size: int, signed: bool) -> BlockQuantized:
-  """Round a real vector to the nearest map value of its block (padding with zeros)."""
+  """Round a real vector to the nearest map value of its block (padding with zeros).
+
+  The scales keep ``flat``'s dtype (the state stores them in float32).
+  """
   pad = blocks * block_size - flat.shape[0]
   x = jnp.pad(flat, (0, pad)).reshape(blocks, block_size)
   absmax = jnp.max(jnp.abs(x), axis=1, initial=0.0)
   safe = jnp.where(absmax > 0, absmax, jnp.ones_like(absmax))
+  # The code lookup reads the float32 bit pattern of the normalised values.
   normalized = (x / safe[:, None]).astype(jnp.float32)
   codes = _nearest_codes(normalized, signed)
-  return BlockQuantized(codes=codes, scale=absmax.astype(jnp.float32))
+  return BlockQuantized(codes=codes, scale=absmax)
 
 
-def _dequantize(q: BlockQuantized, n: int, signed: bool, dtype: Any) -> jax.Array:
+def _dequantize(q: BlockQuantized, n: int, signed: bool, dtype: Any = None) -> jax.Array:
+  """The first ``n`` values of ``q``, in the scales' dtype (or ``dtype``)."""
   table = jnp.asarray(dynamic_quantization_map(signed))
-  values = jnp.take(table, q.codes.astype(jnp.int32)) * q.scale[:, None]
-  return values.reshape(-1)[:n].astype(dtype)
+  values = (jnp.take(table, q.codes.astype(jnp.int32)) * q.scale[:, None]).reshape(-1)[:n]
+  return values if dtype is None else values.astype(dtype)
 
 
 def _as_real_vector(x: jax.Array) -> jax.Array:
@@ -155,21 +164,48 @@ def _as_real_vector(x: jax.Array) -> jax.Array:
   return x.reshape(-1)
 
 
-def _from_real_vector(v: jax.Array, shape: tuple[int, ...], dtype: Any) -> jax.Array:
-  if jnp.issubdtype(dtype, jnp.complexfloating):
+def _from_real_vector(v: jax.Array, shape: tuple[int, ...], complex_: bool) -> jax.Array:
+  if complex_:
     pairs = v.reshape(*shape, 2)
-    return jax.lax.complex(pairs[..., 0], pairs[..., 1]).astype(dtype)
-  return v.reshape(shape).astype(dtype)
+    return jax.lax.complex(pairs[..., 0], pairs[..., 1])
+  return v.reshape(shape)
+
+
+def _split(moments: Any) -> tuple[Any, Any]:
+  """Two trees mirroring the parameters: the codes (or full-precision values) and the per-block
+  scales (an empty float32 vector for a full-precision leaf), for ``leafwise``."""
+  is_leaf = lambda x: x is None or isinstance(x, BlockQuantized)  # noqa: E731
+  values = jax.tree_util.tree_map(lambda q: q.codes if isinstance(q, BlockQuantized) else q, moments,
+                                  is_leaf=is_leaf)
+  no_scale = jnp.zeros([0], jnp.float32)
+  scales = jax.tree_util.tree_map(
+      lambda q: None if q is None else q.scale if isinstance(q, BlockQuantized) else no_scale, moments,
+      is_leaf=is_leaf)
+  return values, scales
+
+
+def _join(like: Any, values: Any, scales: Any) -> Any:
+  """The inverse of ``_split``: ``like``'s layout (array or BlockQuantized per leaf)."""
+  is_leaf = lambda x: x is None or isinstance(x, BlockQuantized)  # noqa: E731
+  return jax.tree_util.tree_map(
+      lambda q, value, scale: BlockQuantized(value, scale) if isinstance(q, BlockQuantized) else value,
+      like, values, scales, is_leaf=is_leaf)
 
 
 class ScaleByAdam8bit(Transformation):
   name = "scale_by_adam_8bit"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   block_size: int = static_field(default=256)
   min_8bit_size: int = static_field(default=4096)
+
+  def __post_init__(self):
+    for arg, low in (("block_size", 1), ("min_8bit_size", 0)):
+      value = getattr(self, arg)
+      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{self.name}: {arg} must be an int >= {low}, got {value!r}.")
 
   def _quantized(self, x: Any) -> bool:
     return math.prod(np.shape(x)) >= self.min_8bit_size
@@ -195,40 +231,26 @@ class ScaleByAdam8bit(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
-      one = np.asarray(1, rdt)
-      return dict(
-          b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=one - b2,
-          c1=one_minus_pow(self.b1, count, rdt).astype(cdt),
-          c2=one_minus_pow(self.b2, count, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+    def leaf(k, g, m, m_scale, v, v_scale):
+      if m.dtype != np.dtype(jnp.uint8):  # a small tensor: Adam on full-precision moments
+        u, m, v = adam_step(k, g, m, v)
+        return u, m, m_scale, v, v_scale
+      # Dequantize, take Adam's step in the compute dtype, quantize again (Dettmers et al. 2022, §2).
+      complex_ = jnp.iscomplexobj(g)
+      m = _from_real_vector(_dequantize(BlockQuantized(m, m_scale), g.size * (2 if complex_ else 1), True),
+                            g.shape, complex_)
+      v = _dequantize(BlockQuantized(v, v_scale), g.size, False).reshape(g.shape)
+      u, m, v = adam_step(k, g, m, v)
+      m = _quantize(_as_real_vector(m), m_scale.shape[0], self.block_size, True)
+      v = _quantize(v.reshape(-1), v_scale.shape[0], self.block_size, False)
+      return u, m.codes, m.scale, v.codes, v.scale
 
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      quantized = isinstance(m, BlockQuantized)
-      if quantized:
-        n_mu = g.size * (2 if jnp.issubdtype(cdt, jnp.complexfloating) else 1)
-        m_old = _from_real_vector(_dequantize(m, n_mu, True, rdt), g.shape, cdt)
-        v_old = _dequantize(v, g.size, False, rdt).reshape(g.shape)
-      else:
-        m_old, v_old = as_compute(m, cdt), as_compute(v, rdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * m_old + k["one_minus_b1"] * gc
-      v_new = k["b2"] * v_old + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
-      out = ((m_new / k["c1"]) / denom.astype(cdt)).astype(g.dtype)
-      if not quantized:
-        return out, m_new.astype(m.dtype), v_new.astype(v.dtype)
-      m_q = _quantize(_as_real_vector(m_new), m.codes.shape[0], self.block_size, True)
-      v_q = _quantize(v_new.reshape(-1), v.codes.shape[0], self.block_size, False)
-      return out, m_q, v_q
-
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
-    return out, ScaleByAdam8bitState(count=count, mu=mu, nu=nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    (mu, mu_scale), (nu, nu_scale) = _split(state.mu), _split(state.nu)
+    out, mu, mu_scale, nu, nu_scale = self.leafwise(leaf, updates, mu, mu_scale, nu, nu_scale, params=params,
+                                                    scalars=scalars)
+    return out, ScaleByAdam8bitState(count=count, mu=_join(state.mu, mu, mu_scale),
+                                     nu=_join(state.nu, nu, nu_scale))
 
 
 def scale_by_adam_8bit(
@@ -276,12 +298,6 @@ def scale_by_adam_8bit(
     >>> tx.update(jnp.full(300, 2.0), state)[0][:2]
     Array([1., 1.], dtype=float32)
   """
-  owner = "scale_by_adam_8bit"
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "eps_root", eps_root)
-  for arg, value, low in (("block_size", block_size, 1), ("min_8bit_size", min_8bit_size, 0)):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-      raise ValueError(f"{owner}: {arg} must be an int >= {low}, got {value!r}.")
-  return ScaleByAdam8bit(b1, b2, eps, eps_root, block_size=int(block_size), min_8bit_size=int(min_8bit_size))
+  as_int = lambda x: int(x) if isinstance(x, np.integer) else x  # noqa: E731
+  return ScaleByAdam8bit(b1, b2, eps, eps_root, block_size=as_int(block_size),
+                         min_8bit_size=as_int(min_8bit_size))

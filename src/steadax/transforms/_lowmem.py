@@ -27,12 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_nonnegative
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from .._core._tree import is_none, zeros_like
-from ._adam import ScaleByAdamState, one_minus_pow
-from ._moments import abs_sq
+from .._core._policy import real_dtype, safe_increment
+from .._core._tree import is_none
+from ._adam import ScaleByAdamState, adam_scalars, adam_step, check_decay_below_one
 
 __all__ = ["scale_by_adam_lowmem"]
 
@@ -61,7 +60,7 @@ def dither_bits(shape: tuple[int, ...], count: jax.Array, salt: Any) -> jax.Arra
   """Pseudo-random uint32 bits for every element of ``shape``, a function of (count, salt, index)."""
   n = math.prod(shape)
   index = jax.lax.iota(jnp.uint32, n).reshape(shape)
-  stream = _fmix32(count.astype(jnp.uint32) * _GOLDEN ^ np.uint32(salt))
+  stream = _fmix32(count.astype(jnp.uint32) * _GOLDEN ^ jnp.asarray(salt, jnp.uint32))
   return _fmix32(_fmix32(index * _GOLDEN ^ stream) + stream)
 
 
@@ -106,60 +105,76 @@ def stochastic_round(x: jax.Array, dtype: Any, bits: jax.Array) -> jax.Array:
   return _round_real(x, dtype, bits)
 
 
+def rounded_stochastically(x: jax.Array, dtype: Any, bits: jax.Array) -> jax.Array:
+  """``stochastic_round(x, dtype, bits)`` kept in ``x``'s dtype: a value of ``dtype``, exactly.
+
+  For a leaf function, which returns state in the compute dtype: ``leafwise`` then stores the value
+  in ``dtype`` without rounding it a second time.
+  """
+  return stochastic_round(x, dtype, bits).astype(x.dtype)  # widening a value of dtype: exact
+
+
 class ScaleByAdamLowmem(Transformation):
   name = "scale_by_adam_lowmem"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
+  State = ScaleByAdamState
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=jnp.bfloat16)
   nu_dtype: Any = static_field(default=jnp.bfloat16)
   rounding: str = static_field(default="stochastic")
   seed: int = static_field(default=0)
 
-  def init_fn(self, params):
-    return ScaleByAdamState(
-        count=zero_count(),
-        mu=zeros_like(params, self.mu_dtype),
-        nu=zeros_like(params, self.nu_dtype, real=True),
-    )
-
-  def _write(self, x, like, count, leaf, moment):
-    if self.rounding == "nearest":
-      return x.astype(like.dtype)
-    return stochastic_round(x, like.dtype, dither_bits(x.shape, count, _salt(self.seed, leaf, moment)))
+  def __post_init__(self):
+    owner = self.name
+    if self.rounding not in _ROUNDINGS:
+      raise ValueError(f"{owner}: rounding must be one of {_ROUNDINGS}, got {self.rounding!r}.")
+    if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
+      raise TypeError(f"{owner}: seed must be a Python int, got {type(self.seed).__name__}.")
+    for arg in ("mu_dtype", "nu_dtype"):
+      value = getattr(self, arg)
+      if value is not None and not jnp.issubdtype(np.dtype(value), jnp.inexact):
+        raise TypeError(f"{owner}: {arg} must be a floating dtype, got {np.dtype(value).name}.")
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    if self.rounding == "nearest":  # leafwise writes the moments rounded to nearest
+      out, mu, nu = self.leafwise(adam_step, updates, state.mu, state.nu, params=params, scalars=scalars)
+      return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
-      one = np.asarray(1, rdt)
-      return dict(
-          b1=b1, b2=b2, one_minus_b1=np.asarray(1, cdt) - b1, one_minus_b2=one - b2,
-          c1=one_minus_pow(self.b1, count, rdt).astype(cdt),
-          c2=one_minus_pow(self.b2, count, rdt), eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+    def storing(mu_dtype, nu_dtype):
+      def leaf(k, g, m, v, salt):
+        u, m, v = adam_step(k, g, m, v)
+        # Each moment lands on a neighbouring value of its stored dtype, drawn so that the stored
+        # moment is unbiased (Gupta et al. 2015, eq. 2).
+        m = rounded_stochastically(m, mu_dtype, dither_bits(m.shape, count, salt[0]))
+        v = rounded_stochastically(v, nu_dtype, dither_bits(v.shape, count, salt[1]))
+        return u, m, v
+      return leaf
 
-    def leaf(i, g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + k["one_minus_b1"] * gc
-      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
-      out = (m_new / k["c1"]) / denom.astype(cdt)
-      return out.astype(g.dtype), self._write(m_new, m, count, i, 0), self._write(v_new, v, count, i, 1)
-
+    # The leaf function must know the stored dtypes it rounds to (leafwise gives it compute-dtype
+    # values), so leaves are grouped by their moments' dtypes: one leafwise call per group, usually
+    # one. The dither of leaf i is salted by (seed, i, moment): a read-only tree of uint32 salts.
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
-    grads = treedef.flatten_up_to(updates)
-    mus = treedef.flatten_up_to(state.mu)
-    nus = treedef.flatten_up_to(state.nu)
-    outs = [(None, None, None) if g is None else leaf(i, g, m, v)
-            for i, (g, m, v) in enumerate(zip(grads, mus, nus))]
-    out, mu, nu = (treedef.unflatten([o[j] for o in outs]) for j in range(3))
+    grads, mus, nus = (treedef.flatten_up_to(tree) for tree in (updates, state.mu, state.nu))
+    salts = treedef.unflatten([jnp.asarray([_salt(self.seed, i, 0), _salt(self.seed, i, 1)], jnp.uint32)
+                               for i in range(len(grads))])
+    groups: dict = {}
+    for i, (g, m, v) in enumerate(zip(grads, mus, nus)):
+      if g is not None:
+        groups.setdefault((np.dtype(m.dtype), np.dtype(v.dtype)), []).append(i)
+    results = [[None] * len(grads) for _ in range(3)]
+    for dtypes, members in groups.items():
+      only = treedef.unflatten([g if i in members else None for i, g in enumerate(grads)])
+      trees = self.leafwise(storing(*dtypes), only, state.mu, state.nu, params=params, reads=(salts,),
+                            scalars=scalars)
+      for result, tree in zip(results, trees):
+        leaves = treedef.flatten_up_to(tree)
+        for i in members:
+          result[i] = leaves[i]
+    out, mu, nu = (treedef.unflatten(result) for result in results)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
@@ -212,17 +227,7 @@ def scale_by_adam_lowmem(
     >>> tx.update(jnp.array([2.0, -2.0]), state)[0]
     Array([ 1., -1.], dtype=float32)
   """
-  owner = "scale_by_adam_lowmem"
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "eps_root", eps_root)
-  if rounding not in _ROUNDINGS:
-    raise ValueError(f"{owner}: rounding must be one of {_ROUNDINGS}, got {rounding!r}.")
-  if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-    raise TypeError(f"{owner}: seed must be a Python int, got {type(seed).__name__}.")
-  for arg, value in (("mu_dtype", mu_dtype), ("nu_dtype", nu_dtype)):
-    if value is not None and not jnp.issubdtype(np.dtype(value), jnp.inexact):
-      raise TypeError(f"{owner}: {arg} must be a floating dtype, got {np.dtype(value).name}.")
-  return ScaleByAdamLowmem(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
-                           rounding=rounding, seed=int(seed))
+  if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+    seed = int(seed)
+  return ScaleByAdamLowmem(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, rounding=rounding,
+                           seed=seed)
