@@ -12,8 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype
-from ..tree._leafwise import with_weak
+from .._core._policy import compute_dtype, with_weak
 
 __all__ = ["float_dtype", "as_matrix", "concrete_number"]
 

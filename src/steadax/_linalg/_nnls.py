@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._core._policy import compute_dtype, hyper, promote_types
+from .._core._policy import cast, compute_dtype, hyper, promote_types
 from ._common import as_matrix, float_dtype
 
 __all__ = ["nnls"]
@@ -83,8 +83,8 @@ def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: Any 
   except TypeError:
     raise TypeError(f"{owner}: `unroll` must be an int or a bool, got {unroll!r}.") from None
   cdt = compute_dtype(out_dtype)
-  a = a.astype(cdt)
-  b = b.astype(cdt)
+  a = cast(a, cdt)
+  b = cast(b, cdt)
   highest = lax.Precision.HIGHEST
   q_mat = jnp.matmul(a.T, a, precision=highest)
   q_vec = jnp.matmul(a.T, b, precision=highest)
@@ -100,4 +100,4 @@ def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: Any 
 
   x0 = jnp.zeros((a.shape[1],) + b.shape[1:], cdt)
   (x, _, _), _ = lax.scan(step, (x0, x0, jnp.zeros([], cdt)), length=int(iters), unroll=unroll)
-  return x.astype(out_dtype)
+  return cast(x, out_dtype)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._core._policy import compute_dtype, hyper, key_path_str, promote_types, real_dtype
+from .._core._policy import cast, compute_dtype, hyper, key_path_str, promote_types, real_dtype
 from ._common import as_matrix, concrete_number, float_dtype
 
 __all__ = ["power_iteration", "matrix_inverse_pth_root"]
@@ -33,7 +33,7 @@ def _normalize(leaves: list[jax.Array], rdt: Any) -> list[jax.Array]:
   norm = _norm(leaves, rdt)
   # A zero vector stays zero (a vector in the null space has no direction to normalize).
   inv = jnp.where(norm > 0, 1 / jnp.where(norm > 0, norm, 1), 0)
-  return [x * inv.astype(x.dtype) for x in leaves]
+  return [x * cast(inv, x.dtype) for x in leaves]
 
 
 def _vdot(xs: list[jax.Array], ys: list[jax.Array], cdt: Any) -> jax.Array:
@@ -95,13 +95,13 @@ def power_iteration(
     _check_leaves(owner, "v0", v0)
     leaves0, treedef = jax.tree_util.tree_flatten(v0)
     out_dtypes = [float_dtype(jnp.result_type(x)) for x in leaves0]
-    value_dtype = promote_types(*out_dtypes) if out_dtypes else np.dtype(jnp.float32)
+    value_dtype = promote_types(*out_dtypes) if out_dtypes else compute_dtype()
     cdt = compute_dtype(value_dtype)
     user_mvp: Callable = matrix
 
     def mvp(leaves):
       arg = treedef.unflatten([
-          (jnp.real(x) if not jnp.issubdtype(d, jnp.complexfloating) else x).astype(d)
+          cast(jnp.real(x) if not jnp.issubdtype(d, jnp.complexfloating) else x, d)
           for x, d in zip(leaves, out_dtypes)
       ])
       out = user_mvp(arg)
@@ -114,17 +114,17 @@ def power_iteration(
       for x, y in zip(leaves0, out_leaves):
         if np.shape(y) != np.shape(x):
           raise ValueError(f"{owner}: `matrix(v)` returned a leaf of shape {np.shape(y)}, expected {np.shape(x)}.")
-      return [jnp.asarray(y).astype(cdt) for y in out_leaves]
+      return [cast(y, cdt) for y in out_leaves]
 
-    start = [jnp.asarray(x).astype(cdt) for x in leaves0]
+    start = [cast(x, cdt) for x in leaves0]
   else:
     mat, value_dtype, cdt = as_matrix(owner, "matrix", matrix)
-    mat = mat.astype(cdt)
+    mat = cast(mat, cdt)
     n = mat.shape[0]
     if v0 is None:
       if key is None:
         key = jax.random.PRNGKey(0)
-      start = [jax.random.uniform(key, (n,), real_dtype(cdt), minval=-1.0, maxval=1.0).astype(cdt)]
+      start = [cast(jax.random.uniform(key, (n,), real_dtype(cdt), minval=-1.0, maxval=1.0), cdt)]
       out_dtypes = [value_dtype]
     else:
       v0 = jnp.asarray(v0)
@@ -132,8 +132,8 @@ def power_iteration(
         raise ValueError(f"{owner}: `v0` must have shape {(n,)} for a matrix of shape {mat.shape}, got {v0.shape}.")
       out_dtypes = [promote_types(value_dtype, float_dtype(v0.dtype))]
       cdt = compute_dtype(cdt, out_dtypes[0])
-      mat = mat.astype(cdt)
-      start = [v0.astype(cdt)]
+      mat = cast(mat, cdt)
+      start = [cast(v0, cdt)]
     treedef = jax.tree_util.tree_structure(0)
 
     def mvp(leaves):
@@ -141,7 +141,7 @@ def power_iteration(
 
   rdt = real_dtype(cdt)
   tol = hyper(error_tolerance, rdt)
-  max_iters = jnp.asarray(num_iters).astype(jnp.int32)
+  max_iters = cast(num_iters, jnp.int32)
 
   def residual_above(v, z, eig):
     residual = _norm([zi - eig * vi for zi, vi in zip(z, v)], rdt)
@@ -160,10 +160,10 @@ def power_iteration(
   v = _normalize(start, rdt)
   carry = (jnp.zeros([], jnp.int32), v, mvp(v), jnp.zeros([], cdt))
   _, _, z, eig = lax.while_loop(cond, body, carry)
-  vector = [x.astype(d) for x, d in zip(_normalize(z, rdt), out_dtypes)]
+  vector = [cast(x, d) for x, d in zip(_normalize(z, rdt), out_dtypes)]
   if not jnp.issubdtype(value_dtype, jnp.complexfloating):
     eig = jnp.real(eig)
-  return eig.astype(value_dtype), treedef.unflatten(vector)
+  return cast(eig, value_dtype), treedef.unflatten(vector)
 
 
 def _static_power(mat: jax.Array, p: int, precision: Any) -> jax.Array:
@@ -235,34 +235,34 @@ def matrix_inverse_pth_root(
     raise ValueError(f"{owner}: `p` must be a positive integer, got {p!r}.")
   if p_value is not None:
     p_value = int(p_value)
-  mat = mat.astype(cdt)
+  mat = cast(mat, cdt)
   n = mat.shape[0]
   if n == 0:
     return jnp.zeros((0, 0), out_dtype), jnp.zeros([], real_dtype(out_dtype))
   p_real = hyper(p_value if p_value is not None else p, rdt)
-  p_c = p_real.astype(cdt)
+  p_c = cast(p_real, cdt)
   max_ev, _ = power_iteration(mat, num_iters=100, error_tolerance=1e-6, precision=precision)
-  ridge = hyper(ridge_epsilon, rdt) * jnp.maximum(jnp.real(max_ev).astype(rdt), np.asarray(1e-16, rdt))
+  ridge = hyper(ridge_epsilon, rdt) * jnp.maximum(cast(jnp.real(max_ev), rdt), np.asarray(1e-16, rdt))
   eye = jnp.eye(n, dtype=cdt)
   if n == 1:
-    root = (mat + ridge.astype(cdt)) ** (-1 / p_c)
-    return root.astype(out_dtype), jnp.zeros([], real_dtype(out_dtype))
+    root = (mat + cast(ridge, cdt)) ** (-1 / p_c)
+    return cast(root, out_dtype), jnp.zeros([], real_dtype(out_dtype))
 
   def power(t):
     if p_value is not None:
       return _static_power(t, p_value, precision)
-    return _dynamic_power(t, jnp.asarray(p).astype(jnp.int32), precision)
+    return _dynamic_power(t, cast(p, jnp.int32), precision)
 
   def error_of(m):
-    return jnp.max(jnp.abs(m - eye)).astype(rdt)
+    return cast(jnp.max(jnp.abs(m - eye)), rdt)
 
-  damped = mat + ridge.astype(cdt) * eye
+  damped = mat + cast(ridge, cdt) * eye
   # The scaling puts the spectrum of M_0 in (0, (p + 1) / 2], inside the region of convergence.
   z = (1 + p_real) / (2 * jnp.sqrt(jnp.sum(jnp.abs(damped) ** 2)))
-  m0 = damped * z.astype(cdt)
-  h0 = eye * (z ** (1 / p_real)).astype(cdt)
+  m0 = damped * cast(z, cdt)
+  h0 = eye * cast(z ** (1 / p_real), cdt)
   tol = hyper(error_tolerance, rdt)
-  max_iters = jnp.asarray(num_iters).astype(jnp.int32)
+  max_iters = cast(num_iters, jnp.int32)
 
   def cond(carry):
     i, _, _, _, error, improving = carry
@@ -280,4 +280,4 @@ def matrix_inverse_pth_root(
   carry = (jnp.zeros([], jnp.int32), m0, h0, h0, error_of(m0), jnp.asarray(True))
   _, m, h, h_prev, _, improving = lax.while_loop(cond, body, carry)
   root = jnp.where(improving, h, h_prev)
-  return root.astype(out_dtype), error_of(m).astype(real_dtype(out_dtype))
+  return cast(root, out_dtype), cast(error_of(m), real_dtype(out_dtype))

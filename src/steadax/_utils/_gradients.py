@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype, real_dtype
+from .._core._policy import cast, compute_dtype, real_dtype
 from .._linalg._common import concrete_number
 
 __all__ = ["scale_gradient"]
@@ -28,7 +28,7 @@ def _scale_cotangent(g: Any, scale: jax.Array) -> Any:
   if g is None or getattr(g, "dtype", None) == jax.dtypes.float0:
     return g  # integer inputs have no gradient to scale
   cdt = compute_dtype(g.dtype)
-  return (g.astype(cdt) * scale.astype(real_dtype(cdt)).astype(cdt)).astype(g.dtype)
+  return cast(cast(g, cdt) * cast(cast(scale, real_dtype(cdt)), cdt), g.dtype)
 
 
 def _scaled_identity_bwd(scale: jax.Array, g: Any) -> tuple[Any, jax.Array]:
@@ -72,5 +72,5 @@ def scale_gradient(inputs: Any, scale: Any) -> Any:
     return jax.lax.stop_gradient(inputs)
   scale = jnp.asarray(scale)
   if not jnp.issubdtype(scale.dtype, jnp.floating):
-    scale = scale.astype(jnp.float32)
+    scale = cast(scale, compute_dtype(scale.dtype))
   return _scaled_identity(inputs, scale)

@@ -11,8 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._module import Module, hyper_field
-from .._core._policy import compute_dtype
-from ..tree._leafwise import result_dtype, with_weak
+from .._core._policy import cast, compute_dtype, result_dtype, with_weak
 
 __all__ = ["multi_normal", "MultiNormalDiagFromLogScale"]
 
@@ -56,8 +55,8 @@ class MultiNormalDiagFromLogScale(Module):
   def _event_params(self, batch_ndim: int, cdt: Any) -> tuple[jax.Array, jax.Array]:
     # Explicit broadcasting: the library runs under rank promotion "raise" in its tests.
     shape = (1,) * batch_ndim + self.param_shape
-    loc = jnp.broadcast_to(jnp.asarray(self.loc).astype(cdt), self.param_shape).reshape(shape)
-    log_scale = jnp.broadcast_to(jnp.asarray(self.log_scale).astype(cdt), self.param_shape).reshape(shape)
+    loc = jnp.broadcast_to(cast(self.loc, cdt), self.param_shape).reshape(shape)
+    log_scale = jnp.broadcast_to(cast(self.log_scale, cdt), self.param_shape).reshape(shape)
     return loc, log_scale
 
   def sample(self, shape: Sequence[int], key: Any) -> jax.Array:
@@ -75,7 +74,7 @@ class MultiNormalDiagFromLogScale(Module):
     shape = _check_shape("sample", shape)
     noise = jax.random.normal(key, shape + self.param_shape, cdt)
     loc, log_scale = self._event_params(len(shape), cdt)
-    return (noise * jnp.exp(log_scale) + loc).astype(out_dtype)
+    return cast(noise * jnp.exp(log_scale) + loc, out_dtype)
 
   def log_prob(self, x: Any) -> jax.Array:
     """The log-density at ``x``, summed over the event axes (the last ``len(param_shape)``).
@@ -93,11 +92,11 @@ class MultiNormalDiagFromLogScale(Module):
     out_dtype = with_weak(result_dtype(x, self.loc, self.log_scale), 0.0)
     cdt = compute_dtype(out_dtype)
     loc, log_scale = self._event_params(x.ndim - len(event), cdt)
-    z = (x.astype(cdt) - loc) * jnp.exp(-log_scale)
+    z = (cast(x, cdt) - loc) * jnp.exp(-log_scale)
     # log N(x; mu, s) = -z^2 / 2 - log s - log(2 pi) / 2, with log s given directly (no log(exp)).
     log_density = -0.5 * z * z - log_scale - _HALF_LOG_TWO_PI
     axes = tuple(range(x.ndim - len(event), x.ndim))
-    return jnp.sum(log_density, axis=axes).astype(out_dtype)
+    return cast(jnp.sum(log_density, axis=axes), out_dtype)
 
 
 def multi_normal(loc: Any, log_scale: Any) -> MultiNormalDiagFromLogScale:

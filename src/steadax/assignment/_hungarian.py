@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype
+from .._core._policy import cast, compute_dtype, default_float_dtype
 
 __all__ = ["hungarian_algorithm", "base_hungarian_algorithm"]
 
@@ -36,11 +36,11 @@ def _prepare(fname: str, cost_matrix: Any) -> tuple[jax.Array, bool] | None:
     dtype = compute_dtype(cost.dtype)
   else:
     # Integer costs: JAX's default float (float64 under x64, exact for integers up to 2**53).
-    dtype = np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+    dtype = default_float_dtype()
   transpose = cost.shape[0] > cost.shape[1]
   if transpose:
     cost = cost.T
-  return cost.astype(dtype), transpose
+  return cast(cost, dtype), transpose
 
 
 def _empty() -> tuple[jax.Array, jax.Array]:
@@ -107,7 +107,7 @@ def hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
       min_slack = jnp.where(better, slack, min_slack)
       came_from = came_from.at[1:].set(jnp.where(better, col, came_from[1:]))
       candidates = jnp.where(free, min_slack, inf)
-      nxt = (jnp.argmin(candidates) + 1).astype(idx)
+      nxt = cast(jnp.argmin(candidates) + 1, idx)
       delta = candidates[nxt - 1]
       # Shift the potentials so the search tree's reduced costs stay tight and the slacks shrink.
       u = u.at[jnp.where(used, rows, n + 1)].add(delta, mode="drop")
@@ -136,7 +136,7 @@ def hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
   else:
     # The n matched columns are those with a nonzero row; top_k finds them with static shapes.
     top_rows, cols = jax.lax.top_k(rows, n)
-    matched_rows, cols = top_rows - 1, cols.astype(idx)
+    matched_rows, cols = top_rows - 1, cast(cols, idx)
   if transpose:
     return cols, matched_rows
   return matched_rows, cols
@@ -190,7 +190,7 @@ def base_hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
       ties = ~seen_cols & (open_dist == lowest)
       # Among the closest columns prefer an unassigned one: the search then ends a step earlier.
       free_ties = ties & (row_of_col < 0)
-      col = jnp.where(jnp.any(free_ties), jnp.argmax(free_ties), jnp.argmax(ties)).astype(idx)
+      col = cast(jnp.where(jnp.any(free_ties), jnp.argmax(free_ties), jnp.argmax(ties)), idx)
       seen_cols = seen_cols.at[col].set(True)
       is_free = row_of_col[col] < 0
       sink = jnp.where(is_free, col, sink)
@@ -224,6 +224,6 @@ def base_hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
   init = (jnp.zeros(n, dtype), jnp.zeros(m, dtype), jnp.full(n, -1, idx), jnp.full(m, -1, idx))
   _, _, col_of_row, _ = jax.lax.fori_loop(0, n, augment, init)
   if transpose:
-    order = jnp.argsort(col_of_row).astype(idx)
+    order = cast(jnp.argsort(col_of_row), idx)
     return col_of_row[order], order
   return jnp.arange(n, dtype=idx), col_of_row

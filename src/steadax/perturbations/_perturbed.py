@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._core._policy import compute_dtype, hyper
+from .._core._policy import cast, compute_dtype, hyper
 from ..tree._leafwise import arith_dtype, as_array, cast_to, map_leaves, with_weak
 from ..tree._random import tree_random_like
 
@@ -127,7 +127,7 @@ def make_perturbed_fun(
 
       def shift(xi, zi):
         cdt = compute_dtype(xi.dtype, zi.dtype)
-        return (cast_to(xi, cdt) + hyper(sigma, cdt) * cast_to(zi, cdt)).astype(xi.dtype)
+        return cast(cast_to(xi, cdt) + hyper(sigma, cdt) * cast_to(zi, cdt), xi.dtype)
 
       y = jax.lax.stop_gradient(map_leaves("make_perturbed_fun", shift, x, z))
 
@@ -140,13 +140,13 @@ def make_perturbed_fun(
       terms = jax.tree_util.tree_leaves(map_leaves("make_perturbed_fun", log_prob, x, y))
       score = jnp.zeros([], compute_dtype(*[t.dtype for t in terms]))
       for t in terms:
-        score = score + t.astype(score.dtype)
+        score = score + cast(t, score.dtype)
       box = _magic_box(score)
 
       def estimate(out, base):
         out = as_array(out)
         cdt = arith_dtype(with_weak(out.dtype, 0.0))
-        b = box.astype(cdt)
+        b = cast(box, cdt)
         value = b * cast_to(out, cdt)
         if base is not None:
           value = value + (jnp.asarray(1, cdt) - b) * cast_to(base, cdt)
@@ -162,7 +162,7 @@ def make_perturbed_fun(
     reference = baseline if baseline is not None else jax.eval_shape(fun, x)
     return map_leaves(
         "make_perturbed_fun",
-        lambda s, ref: jnp.mean(s, axis=0).astype(with_weak(ref.dtype, 0.0)),
+        lambda s, ref: cast(jnp.mean(s, axis=0), with_weak(ref.dtype, 0.0)),
         samples,
         reference,
         names=["fun(x)"],

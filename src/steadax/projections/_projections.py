@@ -22,9 +22,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype, hyper, key_path_str, promote_types, real_dtype
+from .._core._policy import (
+    cast,
+    compute_dtype,
+    hyper,
+    key_path_str,
+    promote_types,
+    real_dtype,
+    with_weak,
+)
 from .._linalg._common import concrete_number
-from ..tree._leafwise import flatten_like, with_weak
+from ..tree._leafwise import flatten_like
 
 __all__ = [
     "projection_non_negative",
@@ -106,7 +114,7 @@ def _vdot(xs: list[jax.Array], ys: list[jax.Array], cdt: Any) -> jax.Array:
   """``sum(conj(x) * y)`` over the leaves, in ``cdt``."""
   total = jnp.zeros([], cdt)
   for x, y in zip(xs, ys):
-    x, y = x.astype(cdt), y.astype(cdt)
+    x, y = cast(x, cdt), cast(y, cdt)
     total = total + jnp.sum(jnp.conj(x) * y if jnp.iscomplexobj(x) else x * y)
   return total
 
@@ -115,7 +123,7 @@ def _sum_sq(xs: list[jax.Array], cdt: Any) -> jax.Array:
   rdt = real_dtype(cdt)
   total = jnp.zeros([], rdt)
   for x in xs:
-    x = x.astype(cdt)
+    x = cast(x, cdt)
     total = total + jnp.sum(jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x)
   return total
 
@@ -127,7 +135,7 @@ def _modulus_and_phase(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return modulus, jnp.where(x < 0, -jnp.ones_like(x), jnp.ones_like(x))
   nonzero = modulus > 0
   safe = jnp.where(nonzero, modulus, jnp.ones_like(modulus))
-  return modulus, jnp.where(nonzero, x / safe.astype(x.dtype), jnp.ones_like(x))
+  return modulus, jnp.where(nonzero, x / cast(safe, x.dtype), jnp.ones_like(x))
 
 
 def _simplex_threshold(values: jax.Array, scale: jax.Array) -> jax.Array:
@@ -141,7 +149,7 @@ def _simplex_threshold(values: jax.Array, scale: jax.Array) -> jax.Array:
   partial_sums = jnp.cumsum(ordered)
   counts = jnp.arange(1, n + 1, dtype=values.dtype)
   rho = jnp.maximum(jnp.count_nonzero(ordered * counts > partial_sums - scale), 1)
-  return (partial_sums[rho - 1] - scale) / rho.astype(values.dtype)
+  return (partial_sums[rho - 1] - scale) / cast(rho, values.dtype)
 
 
 def _split_like(flat: jax.Array, leaves: list[jax.Array]) -> list[jax.Array]:
@@ -214,9 +222,9 @@ def _box(owner: str, names: tuple[str, str], tree: Any, lower: Any, upper: Any) 
       raise ValueError(f"{owner}: {names[0]} exceeds {names[1]} at {where()}; the box is empty.")
     out_dtype = with_weak(x.dtype, lo, hi)
     cdt = compute_dtype(out_dtype) if jnp.issubdtype(out_dtype, jnp.inexact) else out_dtype
-    lo_b = jnp.broadcast_to(jnp.asarray(lo).astype(cdt), x.shape)
-    hi_b = jnp.broadcast_to(jnp.asarray(hi).astype(cdt), x.shape)
-    out.append(jnp.minimum(jnp.maximum(x.astype(cdt), lo_b), hi_b).astype(out_dtype))
+    lo_b = jnp.broadcast_to(cast(lo, cdt), x.shape)
+    hi_b = jnp.broadcast_to(cast(hi, cdt), x.shape)
+    out.append(cast(jnp.minimum(jnp.maximum(cast(x, cdt), lo_b), hi_b), out_dtype))
   return treedef.unflatten(out)
 
 
@@ -286,23 +294,23 @@ def projection_simplex(tree: Any, scale: Any = 1) -> Any:
   _check_scalar(owner, "scale", scale)
   leaves, treedef = _leaves(owner, "tree", tree, complex_ok=False)
   if not leaves or sum(x.size for x in leaves) == 0:
-    return treedef.unflatten([x.astype(_out_dtype(x)) for x in leaves])
+    return treedef.unflatten([cast(x, _out_dtype(x)) for x in leaves])
   cdt = _common_dtype(leaves)
-  flat = jnp.concatenate([x.astype(cdt).ravel() for x in leaves])
+  flat = jnp.concatenate([cast(x, cdt).ravel() for x in leaves])
   tau = _simplex_threshold(flat, hyper(scale, cdt))
   out = _split_like(jnp.maximum(flat - tau, 0), leaves)
-  return treedef.unflatten([p.astype(_out_dtype(x)) for p, x in zip(out, leaves)])
+  return treedef.unflatten([cast(p, _out_dtype(x)) for p, x in zip(out, leaves)])
 
 
 def _l1(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   _check_scalar(owner, "scale", scale)
   leaves, treedef = _leaves(owner, "tree", tree, complex_ok=True)
   if not leaves or sum(x.size for x in leaves) == 0:
-    return treedef.unflatten([x.astype(_out_dtype(x)) for x in leaves])
+    return treedef.unflatten([cast(x, _out_dtype(x)) for x in leaves])
   cdt = _common_dtype(leaves)
   rdt = real_dtype(cdt)
-  parts = [_modulus_and_phase(x.astype(compute_dtype(_out_dtype(x)))) for x in leaves]
-  moduli = jnp.concatenate([m.astype(rdt).ravel() for m, _ in parts])
+  parts = [_modulus_and_phase(cast(x, compute_dtype(_out_dtype(x)))) for x in leaves]
+  moduli = jnp.concatenate([cast(m, rdt).ravel() for m, _ in parts])
   tau = _simplex_threshold(moduli, hyper(scale, rdt))
   if ball:
     # Inside the ball the simplex threshold is non-positive: the point is its own projection.
@@ -310,10 +318,10 @@ def _l1(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   shrunk = _split_like(jnp.maximum(moduli - tau, 0), leaves)
   out = []
   for x, (_, phase), m in zip(leaves, parts, shrunk):
-    p = phase * m.astype(phase.dtype)
+    p = phase * cast(m, phase.dtype)
     if ball:
-      p = jnp.where(tau > 0, p, x.astype(p.dtype))
-    out.append(p.astype(_out_dtype(x)))
+      p = jnp.where(tau > 0, p, cast(x, p.dtype))
+    out.append(cast(p, _out_dtype(x)))
   return treedef.unflatten(out)
 
 
@@ -375,7 +383,7 @@ def _l2(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   for x in leaves:
     out_dtype = _out_dtype(x)
     cdt = compute_dtype(out_dtype, rdt)
-    out.append((x.astype(cdt) * factor.astype(cdt)).astype(out_dtype))
+    out.append(cast(cast(x, cdt) * cast(factor, cdt), out_dtype))
   return treedef.unflatten(out)
 
 
@@ -442,14 +450,14 @@ def projection_linf_ball(tree: Any, scale: Any = 1) -> Any:
     out_dtype = _out_dtype(x) if not jnp.issubdtype(x.dtype, jnp.integer) else with_weak(x.dtype, scale)
     cdt = compute_dtype(out_dtype) if jnp.issubdtype(out_dtype, jnp.inexact) else out_dtype
     radius = jnp.asarray(hyper(scale, real_dtype(cdt)))
-    xc = x.astype(cdt)
+    xc = cast(x, cdt)
     if jnp.iscomplexobj(xc):
       modulus = jnp.abs(xc)
       over = modulus > radius
       factor = jnp.where(over, radius / jnp.where(over, modulus, jnp.ones_like(modulus)), jnp.ones_like(modulus))
-      out.append((xc * factor.astype(cdt)).astype(out_dtype))
+      out.append(cast(xc * cast(factor, cdt), out_dtype))
     else:
-      out.append(jnp.minimum(jnp.maximum(xc, -radius), radius).astype(out_dtype))
+      out.append(cast(jnp.minimum(jnp.maximum(xc, -radius), radius), out_dtype))
   return treedef.unflatten(out)
 
 
@@ -480,10 +488,10 @@ def _combine(add_x: bool, coef: jax.Array, xs: list[jax.Array], as_: list[jax.Ar
   for x, a in zip(xs, as_):
     out_dtype = promote_types(_out_dtype(x), _out_dtype(a))
     cdt = compute_dtype(out_dtype, coef.dtype)
-    term = coef.astype(cdt) * a.astype(cdt)
+    term = cast(coef, cdt) * cast(a, cdt)
     if add_x:
-      term = x.astype(cdt) + term
-    out.append(term.astype(out_dtype))
+      term = cast(x, cdt) + term
+    out.append(cast(term, out_dtype))
   return out
 
 

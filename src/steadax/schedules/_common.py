@@ -9,13 +9,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype, hyperparam_dtype
+from .._core._policy import COUNTER_DTYPE, compute_dtype, hyperparam_dtype
 
 __all__ = ["cast", "declared_dtype", "value_dtype", "as_count", "concrete_number", "static_steps"]
 
 
 def cast(value: Any, dtype: Any) -> jax.Array:
-  """``value`` (number, array or tracer) as a jax array of ``dtype``; complex to real keeps the real part."""
+  """``value`` (number, array or tracer) as a jax array of ``dtype``; complex to real keeps the real part.
+
+  The schedules' one cast: a complex value for a real dtype keeps its real part, as with
+  ``_policy.hyper``, but the result is always a jax array (a schedule's value is one; ``hyper``
+  folds Python numbers to numpy constants).
+  """
   value = jnp.asarray(value)
   if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
     value = jnp.real(value)
@@ -45,9 +50,11 @@ def as_count(count: Any, *steps: Any) -> jax.Array:
   """
   count = jnp.asarray(count)
   if count.dtype == jnp.bool_:
-    count = count.astype(jnp.int32)
+    count = cast(count, COUNTER_DTYPE)
   if jnp.issubdtype(count.dtype, jnp.integer) and any(isinstance(s, float) for s in steps):
-    count = count.astype(jnp.float32)
+    # Schedules evaluate in float32 (value_dtype) unless an argument is declared wider; a
+    # fractional step count joins that dtype (exact up to 2**24 steps).
+    count = cast(count, compute_dtype())
   return count
 
 

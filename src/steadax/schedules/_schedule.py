@@ -73,7 +73,7 @@ class PolynomialSchedule(Module):
     steps = jnp.clip(count - self.transition_begin, 0, self.transition_steps)
     # (T - t) / T rather than 1 - t / T: exact 0 at the end even when XLA divides by multiplying
     # with 1 / T, so a fractional power never sees a negative base.
-    frac = (self.transition_steps - steps).astype(dtype) / self.transition_steps
+    frac = cast(self.transition_steps - steps, dtype) / self.transition_steps
     init, end = cast(self.init_value, dtype), cast(self.end_value, dtype)
     return (init - end) * frac ** cast(self.power, dtype) + end
 
@@ -156,7 +156,7 @@ class ExponentialDecay(Module):
   def __call__(self, count: Any) -> jax.Array:
     dtype = value_dtype(self.init_value, self.decay_rate, self.end_value)
     shifted = as_count(count, self.transition_begin) - self.transition_begin
-    exponent = shifted.astype(dtype) / self.transition_steps
+    exponent = cast(shifted, dtype) / self.transition_steps
     if self.staircase:
       exponent = jnp.floor(exponent)
     init, rate = cast(self.init_value, dtype), cast(self.decay_rate, dtype)
@@ -233,7 +233,7 @@ class CosineDecay(Module):
 
   def __call__(self, count: Any) -> jax.Array:
     dtype = value_dtype(self.init_value, self.alpha, self.exponent)
-    t = jnp.minimum(as_count(count, self.decay_steps), self.decay_steps).astype(dtype)
+    t = cast(jnp.minimum(as_count(count, self.decay_steps), self.decay_steps), dtype)
     cosine = 0.5 * (1 + jnp.cos(jnp.pi * t / self.decay_steps))
     # Rounding can leave cos(pi) a hair above -1; a negative base with a fractional exponent is NaN.
     cosine = jnp.maximum(cosine, 0)
@@ -368,7 +368,7 @@ class PiecewiseInterpolate(Module):
     value = jnp.where(bounds[-1] <= count, values[-1], jnp.zeros([], dtype))
     for i in range(len(self.boundaries)):
       low, high = bounds[i], bounds[i + 1]
-      pct = (count - low).astype(dtype) / max(high - low, 1)
+      pct = cast(count - low, dtype) / max(high - low, 1)
       inside = (low <= count) & (count < high)
       value = jnp.where(inside, _interpolate(self.interpolate_type, values[i], values[i + 1], pct), value)
     return value

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype, key_path_str, promote_types, real_dtype
+from .._core._policy import cast, compute_dtype, key_path_str, promote_types, real_dtype
 
 __all__ = ["hvp", "hessian_diag", "fisher_diag"]
 
@@ -48,7 +48,7 @@ def _param_leaves(owner: str, params: Any) -> tuple[list[jax.Array], Any, np.dty
           f"{owner}: `params` at {path} has dtype {leaf.dtype}; derivatives need floating parameters."
       )
     arrays.append(leaf)
-  dtype = promote_types(*[x.dtype for x in arrays]) if arrays else np.dtype(jnp.float32)
+  dtype = promote_types(*[x.dtype for x in arrays]) if arrays else compute_dtype()
   return arrays, treedef, dtype
 
 
@@ -60,7 +60,7 @@ def _check_callable(owner: str, name: str, fn: Any) -> None:
 def _ravel(leaves: list[jax.Array], dtype: Any) -> jax.Array:
   if not leaves:
     return jnp.zeros((0,), dtype)
-  return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves])
+  return jnp.concatenate([cast(jnp.ravel(x), dtype) for x in leaves])
 
 
 def _unravel(flat: jax.Array, leaves: list[jax.Array], treedef: Any) -> Any:
@@ -70,7 +70,7 @@ def _unravel(flat: jax.Array, leaves: list[jax.Array], treedef: Any) -> Any:
     piece = flat[start:start + x.size]
     if jnp.iscomplexobj(piece) and not jnp.issubdtype(x.dtype, jnp.complexfloating):
       piece = jnp.real(piece)
-    out.append(piece.reshape(x.shape).astype(x.dtype))
+    out.append(cast(piece.reshape(x.shape), x.dtype))
     start += x.size
   return treedef.unflatten(out)
 
@@ -185,6 +185,6 @@ def fisher_diag(negative_log_likelihood: LossFn, params: Any, inputs: jax.Array,
   grads = jax.grad(negative_log_likelihood)(treedef.unflatten(leaves), inputs, targets)
   flat = _ravel(jax.tree_util.tree_leaves(grads), dtype)
   cdt = compute_dtype(dtype)
-  flat = flat.astype(cdt)
+  flat = cast(flat, cdt)
   squared = jnp.real(flat * jnp.conj(flat)) if jnp.iscomplexobj(flat) else flat * flat
-  return squared.astype(real_dtype(dtype))
+  return cast(squared, real_dtype(dtype))
