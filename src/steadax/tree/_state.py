@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
-from .._core._state_tree import KeyPath, Filtering
+from .._core._state_tree import Filtering
 from .._core._state_tree import NamedTupleKey as NamedTupleKey
 from .._core._state_tree import ParamsMarker as _ParamsMarker
 from .._core._state_tree import tree_get_all_with_path as tree_get_all_with_path

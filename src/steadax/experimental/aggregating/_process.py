@@ -23,17 +23,16 @@ from ..._core._base import (
     GradientTransformation,
     GradientTransformationExtraArgs,
     Transformation,
+    _set_function_pair,
     identity,
     with_extra_args_support,
 )
+from ..._core._combine import Chain
+from ..._core._contract import conform_init, conform_state
+from ..._core._leafwise import Scalars
 from ..._core._module import child_field, static_field
-from ..._core._policy import (
-    as_compute,
-    compute_dtype,
-    key_path_str,
-    safe_increment,
-    zero_count,
-)
+from ..._core._policy import as_compute, compute_dtype, key_path_str, safe_increment, zero_count
+from ..._core._roles import COUNTER, OTHER, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
 from ...tree._state import tree_get
 
@@ -93,21 +92,22 @@ class _FunctionAggregator(Aggregator):
   update_fn: Callable = static_field()
 
   def __init__(self, init: Any = None, update: Any = None, **fields: Any):
-    init = fields.pop("init_fn", init)
-    update = fields.pop("update_fn", update)
-    if fields:
-      raise TypeError(f"Aggregator: unexpected arguments {sorted(fields)}; expected `init` and `update`.")
-    for name, fn in (("init", init), ("update", update)):
-      if not callable(fn):
-        raise TypeError(f"Aggregator: `{name}` must be a callable, got {fn!r}.")
-    object.__setattr__(self, "init_fn", init)
-    object.__setattr__(self, "update_fn", update)
+    _set_function_pair(self, "Aggregator", init, update, fields)
 
+  @property
+  def owner(self) -> str:
+    return f"Aggregator({getattr(self.update_fn, '__qualname__', 'update')})"
+
+  # A function pair goes through the contract as every transformation does: a strongly typed
+  # fresh state, and a new state with exactly the old one's types. The aggregated update has no
+  # per-element counterpart to compare with (it drops the batch axes), as for steadax's own
+  # aggregators (``updates_follow_params = False``).
   def init(self, params):
-    return self.init_fn(params)
+    return conform_init(self.owner, self.init_fn(params))
 
   def update(self, updates, state, params=None, **extra_args):
-    return self.update_fn(updates, state, params, **extra_args)
+    aggregated, new_state = self.update_fn(updates, state, params, **extra_args)
+    return aggregated, conform_state(self.owner, state, new_state)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -252,6 +252,8 @@ class _AveragePerElement(Transformation, Aggregator):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     axes = _axes(self.per_elt_axis)
+    # A reduction over the batch axes (the result has another shape, so not leafwise): the mean is
+    # taken in at least float32 and returned in the leaf's dtype.
     (means,) = _map_with_path(
         lambda path, x: (_batch_stats(self.name, x, axes, path)[0].astype(x.dtype),), updates
     ) or (updates,)
@@ -277,6 +279,7 @@ def average_per_element_updates(per_elt_axis: int | Sequence[int] = 0) -> Aggreg
   return _AveragePerElement(per_elt_axis=_check_axis("average_per_element_updates", per_elt_axis))
 
 
+@state_roles(micro_step=COUNTER, ready=OTHER, avg_grad=accumulator())
 class AccumulateAvgUpdatesState(NamedTuple):
   """State of ``accumulate_avg_updates``: the int32 micro-step, whether the last step emitted, and
   the running mean of the updates."""
@@ -288,6 +291,7 @@ class AccumulateAvgUpdatesState(NamedTuple):
 
 class _AccumulateAvg(Transformation):
   name = "accumulate_avg_updates"
+  State = AccumulateAvgUpdatesState
   accumulation_steps: int = static_field(default=1)
 
   def init_fn(self, params):
@@ -299,12 +303,12 @@ class _AccumulateAvg(Transformation):
     micro_step = safe_increment(state.micro_step)
     emit = micro_step == self.accumulation_steps
 
-    def leaf(u, a):
-      cdt = compute_dtype(u.dtype, a.dtype)
-      mean = as_compute(a, cdt) + (as_compute(u, cdt) - as_compute(a, cdt)) / micro_step.astype(cdt)
-      return mean.astype(a.dtype)
+    def leaf(k, u, a):
+      return u, a + (u - a) / k.seen  # the running mean; the update output is unused
 
-    avg = tree_map(leaf, updates, state.avg_grad)
+    scalars = lambda dt: Scalars(seen=micro_step)
+    _, avg = self.leafwise(leaf, updates, state.avg_grad, scalars=scalars)
+    # The emitted mean is the stored one (as Optax's), in the incoming updates' dtypes.
     out = tree_map(lambda m, u: jnp.where(emit, m, jnp.zeros_like(m)).astype(u.dtype), avg, updates)
     new_state = AccumulateAvgUpdatesState(
         micro_step=jnp.where(emit, jnp.zeros_like(micro_step), micro_step),
@@ -342,21 +346,11 @@ def accumulate_avg_updates(accumulation_steps: int) -> GradientTransformation:
   return _AccumulateAvg(accumulation_steps=steps)
 
 
-class _AggregatorChain(Transformation, Aggregator):
+class _AggregatorChain(Chain, Aggregator):
+  """``chain``'s one implementation, typed as an Aggregator (its first link drops the batch axes)."""
+
   name = "average_incrementally_updates"
-  requires_float = False
   updates_follow_params = False
-  transforms: tuple = child_field(())
-
-  def init_fn(self, params):
-    return tuple(t.init(params) for t in self.transforms)
-
-  def update_fn(self, updates, state, params=None, **extra_args):
-    new_state = []
-    for t, s in zip(self.transforms, state):
-      updates, s = t.update(updates, s, params, **extra_args)
-      new_state.append(s)
-    return updates, tuple(new_state)
 
 
 def average_incrementally_updates(

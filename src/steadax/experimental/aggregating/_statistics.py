@@ -18,20 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._core._base import GradientTransformation, Transformation, identity
+from ..._core._base import EmptyState, GradientTransformation, Transformation, identity
 from ..._core._checks import check_range
 from ..._core._combine import chain
+from ..._core._leafwise import Scalars, leafwise
 from ..._core._module import hyper_field, static_field
-from ..._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    key_path_str,
-    real_dtype,
-    safe_increment,
-    scalar_stat_dtype,
-    zero_count,
-)
+from ..._core._policy import hyper, key_path_str, real_dtype, safe_increment, scalar_stat_dtype, zero_count
+from ..._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
 from ...tree._state import tree_get
 from ._process import Aggregator, _axes, _batch_stats, _check_axis, _check_steps, _map_with_path, process
@@ -78,6 +71,8 @@ def get_batch_size_from_per_elt_updates(per_elt_updates: Any, per_elt_axis: int 
   return sizes[0][1]
 
 
+@state_roles(micro_step=COUNTER, ready=OTHER, mean_grads=accumulator(),
+             sum_sq_diff_grads=accumulator(real=True))
 class PerElementMeanAndSumSqDiffGradsState(NamedTuple):
   """State of ``get_per_element_mean_and_sum_sq_diff_grads`` with accumulation: the int32
   micro-step, whether the last step emitted, the running mean and the sum of squared deviations."""
@@ -91,12 +86,13 @@ class PerElementMeanAndSumSqDiffGradsState(NamedTuple):
 class _MeanAndSumSq(Transformation, Aggregator):
   name = "get_per_element_mean_and_sum_sq_diff_grads"
   updates_follow_params = False
+  State = PerElementMeanAndSumSqDiffGradsState
   per_elt_axis: Any = static_field(default=0)
   accumulation_steps: int = static_field(default=1)
 
   def init_fn(self, params):
     if self.accumulation_steps == 1:
-      return super().init_fn(params)
+      return EmptyState()
     return PerElementMeanAndSumSqDiffGradsState(
         micro_step=zero_count(),
         ready=jnp.zeros([], jnp.bool_),
@@ -109,6 +105,8 @@ class _MeanAndSumSq(Transformation, Aggregator):
     batch_size = get_batch_size_from_per_elt_updates(updates, self.per_elt_axis)
     means, sums = _map_with_path(lambda path, x: _batch_stats(self.name, x, axes, path), updates) or ({}, {})
     if self.accumulation_steps == 1:
+      # Batch reductions (not leafwise: the batch axes are gone), computed in at least float32 and
+      # returned in each leaf's dtype (its real dtype for the sums of squares).
       means = tree_map(lambda m, x: m.astype(x.dtype), means, updates)
       sums = tree_map(lambda s, x: s.astype(real_dtype(x.dtype)), sums, updates)
       return (means, {"sum_sq_diff_grads": sums, "sample_size": batch_size}), state
@@ -117,23 +115,19 @@ class _MeanAndSumSq(Transformation, Aggregator):
     micro_step = safe_increment(seen)
     emit = micro_step == self.accumulation_steps
 
-    def merge(batch_mean, batch_sum, mean, total):
-      cdt = compute_dtype(batch_mean.dtype, mean.dtype)
-      rdt = real_dtype(cdt)
-      delta = as_compute(batch_mean, cdt) - as_compute(mean, cdt)
-      new_mean = as_compute(mean, cdt) + delta / micro_step.astype(cdt)
-      # Chan et al.: M2 = M2_a + M2_b + |delta|^2 n_a n_b / (n_a + n_b), n_a = seen * B, n_b = B.
-      weight = (seen.astype(rdt) * batch_size) / micro_step.astype(rdt)
+    def merge(k, batch_mean, mean, total, batch_sum):
+      # Chan et al. 1982, Eq. 2.1: M2 = M2_a + M2_b + |delta|^2 n_a n_b / (n_a + n_b), with
+      # n_a = seen * B, n_b = B; the mean moves by delta n_b / (n_a + n_b).
+      delta = batch_mean - mean
       sq = jnp.real(delta * jnp.conj(delta)) if jnp.iscomplexobj(delta) else delta * delta
-      new_total = as_compute(total, rdt) + as_compute(batch_sum, rdt) + sq * weight
-      return new_mean.astype(mean.dtype), new_total.astype(total.dtype)
+      new_mean = mean + delta / k.merged
+      return new_mean, new_mean, total + batch_sum + sq * k.weight  # (unused update, *state)
 
-    flat_means, treedef = jax.tree_util.tree_flatten(means)
-    merged = [merge(*args) for args in zip(flat_means, treedef.flatten_up_to(sums),
-                                           treedef.flatten_up_to(state.mean_grads),
-                                           treedef.flatten_up_to(state.sum_sq_diff_grads))]
-    new_mean = treedef.unflatten([m for m, _ in merged])
-    new_total = treedef.unflatten([t for _, t in merged])
+    def scalars(dt):
+      return Scalars(merged=micro_step, weight=hyper(seen, dt) * batch_size / hyper(micro_step, dt))
+
+    _, new_mean, new_total = self.leafwise(
+        merge, means, state.mean_grads, state.sum_sq_diff_grads, reads=(sums,), scalars=scalars)
     def emitted(tree):  # the statistics on the emitting step, zeros before
       return tree_map(lambda x: jnp.where(emit, x, jnp.zeros_like(x)), tree)
 
@@ -185,6 +179,8 @@ def get_per_element_mean_and_sum_sq_diff_grads(
                        accumulation_steps=_check_steps(owner, accumulation_steps))
 
 
+@state_roles(count=COUNTER, ema_decay=SCALAR, mean_grads_ema=accumulator(),
+             variance_grads_ema=accumulator(real=True))
 class PerElementMeanAndVarianceEMAState(NamedTuple):
   """State of ``track_per_element_mean_and_variance_with_ema``: the int32 count, the decay, and the
   moving averages of the mean and of the variance of per-element gradients."""
@@ -197,6 +193,7 @@ class PerElementMeanAndVarianceEMAState(NamedTuple):
 
 class _TrackMeanVarianceEma(Transformation):
   name = "track_per_element_mean_and_variance_with_ema"
+  State = PerElementMeanAndVarianceEMAState
   ema_decay: Any = hyper_field(0.9)
 
   def init_fn(self, params):
@@ -217,17 +214,17 @@ class _TrackMeanVarianceEma(Transformation):
       )
     sums, sample_size = extra_args["sum_sq_diff_grads"], extra_args["sample_size"]
 
-    def ema(new, old):
-      cdt = compute_dtype(new.dtype, old.dtype)
-      decay = hyper(self.ema_decay, cdt)
-      return ((1 - decay) * as_compute(new, cdt) + decay * as_compute(old, cdt)).astype(old.dtype)
+    def ema(k, new, old):  # the update output is unused: updates pass unchanged
+      return new, (1 - k.decay) * new + k.decay * old
 
-    def variance(total, old):
-      cdt = compute_dtype(total.dtype, old.dtype)
-      return as_compute(total, cdt) / (jnp.asarray(sample_size).astype(cdt) - 1)
+    def variance_ema(k, total, old):  # the unbiased variance sum / (n - 1), then its average
+      return ema(k, total / k.dof, old)
 
-    mean_ema = tree_map(ema, updates, state.mean_grads_ema)
-    var_ema = tree_map(lambda t, v: ema(variance(t, v), v), sums, state.variance_grads_ema)
+    def scalars(dt):
+      return Scalars(decay=hyper(self.ema_decay, dt), dof=hyper(sample_size, dt) - 1)
+
+    _, mean_ema = self.leafwise(ema, updates, state.mean_grads_ema, scalars=scalars)
+    _, var_ema = self.leafwise(variance_ema, sums, state.variance_grads_ema, scalars=scalars)
     return updates, state._replace(
         count=safe_increment(state.count), mean_grads_ema=mean_ema, variance_grads_ema=var_ema
     )
@@ -286,13 +283,11 @@ def get_unbiased_mean_and_variance_ema(state: Any) -> tuple[Any, Any]:
         "(build the optimizer with add_mean_variance_to_opt)."
     )
   decay = found.ema_decay
-  correction = 1 - decay ** found.count.astype(decay.dtype)
-
-  def unbias(x):
-    cdt = compute_dtype(x.dtype, correction.dtype)
-    return (as_compute(x, cdt) / correction.astype(cdt)).astype(x.dtype)
-
-  return tree_map(unbias, found.mean_grads_ema), tree_map(unbias, found.variance_grads_ema)
+  correction = 1 - decay ** hyper(found.count, decay.dtype)
+  scalars = lambda dt: Scalars(correction=correction)
+  unbias = lambda tree: leafwise(  # noqa: E731
+      "get_unbiased_mean_and_variance_ema", lambda k, x: x / k.correction, tree, scalars=scalars)[0]
+  return unbias(found.mean_grads_ema), unbias(found.variance_grads_ema)
 
 
 def add_mean_variance_to_opt(
