@@ -102,7 +102,7 @@ class DAdaptAdamW(Transformation):
       raise ValueError("dadapt_adamw: `params` must be passed to update() (for the weight decay).")
     stat = state.estim_lr.dtype
     count = safe_increment(state.count)
-    k = count.astype(stat)
+    k = count.astype(stat)  # the int32 count as an exponent of the bias corrections
     beta1, beta2 = hyper(self.betas[0], stat), hyper(self.betas[1], stat)
     # sqrt taken on the hyperparameter itself (a Python float in float64), as the reference does.
     sqrt_beta2 = hyper(self.betas[1] ** 0.5, stat)

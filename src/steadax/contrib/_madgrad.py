@@ -72,7 +72,7 @@ class ScaleByMadgrad(Transformation):
     def scalars(dt):
       eps = hyper(self.eps, dt)
       # λ_k = (lr + eps) sqrt(k + 1), with k the number of previous steps (Algorithm 1).
-      lamb = (hyper(lr, dt) + eps) * jnp.sqrt(state.count.astype(dt) + 1)
+      lamb = (hyper(lr, dt) + eps) * jnp.sqrt(state.count.astype(dt) + 1)  # the int32 count as a number
       return Scalars(lamb=lamb, eps=eps, c=hyper(self.momentum, dt), one_minus_c=hyper(1 - self.momentum, dt))
 
     def leaf(k, g, v, s, x0, x):

@@ -208,7 +208,7 @@ class MomoAdam(Transformation):
     stat = state.barf.dtype
     value = scalar_value(self.name, extra_args.get("value"), stat)
     count = safe_increment(state.count)
-    t = count.astype(stat)
+    t = count.astype(stat)  # the int32 count as an exponent of the bias corrections
     b1, b2 = hyper(self.b1, stat), hyper(self.b2, stat)
     barf = b1 * state.barf + (1 - b1) * value
     bc1, bc2 = 1 - b1**t, 1 - b2**t

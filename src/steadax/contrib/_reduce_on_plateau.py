@@ -123,6 +123,7 @@ class ReduceOnPlateau(Transformation):
     stat = state.avg_value.dtype
     value = scalar_value(self.name, extra_args.get("value"), stat)
     count = safe_increment(state.count)
+    # The running mean of the window; the int32 counts as numbers.
     avg = (state.count.astype(stat) * state.avg_value + value) / count.astype(stat)
     complete = count >= hyper(self.accumulation_size, COUNTER_DTYPE)
     scale, best, plateau, cooldown = self._evaluate(state, avg)

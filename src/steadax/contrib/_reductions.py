@@ -114,4 +114,4 @@ def scalar_value(owner: str, value: Any, dtype: Any) -> jax.Array:
     raise ValueError(f"{owner}: `value` must be a scalar loss, got an array of shape {value.shape}.")
   if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
     raise TypeError(f"{owner}: `value` must be a real number, got dtype {value.dtype}.")
-  return value.astype(dtype)
+  return value.astype(dtype)  # the loss enters the statistics in their dtype

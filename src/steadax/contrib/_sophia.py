@@ -187,6 +187,7 @@ class ScaleBySophia(Transformation):
 
     def scalars(dt):
       return Scalars(b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt),
+                     # the int32 count as the bias correction's exponent
                      c1=1 - hyper(self.b1, dt) ** count.astype(dt), gamma=hyper(self.gamma, dt),
                      eps=hyper(self.eps, dt),
                      clip=None if self.clip_threshold is None else hyper(self.clip_threshold, dt))
