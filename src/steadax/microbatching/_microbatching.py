@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._policy import compute_dtype
+from .._core._policy import cast, compute_dtype
 
 __all__ = [
     "AccumulationType",
@@ -139,16 +139,17 @@ def _wide_zeros(spec: Any) -> _Carry:
 
 def _add(carry: _Carry, value: Any, index: Any) -> _Carry:
   del index
-  return _Carry(carry.value + jnp.asarray(value).astype(carry.value.dtype), carry.out_dtype)
+  return _Carry(carry.value + cast(value, carry.value.dtype), carry.out_dtype)
 
 
 def _wide_reduce(reduce: Callable[..., jax.Array]) -> Callable[[jax.Array], jax.Array]:
-  return lambda v: reduce(v.astype(_acc_dtype(v.dtype)), axis=0).astype(v.dtype)
+  # Reduced in the accumulation dtype (at least float32), returned in the values' own.
+  return lambda v: cast(reduce(cast(v, _acc_dtype(v.dtype)), axis=0), v.dtype)
 
 
 def _sum() -> Accumulator:
   return _leafwise(
-      _wide_zeros, _add, lambda c: c.value.astype(c.out_dtype), _wide_reduce(jnp.sum))
+      _wide_zeros, _add, lambda c: cast(c.value, c.out_dtype), _wide_reduce(jnp.sum))
 
 
 def _mean(num_microbatches: int) -> Accumulator:
@@ -160,7 +161,7 @@ def _mean(num_microbatches: int) -> Accumulator:
     return _wide_zeros(spec)
 
   return _leafwise(
-      init, _add, lambda c: (c.value / num_microbatches).astype(c.out_dtype), _wide_reduce(jnp.mean))
+      init, _add, lambda c: cast(c.value / num_microbatches, c.out_dtype), _wide_reduce(jnp.mean))
 
 
 def _running_mean() -> Accumulator:
@@ -172,11 +173,11 @@ def _running_mean() -> Accumulator:
     acc = carry.value
     index = jnp.asarray(index)
     # mean_{i+1} = mean_i * i / (i + 1) + x_i / (i + 1): exact whatever the number of steps run.
-    keep = (index / (index + 1)).astype(acc.dtype)
-    new = acc * keep + jnp.asarray(value).astype(acc.dtype) * (1 - keep)
+    keep = cast(index / (index + 1), acc.dtype)
+    new = acc * keep + cast(value, acc.dtype) * (1 - keep)
     return _Carry(new, carry.out_dtype)
 
-  return _leafwise(init, update, lambda c: c.value.astype(c.out_dtype), _wide_reduce(jnp.mean))
+  return _leafwise(init, update, lambda c: cast(c.value, c.out_dtype), _wide_reduce(jnp.mean))
 
 
 def _merged_sharding(x: jax.Array) -> dict:
@@ -197,7 +198,7 @@ def _concat(num_microbatches: int) -> Accumulator:
     return jnp.broadcast_to(jnp.zeros_like(spec), (num_microbatches, *spec.shape))
 
   def update(carry, value, index):
-    return carry.at[index].set(jnp.asarray(value).astype(carry.dtype))
+    return carry.at[index].set(cast(value, carry.dtype))
 
   def finalize(carry):
     # Undo the column-major split: row i + j * n of the batch came from microbatch i, position j.
