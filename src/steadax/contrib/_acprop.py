@@ -17,69 +17,54 @@ from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from .._core._tree import tree_map_n, zeros_like
+from .._core._leafwise import Scalars
+from .._core._module import hyper_field
+from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
+from ..transforms._adam import check_decay_below_one
 from ..transforms._adam_variants import ScaleByBeliefState
 from ..transforms._decay import add_decayed_weights
-from ..transforms._moments import abs_sq
+from ..transforms._moments import abs_sq, moving_average, one_minus_pow
 from ..transforms._scaling import scale_by_learning_rate
-from .._core._module import hyper_field
 
 __all__ = ["scale_by_acprop", "acprop"]
 
 
 class ScaleByAcprop(Transformation):
   name = "scale_by_acprop"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  eps: Any = hyper_field(1e-16)
-  eps_root: Any = hyper_field(1e-16)
-
-  def init_fn(self, params):
-    return ScaleByBeliefState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params, real=True))
+  State = ScaleByBeliefState
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
+  eps: Any = hyper_field(1e-16, check=check_nonnegative)
+  eps_root: Any = hyper_field(1e-16, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
     initial = state.count == 0
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
-      # 1 - b is taken before rounding: 1 - float32(0.999) is 1.3e-5 off in relative terms, which
-      # ACProp's raw-gradient numerator amplifies near a minimum.
-      # The denominator is the moment of the previous step: its bias correction uses the old count
-      # (the first step, which has none, divides by 1).
-      old = jnp.maximum(state.count, np.asarray(1, np.int32)).astype(rdt)
-      return dict(b1=b1, one_minus_b1=hyper(1 - self.b1, cdt), b2=b2, one_minus_b2=hyper(1 - self.b2, rdt),
-                  c2=np.asarray(1, rdt) - b2**old, eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+    def leaf(k, g, m, s):
+      # Algorithm 2: the step divides g_t by the central moment of the steps before t (the first
+      # step, which has none, divides by 1) ...
+      s_hat = jnp.where(initial, jnp.ones_like(s), s / k.c2)
+      u = g / (jnp.sqrt(s_hat) + k.eps)
+      # ... then the moments take g_t in: the belief |g_t - m_{t-1}|^2, and m.
+      s = moving_average(k.b2, s, abs_sq(g - m), k.one_minus_b2) + k.eps_root
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
+      return u, m, s
 
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc, mc, vc = as_compute(g, cdt), as_compute(m, cdt), as_compute(v, rdt)
-      m_new = k["b1"] * mc + k["one_minus_b1"] * gc
-      v_new = k["b2"] * vc + k["one_minus_b2"] * abs_sq(gc - mc).astype(rdt) + k["eps_root"]
-      v_hat = jnp.where(initial, jnp.ones_like(vc), vc / k["c2"])
-      out = gc / (jnp.sqrt(v_hat) + k["eps"]).astype(cdt)
-      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+    def scalars(dt):
+      # 1 - b is taken before rounding (see moving_average): ACProp's raw-gradient numerator
+      # amplifies its error near a minimum. The bias correction is the previous step's (old count).
+      return Scalars(b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt), b2=hyper(self.b2, dt),
+                     one_minus_b2=hyper(1 - self.b2, dt), c2=one_minus_pow(self.b2, jnp.maximum(state.count, 1), dt),
+                     eps=hyper(self.eps, dt), eps_root=hyper(self.eps_root, dt))
 
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)
-
-
-def _check(owner: str, b1: Any, b2: Any, eps: Any, eps_root: Any) -> None:
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "eps_root", eps_root)
 
 
 def scale_by_acprop(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-16, eps_root: Any = 1e-16) -> Transformation:
@@ -104,7 +89,6 @@ def scale_by_acprop(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-16, eps_root: 
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]  # no history yet: g / 1
     Array([2.], dtype=float32)
   """
-  _check("scale_by_acprop", b1, b2, eps, eps_root)
   return ScaleByAcprop(b1, b2, eps, eps_root)
 
 
@@ -144,7 +128,6 @@ def acprop(
     (dtype(bfloat16), dtype(bfloat16))
   """
   check_schedule_or_scalar("acprop", "learning_rate", learning_rate)
-  _check("acprop", b1, b2, eps, eps_root)
   check_nonnegative("acprop", "weight_decay", weight_decay)
   return chain(ScaleByAcprop(b1, b2, eps, eps_root), add_decayed_weights(weight_decay, mask),
                scale_by_learning_rate(learning_rate))

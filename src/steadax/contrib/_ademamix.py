@@ -20,19 +20,17 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from .._core._tree import tree_map_n, zeros_like
+from .._core._policy import safe_increment
+from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import ScalarOrSchedule
-from ..transforms._adam import one_minus_pow
+from ..transforms._adam import adam_denominator, adam_moments, adam_scalars, check_decay_below_one
 from ..transforms._decay import add_decayed_weights
-from ..transforms._moments import abs_sq
+from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate, value_at
 
 __all__ = [
@@ -45,6 +43,8 @@ __all__ = [
 ]
 
 
+@state_roles(count=COUNTER, count_m2=COUNTER, m1=accumulator("mu_dtype"), m2=accumulator("mu_dtype"),
+             nu=accumulator("mu_dtype", real=True))
 class ScaleByAdemamixState(NamedTuple):
   """State of ``scale_by_ademamix`` (Optax's field names).
 
@@ -63,6 +63,7 @@ class ScaleByAdemamixState(NamedTuple):
   nu: Any
 
 
+@state_roles(t=COUNTER, m=accumulator(), n=accumulator(real=True))
 class ScaleBySimplifiedAdEMAMixState(NamedTuple):
   """State of ``scale_by_simplified_ademamix`` (Optax's field names).
 
@@ -79,104 +80,53 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
 
 class ScaleByAdemamix(Transformation):
   name = "scale_by_ademamix"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.999)
-  b3: Any = hyper_field(0.9999)
-  alpha: Any = hyper_field(6.0)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
+  State = ScaleByAdemamixState
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
+  b3: Any = hyper_field(0.9999, check=check_decay_below_one)  # or a schedule
+  alpha: Any = hyper_field(6.0, check=check_nonnegative)  # or a schedule
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
-
-  def init_fn(self, params):
-    return ScaleByAdemamixState(
-        count=zero_count(),
-        count_m2=zero_count(),
-        m1=zeros_like(params, self.mu_dtype),
-        m2=zeros_like(params, self.mu_dtype),
-        nu=zeros_like(params, self.mu_dtype, real=True),
-    )
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    b3_now = value_at(self.b3, state.count_m2)
-    alpha_now = value_at(self.alpha, state.count_m2)
+    b3, alpha = value_at(self.b3, state.count_m2), value_at(self.alpha, state.count_m2)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b3, b2 = hyper(self.b1, cdt), hyper(b3_now, cdt), hyper(self.b2, rdt)
-      return dict(b1=b1, one_minus_b1=hyper(1 - self.b1, cdt), b3=b3, one_minus_b3=hyper(1 - b3_now, cdt),
-                  b2=b2, one_minus_b2=hyper(1 - self.b2, rdt), alpha=hyper(alpha_now, cdt),
-                  c1=one_minus_pow(self.b1, count, rdt).astype(cdt), c2=one_minus_pow(self.b2, count, rdt),
-                  eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+    def leaf(k, g, m1, m2, nu):
+      # Algorithm 1: Adam's fast EMA and second moment, plus a slow EMA (not bias-corrected).
+      m1, nu = adam_moments(k, g, m1, nu)
+      m2 = moving_average(k.b3, m2, g)
+      return (m1 / k.c1 + k.alpha * m2) / adam_denominator(k, nu), m1, m2, nu
 
-    def leaf(g, m1, m2, v):
-      cdt = compute_dtype(g.dtype, m1.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m1_new = k["b1"] * as_compute(m1, cdt) + k["one_minus_b1"] * gc
-      m2_new = k["b3"] * as_compute(m2, cdt) + k["one_minus_b3"] * gc
-      v_new = k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      denom = jnp.sqrt(v_new / k["c2"] + k["eps_root"]) + k["eps"]
-      out = (m1_new / k["c1"] + k["alpha"] * m2_new) / denom.astype(cdt)
-      return out.astype(g.dtype), m1_new.astype(m1.dtype), m2_new.astype(m2.dtype), v_new.astype(v.dtype)
-
-    out, m1, m2, nu = tree_map_n(leaf, 4, updates, state.m1, state.m2, state.nu)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, b3=b3, alpha=alpha, eps=self.eps,
+                                      eps_root=self.eps_root)
+    out, m1, m2, nu = self.leafwise(leaf, updates, state.m1, state.m2, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdemamixState(count=count, count_m2=safe_increment(state.count_m2), m1=m1, m2=m2, nu=nu)
 
 
 class ScaleBySimplifiedAdemamix(Transformation):
   name = "scale_by_simplified_ademamix"
-  b1: Any = hyper_field(0.99)
-  b2: Any = hyper_field(0.95)
-  alpha: Any = hyper_field(0.0)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
-
-  def init_fn(self, params):
-    return ScaleBySimplifiedAdEMAMixState(t=zero_count(), m=zeros_like(params), n=zeros_like(params, real=True))
+  State = ScaleBySimplifiedAdEMAMixState
+  b1: Any = hyper_field(0.99, check=check_decay_below_one)
+  b2: Any = hyper_field(0.95, check=check_decay_below_one)
+  alpha: Any = hyper_field(0.0, check=check_nonnegative)  # or a schedule
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     t = safe_increment(state.t)
-    alpha_now = value_at(self.alpha, state.t)
+    alpha = value_at(self.alpha, state.t)
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b2 = hyper(self.b2, rdt)
-      return dict(b1=hyper(self.b1, cdt), b2=b2, one_minus_b2=hyper(1 - self.b2, rdt),
-                  alpha=hyper(alpha_now, cdt), c2=one_minus_pow(self.b2, t, rdt),
-                  eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt))
+    def leaf(k, g, m, n):
+      # Algorithm 2: an undamped momentum (no 1 - b1 factor, no bias correction) plus alpha g.
+      m = k.b1 * m + g
+      n = moving_average(k.b2, n, abs_sq(g))
+      return (m + k.alpha * g) / adam_denominator(k, n), m, n
 
-    def leaf(g, m, n):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      m_new = k["b1"] * as_compute(m, cdt) + gc
-      n_new = k["b2"] * as_compute(n, rdt) + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
-      denom = jnp.sqrt(n_new / k["c2"] + k["eps_root"]) + k["eps"]
-      out = (m_new + k["alpha"] * gc) / denom.astype(cdt)
-      return out.astype(g.dtype), m_new.astype(m.dtype), n_new.astype(n.dtype)
-
-    out, m, n = tree_map_n(leaf, 3, updates, state.m, state.n)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, t, dt, alpha=alpha, eps=self.eps, eps_root=self.eps_root)
+    out, m, n = self.leafwise(leaf, updates, state.m, state.n, params=params, scalars=scalars)
     return out, ScaleBySimplifiedAdEMAMixState(t=t, m=m, n=n)
-
-
-def _check_common(owner: str, b1: Any, b2: Any, alpha: Any, eps: Any, eps_root: Any) -> None:
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  if not callable(alpha):
-    check_nonnegative(owner, "alpha", alpha)
-  check_nonnegative(owner, "eps", eps)
-  check_nonnegative(owner, "eps_root", eps_root)
-
-
-def _check_ademamix(owner, b1, b2, b3, alpha, eps, eps_root):
-  _check_common(owner, b1, b2, alpha, eps, eps_root)
-  if not callable(b3):
-    check_range(owner, "b3", b3, 0.0, 1.0, high_open=True)
 
 
 def scale_by_ademamix(
@@ -212,7 +162,6 @@ def scale_by_ademamix(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]  # Adam's first step
     Array([1.], dtype=float32)
   """
-  _check_ademamix("scale_by_ademamix", b1, b2, b3, alpha, eps, eps_root)
   return ScaleByAdemamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype=mu_dtype)
 
 
@@ -259,7 +208,6 @@ def ademamix(
     dtype(bfloat16)
   """
   check_schedule_or_scalar("ademamix", "learning_rate", learning_rate)
-  _check_ademamix("ademamix", b1, b2, b3, alpha, eps, eps_root)
   check_nonnegative("ademamix", "weight_decay", weight_decay)
   return chain(ScaleByAdemamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype=mu_dtype),
                add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate))
@@ -294,7 +242,6 @@ def scale_by_simplified_ademamix(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)))[0]  # (g + g) / |g|
     Array([2.], dtype=float32)
   """
-  _check_common("scale_by_simplified_ademamix", b1, b2, alpha, eps, eps_root)
   return ScaleBySimplifiedAdemamix(b1, b2, alpha, eps, eps_root)
 
 
@@ -337,7 +284,6 @@ def simplified_ademamix(
     Array(0, dtype=int32)
   """
   check_schedule_or_scalar("simplified_ademamix", "learning_rate", learning_rate)
-  _check_common("simplified_ademamix", b1, b2, alpha, eps, eps_root)
   check_nonnegative("simplified_ademamix", "weight_decay", weight_decay)
   return chain(ScaleBySimplifiedAdemamix(b1, b2, alpha, eps, eps_root), add_decayed_weights(weight_decay, mask),
                scale_by_learning_rate(learning_rate))

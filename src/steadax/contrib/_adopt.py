@@ -21,30 +21,32 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
-from .._core._tree import tree_map_n, zeros_like
+from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
-from ..transforms._adam import ScaleByAdamState
-from ..transforms._moments import abs_sq
+from ..transforms._adam import ScaleByAdamState, check_decay_below_one
+from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate
 
 __all__ = ["scale_by_adopt", "adopt"]
 
 
 def clip_modulus(x: jax.Array, bound: jax.Array) -> jax.Array:
-  """``clip(x, -bound, bound)``; complex ``x`` has its modulus bounded and keeps its phase."""
+  """``clip(x, -bound, bound)``; complex ``x`` has its modulus bounded and keeps its phase.
+
+  For leaf functions (standard promotion: a complex ``x`` times its real factor stays complex).
+  """
   if not jnp.iscomplexobj(x):
     return jnp.clip(x, -bound, bound)
   modulus = jnp.abs(x)
   over = modulus > bound
   one = jnp.ones_like(modulus)
-  return x * jnp.where(over, bound / jnp.where(over, modulus, one), one).astype(x.dtype)
+  return x * jnp.where(over, bound / jnp.where(over, modulus, one), one)
 
 
 def _fourth_root(count: jax.Array) -> jax.Array:
@@ -54,59 +56,45 @@ def _fourth_root(count: jax.Array) -> jax.Array:
 
 class ScaleByAdopt(Transformation):
   name = "scale_by_adopt"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.9999)
-  eps: Any = hyper_field(1e-06)
+  State = ScaleByAdamState
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.9999, check=check_decay_below_one)
+  eps: Any = hyper_field(1e-06, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=False)
   use_clipping: bool = static_field(default=True)
   clip_value_fn: Callable = static_field(default=_fourth_root)
 
-  def init_fn(self, params):
-    return ScaleByAdamState(count=zero_count(), mu=zeros_like(params, self.mu_dtype),
-                            nu=zeros_like(params, real=True))
+  def __post_init__(self):
+    if not callable(self.clip_value_fn):
+      raise TypeError(
+          f"{self.name}: clip_value_fn must be a callable of the int32 count, got {self.clip_value_fn!r}.")
 
   def update_fn(self, updates, state, params=None, **extra_args):
     started = state.count > 0
     clip_value = self.clip_value_fn(state.count) if self.use_clipping else None
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1 = hyper(self.b1, cdt)
-      # The first step only records v = |g|^2 (b2 -> 0) and leaves m unchanged.
-      b2 = jnp.where(started, hyper(self.b2, rdt), np.asarray(0, rdt))
-      one_minus_b2 = jnp.where(started, hyper(1 - self.b2, rdt), np.asarray(1, rdt))
-      return dict(b1=b1, one_minus_b1=hyper(1 - self.b1, cdt), b2=b2, one_minus_b2=one_minus_b2,
-                  eps=hyper(self.eps, rdt), clip=None if clip_value is None else hyper(clip_value, rdt))
-
-    def leaf(g, m, v):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc, mc, vc = as_compute(g, cdt), as_compute(m, cdt), as_compute(v, rdt)
-      normalised = gc / jnp.maximum(jnp.sqrt(vc), k["eps"]).astype(cdt)
-      if k["clip"] is not None:
-        normalised = clip_modulus(normalised, k["clip"])
+    def leaf(k, g, m, v):
+      # Algorithm 2: normalise by the *previous* second moment, clip (Section 4), then average.
+      normalised = g / jnp.maximum(jnp.sqrt(v), k.eps)
+      if k.clip is not None:
+        normalised = clip_modulus(normalised, k.clip)
       # Selected, not multiplied by a zero weight: with eps = 0 the first normalisation is g / 0.
-      m_new = jnp.where(started, k["b1"] * mc + k["one_minus_b1"] * normalised, mc)
-      v_new = k["b2"] * vc + k["one_minus_b2"] * abs_sq(gc).astype(rdt)
+      m_new = jnp.where(started, moving_average(k.b1, m, normalised, k.one_minus_b1), m)
+      v = moving_average(k.b2, v, abs_sq(g), k.one_minus_b2)
       if self.nesterov:
-        out = jnp.where(started, k["b1"] * m_new + k["one_minus_b1"] * normalised, mc)
-      else:
-        out = m_new
-      return out.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+        return jnp.where(started, moving_average(k.b1, m_new, normalised, k.one_minus_b1), m), m_new, v
+      return m_new, m_new, v
 
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    def scalars(dt):
+      # 1 - b before rounding (see moving_average). The first step only records v = |g|^2 (b2 -> 0).
+      return Scalars(
+          b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt),
+          b2=jnp.where(started, hyper(self.b2, dt), 0), one_minus_b2=jnp.where(started, hyper(1 - self.b2, dt), 1),
+          eps=hyper(self.eps, dt), clip=None if clip_value is None else hyper(clip_value, dt))
+
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=safe_increment(state.count), mu=mu, nu=nu)
-
-
-def _check(owner: str, b1: Any, b2: Any, eps: Any, clip_value_fn: Any) -> None:
-  check_range(owner, "b1", b1, 0.0, 1.0, high_open=True)
-  check_range(owner, "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative(owner, "eps", eps)
-  if not callable(clip_value_fn):
-    raise TypeError(f"{owner}: clip_value_fn must be a callable of the int32 count, got {clip_value_fn!r}.")
 
 
 def scale_by_adopt(
@@ -148,7 +136,6 @@ def scale_by_adopt(
     >>> tx.update(jnp.array([2.0]), s)[0]  # 0.5 * clip(2 / 2, 1)
     Array([0.5], dtype=float32)
   """
-  _check("scale_by_adopt", b1, b2, eps, clip_value_fn)
   return ScaleByAdopt(b1, b2, eps, mu_dtype=mu_dtype, nesterov=nesterov, use_clipping=use_clipping,
                       clip_value_fn=clip_value_fn)
 
@@ -191,6 +178,5 @@ def adopt(
     dtype('float16')
   """
   check_schedule_or_scalar("adopt", "learning_rate", learning_rate)
-  _check("adopt", b1, b2, eps, clip_value_fn)
   return chain(ScaleByAdopt(b1, b2, eps, mu_dtype=mu_dtype, nesterov=nesterov, use_clipping=use_clipping,
                             clip_value_fn=clip_value_fn), scale_by_learning_rate(learning_rate))
