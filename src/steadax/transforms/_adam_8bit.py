@@ -122,6 +122,8 @@ def _code_lookup(signed: bool) -> tuple[np.ndarray, np.ndarray]:
   return np.minimum(first, 255).astype(np.uint8), bounds
 
 
+# The casts of the code functions below convert codes to indices and back (integers) or build the
+# numpy tables; the float32 ones are the quantizer's bit layout, not the dtype policy.
 def _nearest_codes(normalized: jax.Array, signed: bool) -> jax.Array:
   lookup, bounds = _code_lookup(signed)
   bucket = (jax.lax.bitcast_convert_type(normalized, jnp.uint32) >> 16).astype(jnp.int32)

@@ -30,7 +30,7 @@ from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
 from ._adam import (ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, check_decay_below_one,
                     debiased_mu)
-from ._moments import abs_sq, moving_average
+from ._moments import abs_sq, moving_average, one_minus_pow
 
 __all__ = [
     "ScaleByBeliefState",
@@ -305,10 +305,8 @@ class ScaleByAdan(Transformation):
       step = m / k.c1 + (1 - k.b2) * (v / k.c2)
       return step / (jnp.sqrt(n / k.c3 + k.eps_root) + k.eps), m, v, n, g
 
-    def scalars(dt):
-      b3 = hyper(self.b3, dt)
-      return adam_scalars(self.b1, self.b2, t, dt, b3=b3, c3=1 - b3 ** t.astype(dt), eps=self.eps,
-                          eps_root=self.eps_root)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, t, dt, b3=self.b3, c3=one_minus_pow(self.b3, t, dt),
+                                      eps=self.eps, eps_root=self.eps_root)
 
     out, m, v, n, g_prev = self.leafwise(leaf, updates, state.m, state.v, state.n, state.g,
                                          params=params, scalars=scalars)

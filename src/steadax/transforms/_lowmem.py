@@ -64,6 +64,8 @@ def dither_bits(shape: tuple[int, ...], count: jax.Array, salt: Any) -> jax.Arra
   return _fmix32(_fmix32(index * _GOLDEN ^ stream) + stream)
 
 
+# The casts of the rounding functions below are the rounding itself (between the wide value and its
+# narrow neighbours, and from random bits to a uniform draw), not the dtype policy of an optimizer.
 def _round_real(x: jax.Array, dtype: np.dtype, bits: jax.Array) -> jax.Array:
   if x.dtype == np.dtype(jnp.float32) and dtype == np.dtype(jnp.bfloat16):
     # bfloat16 is float32's upper half: add 16 random bits below the cut and truncate. The carry
