@@ -134,3 +134,11 @@ def test_complex_quantized_moments_track_complex_adam():
 def test_invalid_arguments_name_the_argument(kwargs, argument):
   with pytest.raises(ValueError, match=f"scale_by_adam_8bit: {argument}"):
     steadax.scale_by_adam_8bit(**kwargs)
+
+
+def test_invalid_arguments_raise_from_the_class_and_replace_too():
+  tx = steadax.scale_by_adam_8bit()
+  with pytest.raises(ValueError, match="scale_by_adam_8bit: block_size"):
+    tx.replace(block_size=0)
+  with pytest.raises(ValueError, match="scale_by_adam_8bit: eps"):
+    tx.replace(eps=-1.0)

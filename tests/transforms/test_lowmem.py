@@ -164,3 +164,33 @@ def test_state_is_adams_state_with_narrow_leaves_and_eval_shape_init():
 def test_invalid_arguments_name_the_argument(kwargs, argument, error):
   with pytest.raises(error, match=f"scale_by_adam_lowmem: {argument}"):
     steadax.scale_by_adam_lowmem(**kwargs)
+
+
+def test_invalid_arguments_raise_from_the_class_and_replace_too():
+  tx = steadax.scale_by_adam_lowmem()
+  with pytest.raises(ValueError, match="scale_by_adam_lowmem: b1"):
+    tx.replace(b1=1.0)
+  with pytest.raises(ValueError, match="scale_by_adam_lowmem: rounding"):
+    tx.replace(rounding="up")
+  with pytest.raises(TypeError, match="scale_by_adam_lowmem: nu_dtype"):
+    type(tx)(nu_dtype=jnp.int32)
+
+
+def test_leaves_with_different_moment_dtypes_round_to_their_own_dtype():
+  # mu_dtype=None: the bfloat16 leaf keeps bfloat16 moments (rounded stochastically), the float32
+  # leaf float32 ones (exact); each leaf gets the dither it gets alone (salted by its index).
+  g = jnp.asarray(np.linspace(0.01, 1.0, 64) * (1 + 1e-3 * np.arange(64)), jnp.float32)
+  tx = steadax.scale_by_adam_lowmem(mu_dtype=None, nu_dtype=None, seed=3)
+  params = {"a": jnp.zeros(64, jnp.bfloat16), "b": jnp.zeros(64, jnp.float32)}
+  _, mixed = tx.update({"a": g.astype(jnp.bfloat16), "b": g}, tx.init(params), params)
+  alone_params = {"a": params["a"]}
+  _, alone = tx.update({"a": g.astype(jnp.bfloat16)}, tx.init(alone_params), alone_params)
+  assert mixed.mu["a"].dtype == jnp.bfloat16 and mixed.mu["b"].dtype == jnp.float32
+  np.testing.assert_array_equal(np.asarray(mixed.mu["a"], np.float32), np.asarray(alone.mu["a"], np.float32))
+  adam = steadax.scale_by_adam()
+  _, exact = adam.update(g, adam.init(g))
+  np.testing.assert_array_equal(np.asarray(mixed.mu["b"]), np.asarray(exact.mu))
+  np.testing.assert_array_equal(np.asarray(mixed.nu["b"]), np.asarray(exact.nu))
+  # The narrow leaf was rounded stochastically: some elements differ from round-to-nearest.
+  nearest = np.asarray((0.1 * g.astype(jnp.bfloat16).astype(jnp.float32)).astype(jnp.bfloat16), np.float32)
+  assert np.any(np.asarray(mixed.mu["a"], np.float32) != nearest)

@@ -121,3 +121,12 @@ def test_mars_optimizer_chain_and_weight_decay():
   np.testing.assert_allclose(np.asarray(u), [-0.1 * 0.5 * 2.0], rtol=1e-6)  # decoupled, times lr
   with pytest.raises(ValueError, match="mars: weight_decay"):
     steadax.mars(0.1, weight_decay=-1.0)
+
+
+def test_invalid_hyperparameters_raise_from_the_class_and_replace_too():
+  tx = steadax.scale_by_mars()
+  with pytest.raises(ValueError, match="scale_by_mars: gamma"):
+    tx.replace(gamma=-1.0)
+  with pytest.raises(ValueError, match="scale_by_mars: b1"):
+    type(tx)(b1=1.0)
+  assert tx.replace(max_norm=None).max_norm is None  # None disables clipping
