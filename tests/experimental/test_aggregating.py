@@ -180,3 +180,31 @@ def test_aggregator_construction():
 def test_bad_arguments(call, error, match):
   with pytest.raises(error, match=match):
     call()
+
+
+def _drifting_count(per_elt, state, params=None):
+  """An aggregator written as a function pair whose count drifts from int32 to float32."""
+  del params
+  return jax.tree.map(lambda x: x.mean(0), per_elt), jnp.asarray(state, jnp.float32)
+
+
+def test_function_pair_aggregators_go_through_the_contract():
+  # Issue 8: Aggregator(init, update) used to return whatever its functions returned; it is now
+  # checked like every GradientTransformation pair (strict mode raises on drift, names the pair).
+  agg = aggregating.Aggregator(lambda p: jnp.zeros([], jnp.int32), _drifting_count)
+  state = agg.init(PARAMS)
+  with pytest.raises(steadax.ContractError, match=r"Aggregator\(_drifting_count\): state leaf"):
+    agg.update(GRADS[0], state, PARAMS)
+  weak = aggregating.Aggregator(lambda p: 0.0, lambda u, s, p=None: (u, s))
+  with pytest.raises(steadax.ContractError, match=r"Aggregator\(.*<lambda>\): init produced a weakly typed"):
+    weak.init(PARAMS)
+
+
+def test_incremental_averaging_is_core_chain():
+  # One chain implementation: average_incrementally_updates is core's Chain, with its checks.
+  from steadax._core._combine import Chain
+
+  agg = aggregating.average_incrementally_updates(0, 2)
+  assert isinstance(agg, Chain) and isinstance(agg, aggregating.Aggregator)
+  with pytest.raises(ValueError, match="the state holds 1 entries for 2 transformations"):
+    agg.update(GRADS[0], agg.init(PARAMS)[:1], PARAMS)
