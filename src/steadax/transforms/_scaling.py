@@ -8,19 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from .._core._base import EmptyState, Transformation
+from .._core._leafwise import Scalars, leafwise
 from .._core._module import hyper_field, static_field
-from .._core._leafwise import Scalars
+from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._policy import (
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
 from .._core._types import ScalarOrSchedule
 
 __all__ = [
@@ -42,12 +33,14 @@ __all__ = [
 ScaleState = EmptyState
 
 
+@state_roles(count=COUNTER)
 class ScaleByScheduleState(NamedTuple):
   """State of ``scale_by_schedule``: the int32 step count."""
 
   count: jax.Array
 
 
+@state_roles(trace=accumulator("accumulator_dtype"))
 class TraceState(NamedTuple):
   """State of ``trace``: the momentum buffer."""
 
@@ -67,21 +60,35 @@ def value_at(value: ScalarOrSchedule, count: jax.Array) -> Any:
   return value(count) if callable(value) else value
 
 
+def _scaled(k: Scalars, g: jax.Array) -> jax.Array:
+  return k.factor * g
+
+
+def _factor_scalars(factor: Any):
+  return lambda dt: Scalars(factor=hyper(factor, dt))
+
+
 def scale_leaf(g: jax.Array, factor: Any) -> jax.Array:
-  """``g * factor`` computed in at least float32 and returned in g's dtype."""
-  cdt = compute_dtype(g.dtype)
-  return (as_compute(g, cdt) * hyper(factor, cdt)).astype(g.dtype)
+  """``g * factor`` computed in at least float32 and returned in g's dtype.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> scale_leaf(jnp.ones(1, jnp.bfloat16), 0.5)
+    Array([0.5], dtype=bfloat16)
+  """
+  return leafwise("scale", _scaled, g, scalars=_factor_scalars(factor))[0]
 
 
-def scale_tree(updates: Any, factor: Any) -> Any:
-  """``updates * factor`` leaf by leaf, the factor converted once per dtype."""
-  factors = per_dtype(lambda cdt: hyper(factor, cdt))
+def scale_tree(updates: Any, factor: Any, params: Any = None) -> Any:
+  """``updates * factor`` leaf by leaf on the per-leaf primitive (the factor converted once per
+  dtype); each leaf comes back in its parameter's dtype (the update's when ``params`` is None).
 
-  def leaf(g):
-    cdt = compute_dtype(g.dtype)
-    return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
-
-  return tree_map(leaf, updates)
+  Example:
+    >>> import jax.numpy as jnp
+    >>> scale_tree({"a": jnp.ones(1)}, -2.0)
+    {'a': Array([-2.], dtype=float32)}
+  """
+  return leafwise("scale", _scaled, updates, params=params, scalars=_factor_scalars(factor))[0]
 
 
 class Scale(Transformation):
@@ -89,7 +96,8 @@ class Scale(Transformation):
   step_size: Any = hyper_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    return scale_tree(updates, self.step_size), state
+    out, = self.leafwise(_scaled, updates, params=params, scalars=_factor_scalars(self.step_size))
+    return out, state
 
 
 def scale(step_size: Any) -> Transformation:
@@ -112,14 +120,13 @@ def scale(step_size: Any) -> Transformation:
 
 class ScaleBySchedule(Transformation):
   name = "scale_by_schedule"
+  State = ScaleByScheduleState
   step_size_fn: Any = hyper_field()
 
-  def init_fn(self, params):
-    return ScaleByScheduleState(count=zero_count())
-
   def update_fn(self, updates, state, params=None, **extra_args):
-    updates = scale_tree(updates, self.step_size_fn(state.count))
-    return updates, ScaleByScheduleState(count=safe_increment(state.count))
+    out, = self.leafwise(_scaled, updates, params=params,
+                         scalars=_factor_scalars(self.step_size_fn(state.count)))
+    return out, ScaleByScheduleState(count=safe_increment(state.count))
 
 
 def scale_by_schedule(step_size_fn: Any) -> Transformation:
@@ -146,7 +153,7 @@ class ScaleByLearningRate(Transformation):
   learning_rate: Any = hyper_field()
   flip_sign: bool = static_field(default=True)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # the state depends on whether the learning rate is a schedule
     if callable(self.learning_rate):
       return ScaleByScheduleState(count=zero_count())
     return EmptyState()
@@ -157,7 +164,8 @@ class ScaleByLearningRate(Transformation):
       state = ScaleByScheduleState(count=safe_increment(state.count))
     else:
       lr = self.learning_rate
-    return scale_tree(updates, -lr if self.flip_sign else lr), state
+    out, = self.leafwise(_scaled, updates, params=params, scalars=_factor_scalars(-lr if self.flip_sign else lr))
+    return out, state
 
 
 def scale_by_learning_rate(learning_rate: ScalarOrSchedule = None, *, flip_sign: bool = True):
@@ -186,7 +194,8 @@ class ScaleBySign(Transformation):
   name = "scale_by_sign"
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    return tree_map(jnp.sign, updates), state
+    out, = self.leafwise(lambda k, g: jnp.sign(g), updates, params=params)
+    return out, state
 
 
 def scale_by_sign() -> Transformation:
@@ -210,22 +219,17 @@ class Trace(Transformation):
   nesterov: bool = static_field(default=False)
   accumulator_dtype: Any = static_field(default=None)
 
-  def init_fn(self, params):
-    return TraceState(trace=zeros_like(params, self.accumulator_dtype))
+  State = TraceState
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    decays = per_dtype(lambda cdt: hyper(self.decay, cdt))
+    def leaf(k, g, t):
+      # Heavy ball (Polyak 1964) and Nesterov's look-ahead (Sutskever et al. 2013, eq. 3-4).
+      t = g + k.decay * t
+      return (g + k.decay * t if self.nesterov else t), t
 
-    def leaf(g, t):
-      cdt = compute_dtype(g.dtype, t.dtype)
-      d = decays(cdt)
-      gc = as_compute(g, cdt)
-      new_t = gc + d * as_compute(t, cdt)
-      out = gc + d * new_t if self.nesterov else new_t
-      return out.astype(g.dtype), new_t.astype(t.dtype)
-
-    new_updates, new_trace = tree_map_n(leaf, 2, updates, state.trace)
-    return new_updates, TraceState(trace=new_trace)
+    scalars = lambda dt: Scalars(decay=hyper(self.decay, dt))
+    out, new_trace = self.leafwise(leaf, updates, state.trace, params=params, scalars=scalars)
+    return out, TraceState(trace=new_trace)
 
 
 def trace(decay: Any, nesterov: bool = False, accumulator_dtype: Any = None) -> Transformation:
@@ -266,7 +270,7 @@ class Ema(Transformation):
 
     def scalars(dt):
       decay = hyper(self.decay, dt)
-      return Scalars(decay=decay, correction=1 - decay ** count.astype(dt))
+      return Scalars(decay=decay, correction=1 - decay ** hyper(count, dt))
 
     out, new_ema = self.leafwise(leaf, updates, state.ema, params=params, scalars=scalars)
     return out, EmaState(count=count, ema=new_ema)
