@@ -7,16 +7,18 @@ from typing import Any, NamedTuple
 import jax
 
 from .._core._base import EmptyState, Transformation
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, safe_increment, zero_count
-from .._core._tree import tree_map
-from .._core._types import ScalarOrSchedule
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, state_roles
+from .._core._types import ScalarOrSchedule
 
 __all__ = ["AddDecayedWeightsState", "WeightDecaySchedule", "add_decayed_weights"]
 
 AddDecayedWeightsState = EmptyState
 
 
+@state_roles(count=COUNTER)
 class WeightDecaySchedule(NamedTuple):
   """State of ``add_decayed_weights`` with a scheduled weight decay: the int32 count."""
 
@@ -27,7 +29,7 @@ class AddDecayedWeights(Transformation):
   name = "add_decayed_weights"
   weight_decay: Any = hyper_field(0.0)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # the state depends on whether the weight decay is a schedule
     if callable(self.weight_decay):
       return WeightDecaySchedule(count=zero_count())
     return EmptyState()
@@ -43,13 +45,12 @@ class AddDecayedWeights(Transformation):
       if isinstance(wd, (int, float)) and wd == 0:
         return updates, state
 
-    decays = per_dtype(lambda cdt: hyper(wd, cdt))
-
-    def leaf(g, p):
-      cdt = compute_dtype(g.dtype, p.dtype)
-      return (as_compute(g, cdt) + decays(cdt) * as_compute(p, cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates, params), state
+    # Decoupled weight decay: the decay term is added to the update, not to the gradient of the
+    # loss (Loshchilov & Hutter 2019, Algorithm 2, line 12).
+    leaf = lambda k, g, p: g + k.weight_decay * p
+    scalars = lambda dt: Scalars(weight_decay=hyper(wd, dt))
+    out, = self.leafwise(leaf, updates, params=params, reads=(params,), scalars=scalars)
+    return out, state
 
 
 def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: Any = None) -> Transformation:
