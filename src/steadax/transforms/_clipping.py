@@ -16,10 +16,11 @@ import numpy as np
 
 from .._core._base import EmptyState, Transformation
 from .._core._checks import check_nonnegative, check_positive
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
-from .._core._tree import global_norm, tree_map
-from ._moments import abs_sq
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper
+from .._core._tree import global_norm
+from ._moments import abs_sq
 
 __all__ = ["ClipState", "ClipByGlobalNormState", "clip", "clip_by_global_norm", "clip_by_block_rms"]
 
@@ -35,27 +36,32 @@ def _check_scalar(owner: str, name: str, value: Any) -> None:
     raise ValueError(f"{owner}: {name} must be a scalar, got an array of shape {np.shape(value)}.")
 
 
+def _check_scalar_nonnegative(owner: str, name: str, value: Any) -> None:
+  _check_scalar(owner, name, value)
+  check_nonnegative(owner, name, value)
+
+
+def _check_scalar_positive(owner: str, name: str, value: Any) -> None:
+  _check_scalar(owner, name, value)
+  check_positive(owner, name, value)
+
+
 class Clip(Transformation):
   name = "clip"
-  max_delta: Any = hyper_field()
+  max_delta: Any = hyper_field(check=_check_scalar_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    bounds = per_dtype(lambda rdt: hyper(self.max_delta, rdt))
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype)
-      rdt = real_dtype(cdt)
-      bound = bounds(rdt)
-      gc = as_compute(g, cdt)
-      if jnp.iscomplexobj(gc):
+    def leaf(k, g):
+      if jnp.iscomplexobj(g):
         # Complex numbers have no order: bound the modulus and keep the phase.
-        modulus = jnp.abs(gc)
-        over = modulus > bound
-        factor = jnp.where(over, bound / jnp.where(over, modulus, np.asarray(1, rdt)), np.asarray(1, rdt))
-        return (gc * factor.astype(cdt)).astype(g.dtype)
-      return jnp.clip(gc, -bound, bound).astype(g.dtype)
+        modulus = jnp.abs(g)
+        over = modulus > k.bound
+        return g * jnp.where(over, k.bound / jnp.where(over, modulus, 1), 1)
+      return jnp.clip(g, -k.bound, k.bound)
 
-    return tree_map(leaf, updates), state
+    scalars = lambda dt: Scalars(bound=hyper(self.max_delta, dt))
+    out, = self.leafwise(leaf, updates, params=params, scalars=scalars)
+    return out, state
 
 
 def clip(max_delta: Any) -> Transformation:
@@ -75,28 +81,23 @@ def clip(max_delta: Any) -> Transformation:
     >>> tx.update(jnp.array([-3.0, 0.5, 2.0]), tx.init(jnp.zeros(3)))[0]
     Array([-1. ,  0.5,  1. ], dtype=float32)
   """
-  _check_scalar("clip", "max_delta", max_delta)
-  check_nonnegative("clip", "max_delta", max_delta)
   return Clip(max_delta)
 
 
 class ClipByGlobalNorm(Transformation):
   name = "clip_by_global_norm"
-  max_norm: Any = hyper_field()
+  max_norm: Any = hyper_field(check=_check_scalar_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    norm = global_norm(updates)  # in the widest dtype present, at least float32
+    # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
+    norm = global_norm(updates)
     bound = hyper(self.max_norm, norm.dtype)
     below = norm <= bound
     # Dividing by 1 on the untaken branch keeps the gradient finite at a zero norm.
     factor = jnp.where(below, np.asarray(1, norm.dtype), bound / jnp.where(below, np.asarray(1, norm.dtype), norm))
-    factors = per_dtype(lambda cdt: factor.astype(cdt))
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype, norm.dtype)
-      return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates), state
+    out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
+                         scalars=lambda dt: Scalars(factor=factor))
+    return out, state
 
 
 def clip_by_global_norm(max_norm: Any) -> Transformation:
@@ -121,29 +122,24 @@ def clip_by_global_norm(max_norm: Any) -> Transformation:
     >>> tx.update({"a": jnp.array([3.0]), "b": jnp.array([4.0])}, tx.init(None))[0]
     {'a': Array([0.6], dtype=float32), 'b': Array([0.8], dtype=float32)}
   """
-  _check_scalar("clip_by_global_norm", "max_norm", max_norm)
-  check_nonnegative("clip_by_global_norm", "max_norm", max_norm)
   return ClipByGlobalNorm(max_norm)
 
 
 class ClipByBlockRms(Transformation):
   name = "clip_by_block_rms"
-  threshold: Any = hyper_field()
+  threshold: Any = hyper_field(check=_check_scalar_positive)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    thresholds = per_dtype(lambda rdt: hyper(self.threshold, rdt))
-
-    def leaf(g):
+    def leaf(k, g):
       if g.size == 0:
         return g
-      cdt = compute_dtype(g.dtype)
-      rdt = real_dtype(cdt)
-      gc = as_compute(g, cdt)
-      rms = jnp.sqrt(jnp.mean(abs_sq(gc).astype(rdt)))
-      denominator = jnp.maximum(np.asarray(1, rdt), rms / thresholds(rdt))
-      return (gc / denominator.astype(cdt)).astype(g.dtype)
+      # Update clipping (Shazeer & Stern 2018, §6, eq. 12): u / max(1, RMS(u) / d), per block.
+      rms = jnp.sqrt(jnp.mean(abs_sq(g)))
+      return g / jnp.maximum(1, rms / k.threshold)
 
-    return tree_map(leaf, updates), state
+    scalars = lambda dt: Scalars(threshold=hyper(self.threshold, dt))
+    out, = self.leafwise(leaf, updates, params=params, scalars=scalars)
+    return out, state
 
 
 def clip_by_block_rms(threshold: Any) -> Transformation:
@@ -164,6 +160,4 @@ def clip_by_block_rms(threshold: Any) -> Transformation:
     >>> tx.update(jnp.array([2.0, -2.0]), tx.init(jnp.zeros(2)))[0]
     Array([ 1., -1.], dtype=float32)
   """
-  _check_scalar("clip_by_block_rms", "threshold", threshold)
-  check_positive("clip_by_block_rms", "threshold", threshold)
   return ClipByBlockRms(threshold)
