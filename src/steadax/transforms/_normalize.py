@@ -7,41 +7,38 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype
-from .._core._tree import global_norm, tree_map
-from ._clipping import _check_scalar
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper
+from .._core._tree import global_norm
+from ._clipping import _check_scalar, _check_scalar_nonnegative
 
 __all__ = ["normalize_by_update_norm"]
 
 
 class NormalizeByUpdateNorm(Transformation):
   name = "normalize_by_update_norm"
-  scale_factor: Any = hyper_field(1.0)
-  eps: Any = hyper_field(1e-06)
+  scale_factor: Any = hyper_field(1.0, check=_check_scalar)
+  eps: Any = hyper_field(1e-06, check=_check_scalar_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    norm = global_norm(updates)  # the widest dtype present, at least float32
+    # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
+    norm = global_norm(updates)
     denominator = norm + hyper(self.eps, norm.dtype)
     # A zero update with eps = 0 stays zero (0 * finite) instead of becoming 0 / 0 (Optax's NaN).
     positive = denominator > 0
     safe = jnp.where(positive, denominator, jnp.ones_like(denominator))
     factor = jnp.where(positive, hyper(self.scale_factor, norm.dtype) / safe, jnp.zeros_like(denominator))
-    factors = per_dtype(lambda cdt: factor.astype(cdt))
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype, norm.dtype)
-      return (as_compute(g, cdt) * factors(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates), state
+    out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
+                         scalars=lambda dt: Scalars(factor=factor))
+    return out, state
 
 
 def normalize_by_update_norm(scale_factor: Any = 1.0, eps: Any = 1e-6) -> Transformation:
   """Divides the updates by their global l2 norm: ``u * scale_factor / (||u|| + eps)``.
 
   The norm is taken over all leaves together in the widest floating dtype present (at least
-  float32); each leaf is scaled in at least float32 and keeps its dtype. A zero update stays zero,
+  float32); each leaf is scaled in at least float32 and takes its parameter's dtype. A zero update stays zero,
   also with ``eps=0`` (where Optax returns NaN).
 
   Args:
@@ -58,8 +55,5 @@ def normalize_by_update_norm(scale_factor: Any = 1.0, eps: Any = 1e-6) -> Transf
     >>> tx.update({"a": jnp.array([3.0]), "b": jnp.array([4.0])}, tx.init(None))[0]
     {'a': Array([-0.6], dtype=float32), 'b': Array([-0.8], dtype=float32)}
   """
-  _check_scalar("normalize_by_update_norm", "scale_factor", scale_factor)
-  _check_scalar("normalize_by_update_norm", "eps", eps)
-  check_nonnegative("normalize_by_update_norm", "eps", eps)
   return NormalizeByUpdateNorm(scale_factor, eps)
 
