@@ -10,8 +10,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._core._base import Transformation
-from .._core._policy import as_compute, compute_dtype
-from .._core._tree import tree_map
 
 __all__ = ["centralize"]
 
@@ -20,15 +18,15 @@ class Centralize(Transformation):
   name = "centralize"
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    def leaf(g):
+    def leaf(k, g):
       if g.ndim < 2:
         return g
-      cdt = compute_dtype(g.dtype)
-      gc = as_compute(g, cdt)
-      # The mean in at least float32: a bfloat16 mean of a wide row loses the small deviations.
-      return (gc - jnp.mean(gc, axis=tuple(range(1, g.ndim)), keepdims=True)).astype(g.dtype)
+      # g - mean(g) over every axis but the first (eq. 3); the primitive runs it in at least
+      # float32: a bfloat16 mean of a wide row would lose the small deviations.
+      return g - jnp.mean(g, axis=tuple(range(1, g.ndim)), keepdims=True)
 
-    return tree_map(leaf, updates), state
+    out, = self.leafwise(leaf, updates, params=params)
+    return out, state
 
 
 def centralize() -> Transformation:
