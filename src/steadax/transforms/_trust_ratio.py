@@ -15,14 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from .._core._base import EmptyState, Transformation
 from .._core._checks import check_nonnegative
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype
-from .._core._tree import tree_map
-from ._moments import safe_norm, safe_root_mean_squares
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper
+from ._moments import safe_norm, safe_root_mean_squares
 
 __all__ = [
     "ScaleByTrustRatioState", "scale_by_trust_ratio", "scale_by_param_block_norm",
@@ -39,31 +38,26 @@ def _require_params(owner: str, params: Any) -> None:
 
 class ScaleByTrustRatio(Transformation):
   name = "scale_by_trust_ratio"
-  min_norm: Any = hyper_field(0.0)
+  min_norm: Any = hyper_field(0.0, check=check_nonnegative)
   trust_coefficient: Any = hyper_field(1.0)
-  eps: Any = hyper_field(0.0)
+  eps: Any = hyper_field(0.0, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
 
-    @per_dtype
-    def scalars(rdt):
-      return hyper(self.trust_coefficient, rdt), hyper(self.eps, rdt)
-
-    def leaf(g, p):
-      cdt = compute_dtype(g.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      coefficient, eps = scalars(rdt)
-      gc = as_compute(g, cdt)
+    def leaf(k, g, p):
       # Norms of the compute-dtype values: a bfloat16 norm would round the ratio to 3 digits.
-      param_norm = safe_norm(as_compute(p, cdt), self.min_norm)
-      update_norm = safe_norm(gc, self.min_norm)
-      ratio = coefficient * param_norm / (update_norm + eps)
+      param_norm = safe_norm(p, k.min_norm)
+      update_norm = safe_norm(g, k.min_norm)
+      ratio = k.trust_coefficient * param_norm / (update_norm + k.eps)  # LARS eq. 6, LAMB Alg. 2
       # A zero norm (fresh zero-initialised layer, zero update) would freeze or blow up the layer.
-      ratio = jnp.where((param_norm == 0) | (update_norm == 0), np.asarray(1, rdt), ratio)
-      return (gc * ratio.astype(cdt)).astype(g.dtype)
+      ratio = jnp.where((param_norm == 0) | (update_norm == 0), 1, ratio)
+      return g * ratio
 
-    return tree_map(leaf, updates, params), state
+    scalars = lambda dt: Scalars(min_norm=hyper(self.min_norm, dt), eps=hyper(self.eps, dt),
+                                 trust_coefficient=hyper(self.trust_coefficient, dt))
+    out, = self.leafwise(leaf, updates, params=params, reads=(params,), scalars=scalars)
+    return out, state
 
 
 def scale_by_trust_ratio(min_norm: Any = 0.0, trust_coefficient: Any = 1.0, eps: Any = 0.0) -> Transformation:
@@ -91,24 +85,19 @@ def scale_by_trust_ratio(min_norm: Any = 0.0, trust_coefficient: Any = 1.0, eps:
     >>> tx.update(jnp.array([0.0, 0.5]), tx.init(p), p)[0]
     Array([0., 5.], dtype=float32)
   """
-  check_nonnegative("scale_by_trust_ratio", "min_norm", min_norm)
-  check_nonnegative("scale_by_trust_ratio", "eps", eps)
   return ScaleByTrustRatio(min_norm, trust_coefficient, eps)
 
 
 class ScaleByParamBlockNorm(Transformation):
   name = "scale_by_param_block_norm"
-  min_scale: Any = hyper_field(0.001)
+  min_scale: Any = hyper_field(0.001, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
-
-    def leaf(g, p):
-      cdt = compute_dtype(g.dtype, p.dtype)
-      norm = safe_norm(as_compute(p, cdt), self.min_scale)
-      return (as_compute(g, cdt) * norm.astype(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates, params), state
+    scalars = lambda dt: Scalars(min_scale=hyper(self.min_scale, dt))
+    out, = self.leafwise(lambda k, g, p: g * safe_norm(p, k.min_scale), updates, params=params,
+                         reads=(params,), scalars=scalars)
+    return out, state
 
 
 def scale_by_param_block_norm(min_scale: Any = 1e-3) -> Transformation:
@@ -127,23 +116,20 @@ def scale_by_param_block_norm(min_scale: Any = 1e-3) -> Transformation:
     >>> tx.update(jnp.ones(2), tx.init(p), p)[0]
     Array([5., 5.], dtype=float32)
   """
-  check_nonnegative("scale_by_param_block_norm", "min_scale", min_scale)
   return ScaleByParamBlockNorm(min_scale)
 
 
 class ScaleByParamBlockRms(Transformation):
   name = "scale_by_param_block_rms"
-  min_scale: Any = hyper_field(0.001)
+  min_scale: Any = hyper_field(0.001, check=check_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
-
-    def leaf(g, p):
-      cdt = compute_dtype(g.dtype, p.dtype)
-      rms = safe_root_mean_squares(as_compute(p, cdt), self.min_scale)
-      return (as_compute(g, cdt) * rms.astype(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates, params), state
+    # Adafactor's relative step size (§8): the update times the parameter's RMS, floored.
+    scalars = lambda dt: Scalars(min_scale=hyper(self.min_scale, dt))
+    out, = self.leafwise(lambda k, g, p: g * safe_root_mean_squares(p, k.min_scale), updates,
+                         params=params, reads=(params,), scalars=scalars)
+    return out, state
 
 
 def scale_by_param_block_rms(min_scale: Any = 1e-3) -> Transformation:
@@ -166,5 +152,4 @@ def scale_by_param_block_rms(min_scale: Any = 1e-3) -> Transformation:
     >>> tx.update(jnp.array([2.0, 3.0]), tx.init(p), p)[0]
     Array([2., 3.], dtype=float32)
   """
-  check_nonnegative("scale_by_param_block_rms", "min_scale", min_scale)
   return ScaleByParamBlockRms(min_scale)
