@@ -16,12 +16,15 @@ import jax.numpy as jnp
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype, real_dtype, safe_increment, zero_count
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, state_roles
 
 __all__ = ["AddNoiseState", "add_noise"]
 
 
+@state_roles(count=COUNTER, rng_key=OTHER)
 class AddNoiseState(NamedTuple):
   """State of ``add_noise``: the int32 count (for annealing) and the typed PRNG key."""
 
@@ -47,13 +50,18 @@ def _typed_key(owner: str, key: Any) -> jax.Array:
       f"{owner}: key must be a jax.random.key, raw uint32[2] key data or an integer seed, got {what}.")
 
 
+def _check_key(owner: str, name: str, value: Any) -> None:
+  _typed_key(owner, value)  # fail at construction, not at init
+
+
 class AddNoise(Transformation):
   name = "add_noise"
-  eta: Any = hyper_field()
-  gamma: Any = hyper_field()
-  key: Any = hyper_field(0)
+  State = AddNoiseState
+  eta: Any = hyper_field(check=check_nonnegative)
+  gamma: Any = hyper_field(check=check_nonnegative)
+  key: Any = hyper_field(0, check=_check_key)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # a PRNG key is not zeros: by hand (the roles still check the count)
     return AddNoiseState(count=zero_count(), rng_key=_typed_key(self.name, self.key))
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -62,18 +70,20 @@ class AddNoise(Transformation):
     leaves, treedef = jax.tree_util.tree_flatten(updates)
     # One key per leaf, split in leaf order (as Optax): the same key gives the same noise.
     keys = jax.random.split(sample_key, len(leaves))
+    # The keys enter the leaf function as their raw uint32 data (integer inputs pass unchanged).
+    impl = jax.random.key_impl(sample_key)
+    key_data = treedef.unflatten(list(jax.random.key_data(keys)))
 
-    @per_dtype
-    def std(rdt):
-      return jnp.sqrt(hyper(self.eta, rdt) / count.astype(rdt) ** hyper(self.gamma, rdt))
-
-    def leaf(g, k):
-      cdt = compute_dtype(g.dtype)
+    def leaf(k, g, key_data):
+      key = jax.random.wrap_key_data(key_data, impl=impl)
       # Sampled in the compute dtype, not in bfloat16/float16, then rounded once on the way out.
-      noise = jax.random.normal(k, g.shape, cdt)
-      return (as_compute(g, cdt) + std(real_dtype(cdt)).astype(cdt) * noise).astype(g.dtype)
+      return g + k.std * jax.random.normal(key, g.shape, g.dtype)
 
-    out = treedef.unflatten([leaf(g, keys[i]) for i, g in enumerate(leaves)])
+    def scalars(dt):
+      # Variance eta / t^gamma (eq. 1, t counted from 1).
+      return Scalars(std=jnp.sqrt(hyper(self.eta, dt) / hyper(count, dt) ** hyper(self.gamma, dt)))
+
+    out, = self.leafwise(leaf, updates, params=params, reads=(key_data,), scalars=scalars)
     return out, AddNoiseState(count=count, rng_key=rng_key)
 
 
@@ -112,8 +122,5 @@ def add_noise(eta: Any, gamma: Any, key: Any = None, *, seed: int | None = None)
     warnings.warn(f"{owner}: no `key` given; using 0. Pass `key` for reproducible, independent noise.",
                   UserWarning, stacklevel=2)
     key = 0
-  check_nonnegative(owner, "eta", eta)
-  check_nonnegative(owner, "gamma", gamma)
-  _typed_key(owner, key)  # fail at construction, not at init
   return AddNoise(eta, gamma, key)
 
