@@ -14,13 +14,15 @@ import jax
 import jax.numpy as jnp
 
 from .._core._base import Transformation
-from .._core._policy import as_compute, compute_dtype, hyper, per_dtype
-from .._core._tree import tree_map_n, zeros_like
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper
+from .._core._roles import OTHER, accumulator, role_zeros, state_roles
 
 __all__ = ["ScaleByOptimisticGradientState", "scale_by_optimistic_gradient"]
 
 
+@state_roles(is_initial_step=OTHER, previous_gradient=accumulator())
 class ScaleByOptimisticGradientState(NamedTuple):
   """State of ``scale_by_optimistic_gradient``: a bool first-step flag and the previous gradient."""
 
@@ -36,26 +38,25 @@ def _check_not_schedule(owner: str, name: str, value: Any) -> None:
 
 class ScaleByOptimisticGradient(Transformation):
   name = "scale_by_optimistic_gradient"
-  alpha: Any = hyper_field(1.0)
-  beta: Any = hyper_field(1.0)
+  State = ScaleByOptimisticGradientState
+  alpha: Any = hyper_field(1.0, check=_check_not_schedule)
+  beta: Any = hyper_field(1.0, check=_check_not_schedule)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # the flag starts True: by hand (the roles still check the rest)
     return ScaleByOptimisticGradientState(
-        is_initial_step=jnp.asarray(True), previous_gradient=zeros_like(params))
+        is_initial_step=jnp.asarray(True),
+        previous_gradient=role_zeros(params, accumulator(), self))
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    coefficients = per_dtype(lambda cdt: (hyper(self.alpha, cdt), hyper(self.beta, cdt)))
-
-    def leaf(g, prev):
-      cdt = compute_dtype(g.dtype, prev.dtype)
-      alpha, beta = coefficients(cdt)
-      gc = as_compute(g, cdt)
+    def leaf(k, g, previous):
       # No previous gradient at the first step: extrapolating from zero would double the step.
-      prevc = jnp.where(state.is_initial_step, gc, as_compute(prev, cdt))
-      out = (alpha + beta) * gc - beta * prevc
-      return out.astype(g.dtype), g.astype(prev.dtype)
+      previous = jnp.where(state.is_initial_step, g, previous)
+      # (alpha + beta) g_t - beta g_{t-1}: Daskalakis et al. (2018, eq. 4) for alpha = beta = 1,
+      # generalised by Mokhtari et al. (2020); g_t is stored as the next step's g_{t-1}.
+      return (k.alpha + k.beta) * g - k.beta * previous, g
 
-    out, previous = tree_map_n(leaf, 2, updates, state.previous_gradient)
+    scalars = lambda dt: Scalars(alpha=hyper(self.alpha, dt), beta=hyper(self.beta, dt))
+    out, previous = self.leafwise(leaf, updates, state.previous_gradient, params=params, scalars=scalars)
     return out, ScaleByOptimisticGradientState(is_initial_step=jnp.asarray(False), previous_gradient=previous)
 
 
@@ -84,6 +85,4 @@ def scale_by_optimistic_gradient(alpha: Any = 1.0, beta: Any = 1.0) -> Transform
     >>> tx.update(jnp.array([3.0]), s)[0]
     Array([5.], dtype=float32)
   """
-  _check_not_schedule("scale_by_optimistic_gradient", "alpha", alpha)
-  _check_not_schedule("scale_by_optimistic_gradient", "beta", beta)
   return ScaleByOptimisticGradient(alpha, beta)
