@@ -17,13 +17,16 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_range
-from .._core._policy import as_compute, compute_dtype, hyper, key_path_str, per_dtype
-from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field
+from .._core._policy import hyper, key_path_str
+from .._core._roles import accumulator, role_zeros, state_roles
+from .._core._tree import tree_map
 
 __all__ = ["ScaleByRpropState", "scale_by_rprop"]
 
 
+@state_roles(step_sizes=accumulator(), prev_updates=accumulator())
 class ScaleByRpropState(NamedTuple):
   """State of ``scale_by_rprop``: the current step size and the last update, per coordinate."""
 
@@ -40,42 +43,50 @@ def _reject_complex(owner: str, params: Any) -> None:
           "into separate real parameters).")
 
 
+_check_positive = lambda owner, name, value: check_range(owner, name, value, 0.0, np.inf, low_open=True)
+
+
 class ScaleByRprop(Transformation):
   name = "scale_by_rprop"
-  learning_rate: Any = hyper_field()
-  eta_minus: Any = hyper_field(0.5)
-  eta_plus: Any = hyper_field(1.2)
-  min_step_size: Any = hyper_field(1e-06)
-  max_step_size: Any = hyper_field(50.0)
+  State = ScaleByRpropState
+  learning_rate: Any = hyper_field(check=_check_positive)
+  eta_minus: Any = hyper_field(
+      0.5, check=lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, low_open=True))
+  eta_plus: Any = hyper_field(1.2, check=lambda owner, name, value: check_range(owner, name, value, 1.0, np.inf))
+  min_step_size: Any = hyper_field(
+      1e-06, check=lambda owner, name, value: check_range(owner, name, value, 0.0, np.inf))
+  max_step_size: Any = hyper_field(50.0, check=_check_positive)
 
-  def init_fn(self, params):
+  def __post_init__(self):
+    # The one check across fields (runs on construction and .replace, as the field checks do).
+    low, high = self.min_step_size, self.max_step_size
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+      raise ValueError(f"{self.name}: min_step_size ({low}) exceeds max_step_size ({high}).")
+
+  def init_fn(self, params):  # step sizes start at the learning rate: by hand (roles still check)
     _reject_complex(self.name, params)
-    step_sizes = tree_map(lambda z: z + hyper(self.learning_rate, z.dtype), zeros_like(params))
-    return ScaleByRpropState(step_sizes=step_sizes, prev_updates=zeros_like(params))
+    zeros = lambda: role_zeros(params, accumulator(), self)  # noqa: E731
+    step_sizes = tree_map(lambda z: z + hyper(self.learning_rate, z.dtype), zeros())
+    return ScaleByRpropState(step_sizes=step_sizes, prev_updates=zeros())
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    @per_dtype
-    def scalars(cdt):
-      return (hyper(self.eta_minus, cdt), hyper(self.eta_plus, cdt), hyper(self.min_step_size, cdt),
-              hyper(self.max_step_size, cdt))
-
-    def leaf(g, step, prev):
-      cdt = compute_dtype(g.dtype, step.dtype, prev.dtype)
-      eta_minus, eta_plus, lo, hi = scalars(cdt)
-      gc = as_compute(g, cdt)
-      agreement = gc * as_compute(prev, cdt)
-      stepc = as_compute(step, cdt)
+    def leaf(k, g, step, previous):
+      agreement = g * previous
       # Same sign: grow the step; flipped sign: shrink it; a zero (after a flip, or at the start)
-      # leaves it unchanged.
-      grown = jnp.clip(stepc * jnp.where(agreement > 0, eta_plus, eta_minus), lo, hi)
-      new_step = jnp.where(agreement == 0, stepc, grown)
+      # leaves it unchanged (Riedmiller & Braun 1993, eq. 4).
+      grown = jnp.clip(step * jnp.where(agreement > 0, k.eta_plus, k.eta_minus),
+                       k.min_step_size, k.max_step_size)
+      step = jnp.where(agreement == 0, step, grown)
       # After a flip the step is skipped and the stored update zeroed, so the next step neither
-      # grows nor shrinks (iRprop-).
-      new_update = jnp.where(agreement < 0, jnp.zeros_like(gc), new_step * jnp.sign(gc))
-      new_update = new_update.astype(prev.dtype)
-      return new_update.astype(g.dtype), new_step.astype(step.dtype), new_update
+      # grows nor shrinks (iRprop-, Igel & Hüsken 2000).
+      update = jnp.where(agreement < 0, 0, step * jnp.sign(g))
+      return update, step, update
 
-    out, step_sizes, prev_updates = tree_map_n(leaf, 3, updates, state.step_sizes, state.prev_updates)
+    scalars = lambda dt: Scalars(eta_minus=hyper(self.eta_minus, dt), eta_plus=hyper(self.eta_plus, dt),
+                                 min_step_size=hyper(self.min_step_size, dt),
+                                 max_step_size=hyper(self.max_step_size, dt))
+    out, step_sizes, prev_updates = self.leafwise(leaf, updates, state.step_sizes, state.prev_updates,
+                                                  params=params, scalars=scalars)
     return out, ScaleByRpropState(step_sizes=step_sizes, prev_updates=prev_updates)
 
 
@@ -116,13 +127,4 @@ def scale_by_rprop(
     >>> s.step_sizes
     Array([0.12, 0.05], dtype=float32)
   """
-  owner = "scale_by_rprop"
-  check_range(owner, "learning_rate", learning_rate, 0.0, np.inf, low_open=True)
-  check_range(owner, "eta_minus", eta_minus, 0.0, 1.0, low_open=True)
-  check_range(owner, "eta_plus", eta_plus, 1.0, np.inf)
-  check_range(owner, "min_step_size", min_step_size, 0.0, np.inf)
-  check_range(owner, "max_step_size", max_step_size, 0.0, np.inf, low_open=True)
-  if isinstance(min_step_size, (int, float)) and isinstance(max_step_size, (int, float)):
-    if min_step_size > max_step_size:
-      raise ValueError(f"{owner}: min_step_size ({min_step_size}) exceeds max_step_size ({max_step_size}).")
   return ScaleByRprop(learning_rate, eta_minus, eta_plus, min_step_size, max_step_size)
