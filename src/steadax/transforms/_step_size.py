@@ -24,16 +24,11 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    scalar_stat_dtype,
-)
-from .._core._tree import copy_like, tree_map, tree_map_n, tree_sum_of_squares
+from .._core._policy import compute_dtype, hyper, real_dtype, scalar_stat_dtype
+from .._core._roles import OTHER, state_roles
+from .._core._tree import copy_like, tree_map, tree_sum_of_squares
 from ._moments import abs_sq
 
 __all__ = [
@@ -50,9 +45,13 @@ _TINY = float(np.finfo(np.float64).eps)
 class ScaleByPolyak(Transformation):
   name = "scale_by_polyak"
   f_min: Any = hyper_field(0.0)
-  max_learning_rate: Any = hyper_field(1.0)
-  eps: Any = hyper_field(0.0)
+  max_learning_rate: Any = hyper_field(1.0, check=check_positive)
+  eps: Any = hyper_field(0.0, check=check_nonnegative)
   variant: str = static_field(default="sps")
+
+  def __post_init__(self):
+    if self.variant not in _POLYAK_VARIANTS:
+      raise ValueError(f"{self.name}: variant must be one of {_POLYAK_VARIANTS}, got {self.variant!r}.")
 
   def update_fn(self, updates, state, params=None, **extra_args):
     value = extra_args.get("value")
@@ -60,8 +59,10 @@ class ScaleByPolyak(Transformation):
       raise TypeError(
           f"{self.name}: update() needs the keyword argument `value` (the objective's value at "
           "`params`), e.g. `tx.update(grads, state, params, value=loss)`.")
+    # The step is a whole-tree statistic: computed outside the leaf function, in the widest real
+    # floating dtype of the tree (tree_sum_of_squares already sums in it).
     stat = scalar_stat_dtype(updates)
-    sq_norm = tree_sum_of_squares(updates).astype(stat)
+    sq_norm = tree_sum_of_squares(updates)
     gap = hyper(value, stat) - hyper(self.f_min, stat)
     if self.variant == "sps+":
       gap = jnp.maximum(gap, jnp.zeros_like(gap))
@@ -71,13 +72,9 @@ class ScaleByPolyak(Transformation):
     step = jnp.minimum(gap / safe_denom, hyper(self.max_learning_rate, stat))
     step = jnp.where(vanishing, jnp.zeros_like(step), step)
 
-    steps = per_dtype(lambda cdt: step.astype(cdt))
-
-    def leaf(g):
-      cdt = compute_dtype(g.dtype)
-      return (as_compute(g, cdt) * steps(cdt)).astype(g.dtype)
-
-    return tree_map(leaf, updates), state
+    out, = self.leafwise(lambda k, g: k.step * g, updates, params=params,
+                         scalars=lambda dt: Scalars(step=step))
+    return out, state
 
 
 def scale_by_polyak(
@@ -110,14 +107,12 @@ def scale_by_polyak(
     >>> tx.update(jnp.array([2.0]), tx.init(jnp.zeros(1)), value=2.0)[0]  # step 2 / 4
     Array([1.], dtype=float32)
   """
-  owner = "scale_by_polyak"
-  if variant not in _POLYAK_VARIANTS:
-    raise ValueError(f"{owner}: variant must be one of {_POLYAK_VARIANTS}, got {variant!r}.")
-  check_positive(owner, "max_learning_rate", max_learning_rate)
-  check_nonnegative(owner, "eps", eps)
   return ScaleByPolyak(f_min, max_learning_rate, eps, variant=variant)
 
 
+# Per leaf: a scalar, a length-1 vector and a copy of the parameters (none mirrors the parameters'
+# shapes and dtypes as an accumulator does): OTHER, checked for drift.
+@state_roles(max_dist=OTHER, grad_sum_of_squares=OTHER, init_params=OTHER)
 class ScaleByDistanceOverGradientsState(NamedTuple):
   """State of ``scale_by_distance_over_gradients`` (per leaf: the largest distance travelled, the
   sum of squared gradient norms as a length-1 vector, and the initial parameters)."""
@@ -131,22 +126,20 @@ def _stat_dtype(dtype: Any) -> np.dtype:
   return real_dtype(compute_dtype(dtype))
 
 
-def _norm(x: jax.Array, dtype: Any) -> jax.Array:
-  return jnp.sqrt(jnp.sum(abs_sq(as_compute(x, compute_dtype(x.dtype))))).astype(dtype)
-
-
 class ScaleByDistanceOverGradients(Transformation):
   name = "scale_by_distance_over_gradients"
-  reps_rel: Any = hyper_field(1e-06)
-  eps: Any = hyper_field(1e-08)
+  State = ScaleByDistanceOverGradientsState
+  reps_rel: Any = hyper_field(1e-06, check=check_positive)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
   param_dtype: Any = static_field(default=jnp.float32)
   global_scale: Any = hyper_field(1.0)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # non-zero statistics and a copy of the parameters: by hand
     def initial_distance(p):
-      rdt = _stat_dtype(p.dtype)
-      # A small positive start, relative to the parameters' size, so the first steps are not zero.
-      return hyper(self.reps_rel, rdt) * (1 + _norm(p, rdt))
+      # A small positive start, relative to the parameters' size, so the first steps are not zero;
+      # the norm is summed in the statistics dtype (at least float32).
+      norm = jnp.sqrt(tree_sum_of_squares(p))
+      return hyper(self.reps_rel, norm.dtype) * (1 + norm)
 
     return ScaleByDistanceOverGradientsState(
         max_dist=tree_map(initial_distance, params),
@@ -159,20 +152,17 @@ class ScaleByDistanceOverGradients(Transformation):
       raise ValueError(f"{self.name}: `params` must be passed to update() (distances are measured "
                        "from the initial parameters).")
 
-    def leaf(g, d, sos, p, p0):
-      rdt = d.dtype
-      cdt = compute_dtype(p.dtype, p0.dtype)
-      dist = _norm(as_compute(p, cdt) - as_compute(p0, cdt), rdt)
-      d_new = jnp.maximum(d, dist)
-      sos_new = sos + jnp.sum(abs_sq(as_compute(g, compute_dtype(g.dtype)))).astype(sos.dtype)
-      # The sum is kept as a length-1 vector (Optax's layout); the step size itself is a scalar.
-      eta = hyper(self.global_scale, rdt) * d_new / jnp.sqrt(jnp.reshape(sos_new, ()) + hyper(self.eps, rdt))
-      gdt = compute_dtype(g.dtype)
-      out = as_compute(g, gdt) * eta.astype(gdt)
-      return out.astype(g.dtype), d_new, sos_new
+    def leaf(k, g, d, sos, p, p0):
+      # r_t = max(r_{t-1}, ||x_t - x_0||), G_t = G_{t-1} + ||g_t||^2, eta_t = r_t / sqrt(G_t) (eq. 1,
+      # per leaf as in §4). The sum is kept as a length-1 vector (Optax's layout).
+      d = jnp.maximum(d, jnp.sqrt(jnp.sum(abs_sq(p - p0))))
+      sos = sos + jnp.sum(abs_sq(g))
+      eta = k.global_scale * d / jnp.sqrt(jnp.reshape(sos, ()) + k.eps)
+      return g * eta, d, sos
 
-    out, max_dist, sos = tree_map_n(leaf, 3, updates, state.max_dist, state.grad_sum_of_squares, params,
-                                    state.init_params)
+    scalars = lambda dt: Scalars(global_scale=hyper(self.global_scale, dt), eps=hyper(self.eps, dt))
+    out, max_dist, sos = self.leafwise(leaf, updates, state.max_dist, state.grad_sum_of_squares,
+                                       params=params, reads=(params, state.init_params), scalars=scalars)
     return out, ScaleByDistanceOverGradientsState(max_dist=max_dist, grad_sum_of_squares=sos,
                                                   init_params=state.init_params)
 
@@ -211,7 +201,4 @@ def scale_by_distance_over_gradients(
     >>> tx.update(jnp.array([2.0]), tx.init(p), p)[0]  # 0.5 * (1 + 0) / 2 * 2
     Array([0.5], dtype=float32)
   """
-  owner = "scale_by_distance_over_gradients"
-  check_positive(owner, "reps_rel", reps_rel)
-  check_nonnegative(owner, "eps", eps)
   return ScaleByDistanceOverGradients(reps_rel, eps, param_dtype=param_dtype, global_scale=global_scale)
