@@ -22,24 +22,19 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    COUNTER_DTYPE,
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n
+from .._core._policy import COUNTER_DTYPE, accumulator_dtype, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, state_roles
+from .._core._tree import tree_map
 from ._moments import abs_sq
 
 __all__ = ["FactoredState", "scale_by_factored_rms"]
 
 
+# v_row, v_col and v hold, per parameter, either its factors or its full statistic and a (1,)
+# placeholder for the others: none mirrors the parameters' shapes, so they are OTHER (drift-checked).
+@state_roles(count=COUNTER, v_row=OTHER, v_col=OTHER, v=OTHER)
 class FactoredState(NamedTuple):
   """State of ``scale_by_factored_rms``.
 
@@ -59,7 +54,7 @@ class FactoredState(NamedTuple):
 
 def _decay_rate_pow(step: jax.Array, exponent: Any = 0.8) -> jax.Array:
   """Adafactor's default schedule ``1 - (step + 1)**(-exponent)`` (Shazeer & Stern 2018, §7.2)."""
-  t = jnp.asarray(step).astype(jnp.float32) + np.float32(1)
+  t = hyper(step, jnp.float32) + np.float32(1)  # float32 whatever the parameters, as in Optax
   return np.float32(1) - t ** (-hyper(exponent, jnp.float32))
 
 
@@ -92,19 +87,33 @@ def _zeros_without_axis(x: Any, axis: int, dtype: Any) -> jax.Array:
   return jnp.zeros(shape, dtype)
 
 
+def _check_min_dim_size(owner: str, value: Any) -> None:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise TypeError(f"{owner}: min_dim_size_to_factor must be an int (it decides shapes), got {value!r}.")
+  if value < 0:
+    raise ValueError(f"{owner}: min_dim_size_to_factor must be >= 0, got {value}.")
+
+
 class ScaleByFactoredRms(Transformation):
   name = "scale_by_factored_rms"
+  State = FactoredState
   factored: bool = static_field(default=True)
   decay_rate: Any = hyper_field(0.8)
   step_offset: Any = hyper_field(0)
   min_dim_size_to_factor: int = static_field(default=128)
-  epsilon: Any = hyper_field(1e-30)
+  epsilon: Any = hyper_field(1e-30, check=check_nonnegative)
   decay_rate_fn: Callable = static_field(default=_decay_rate_pow)
+
+  def __post_init__(self):
+    # Static fields are checked here (hyper_field checks cover the hyperparameters).
+    _check_min_dim_size(self.name, self.min_dim_size_to_factor)
+    if not callable(self.decay_rate_fn):
+      raise TypeError(f"{self.name}: decay_rate_fn must be callable, got {self.decay_rate_fn!r}.")
 
   def _dims(self, x):
     return factored_dims(np.shape(x), self.factored, self.min_dim_size_to_factor)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # factors and placeholders, not the parameters' shapes: by hand
     def placeholder(dtype):
       return jnp.zeros((1,), dtype)
 
@@ -117,7 +126,7 @@ class ScaleByFactoredRms(Transformation):
       d1, d0 = dims
       return _zeros_without_axis(p, d0, dtype), _zeros_without_axis(p, d1, dtype), placeholder(dtype)
 
-    v_row, v_col, v = tree_map_n(init, 3, params)
+    v_row, v_col, v = (tree_map(lambda p, i=i: init(p)[i], params) for i in range(3))
     return FactoredState(count=zero_count(), v_row=v_row, v_col=v_col, v=v)
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -125,35 +134,28 @@ class ScaleByFactoredRms(Transformation):
     step = jnp.maximum(state.count - hyper(self.step_offset, COUNTER_DTYPE), np.asarray(0, COUNTER_DTYPE))
     decay_t = self.decay_rate_fn(step, self.decay_rate)
 
-    @per_dtype
-    def scalars(rdt):
-      decay = hyper(decay_t, rdt)
-      return decay, np.asarray(1, rdt) - decay, hyper(self.epsilon, rdt)
-
-    def leaf(g, v_row, v_col, v):
-      cdt = compute_dtype(g.dtype, v.dtype)
-      rdt = real_dtype(cdt)
-      decay, one_minus_decay, eps = scalars(rdt)
-      gc = as_compute(g, cdt)
-      g_sq = abs_sq(gc).astype(rdt) + eps
+    def leaf(k, g, v_row, v_col, v):
+      # Factored statistics are reductions of the leaf, not elementwise maths; they still run here:
+      # every state leaf (factor, full statistic or placeholder) keeps its own shape and dtype.
+      g_sq = abs_sq(g) + k.eps
       dims = self._dims(g)
       if dims is None:
-        v_new = decay * as_compute(v, rdt) + one_minus_decay * g_sq
-        out = gc * jax.lax.rsqrt(v_new).astype(cdt)
-        return out.astype(g.dtype), v_row, v_col, v_new.astype(v.dtype)
+        v = k.decay * v + (1 - k.decay) * g_sq
+        return g * jax.lax.rsqrt(v), v_row, v_col, v
       d1, d0 = dims
-      row_new = decay * as_compute(v_row, rdt) + one_minus_decay * jnp.mean(g_sq, axis=d0)
-      col_new = decay * as_compute(v_col, rdt) + one_minus_decay * jnp.mean(g_sq, axis=d1)
+      # Algorithm 4: R = decay R + (1 - decay) mean over the largest axis, C over the second.
+      v_row = k.decay * v_row + (1 - k.decay) * jnp.mean(g_sq, axis=d0)
+      v_col = k.decay * v_col + (1 - k.decay) * jnp.mean(g_sq, axis=d1)
       # v_row lost axis d0, so axis d1 moved one place left when it came after d0.
       reduced_d1 = d1 - 1 if d1 > d0 else d1
-      row_mean = jnp.mean(row_new, axis=reduced_d1, keepdims=True)
-      row_factor = jax.lax.rsqrt(row_new / row_mean)
-      col_factor = jax.lax.rsqrt(col_new)
-      scaling = jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)
-      out = gc * scaling.astype(cdt)
-      return out.astype(g.dtype), row_new.astype(v_row.dtype), col_new.astype(v_col.dtype), v
+      row_factor = jax.lax.rsqrt(v_row / jnp.mean(v_row, axis=reduced_d1, keepdims=True))
+      col_factor = jax.lax.rsqrt(v_col)
+      # V ~ R C^T / mean(R): the update g / sqrt(V) as a product of the two factors.
+      return g * (jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)), v_row, v_col, v
 
-    out, v_row, v_col, v = tree_map_n(leaf, 4, updates, state.v_row, state.v_col, state.v)
+    scalars = lambda dt: Scalars(decay=hyper(decay_t, dt), eps=hyper(self.epsilon, dt))
+    out, v_row, v_col, v = self.leafwise(leaf, updates, state.v_row, state.v_col, state.v, params=params,
+                                         scalars=scalars)
     return out, FactoredState(count=safe_increment(state.count), v_row=v_row, v_col=v_col, v=v)
 
 
@@ -197,16 +199,7 @@ def scale_by_factored_rms(
     Array([[ 1.,  1., -1.],
            [-1., -1.,  1.]], dtype=float32)
   """
-  if isinstance(min_dim_size_to_factor, bool) or not isinstance(min_dim_size_to_factor, (int, np.integer)):
-    raise TypeError(
-        "scale_by_factored_rms: min_dim_size_to_factor must be an int (it decides shapes), "
-        f"got {min_dim_size_to_factor!r}.")
-  if min_dim_size_to_factor < 0:
-    raise ValueError(
-        f"scale_by_factored_rms: min_dim_size_to_factor must be >= 0, got {min_dim_size_to_factor}.")
-  check_nonnegative("scale_by_factored_rms", "epsilon", epsilon)
-  if not callable(decay_rate_fn):
-    raise TypeError(f"scale_by_factored_rms: decay_rate_fn must be callable, got {decay_rate_fn!r}.")
+  _check_min_dim_size("scale_by_factored_rms", min_dim_size_to_factor)  # before int() below
   return ScaleByFactoredRms(
       factored=factored, decay_rate=decay_rate, step_offset=step_offset,
       min_dim_size_to_factor=int(min_dim_size_to_factor), epsilon=epsilon, decay_rate_fn=decay_rate_fn,
