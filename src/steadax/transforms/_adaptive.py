@@ -19,18 +19,11 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import (
-    accumulator_dtype,
-    as_compute,
-    compute_dtype,
-    hyper,
-    per_dtype,
-    real_dtype,
-    safe_increment,
-    zero_count,
-)
-from .._core._tree import tree_map, tree_map_n, zeros_like
+from .._core._policy import accumulator_dtype, hyper, safe_increment, zero_count
+from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
+from .._core._tree import tree_map
 from ._moments import abs_sq
 
 __all__ = [
@@ -43,6 +36,7 @@ __all__ = [
 ]
 
 
+@state_roles(e_g=accumulator(real=True), e_x=accumulator(real=True))
 class ScaleByAdaDeltaState(NamedTuple):
   """State of ``scale_by_adadelta``: running averages of squared gradients and squared updates."""
 
@@ -50,6 +44,8 @@ class ScaleByAdaDeltaState(NamedTuple):
   e_x: Any
 
 
+# nu holds one real scalar per leaf (not a tree mirroring the parameters' shapes): OTHER.
+@state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=OTHER)
 class ScaleByNovogradState(NamedTuple):
   """State of ``scale_by_novograd``: int32 count, first moment, one second moment per leaf."""
 
@@ -58,6 +54,8 @@ class ScaleByNovogradState(NamedTuple):
   nu: Any
 
 
+# mu holds, per leaf, a list of cover vectors (not the parameters' shapes): OTHER.
+@state_roles(mu=OTHER, nu=accumulator())
 class ScaleBySM3State(NamedTuple):
   """State of ``scale_by_sm3``: per leaf, one accumulator vector per axis (``mu``) and momentum."""
 
@@ -65,33 +63,28 @@ class ScaleBySM3State(NamedTuple):
   nu: Any
 
 
+# Decays of Adadelta, NovoGrad and SM3's momentum lie in [0, 1).
+_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
+                                                                high_open=True)
+
+
 class ScaleByAdaDelta(Transformation):
   name = "scale_by_adadelta"
-  rho: Any = hyper_field(0.9)
-  eps: Any = hyper_field(1e-06)
-
-  def init_fn(self, params):
-    return ScaleByAdaDeltaState(e_g=zeros_like(params, real=True), e_x=zeros_like(params, real=True))
+  State = ScaleByAdaDeltaState
+  rho: Any = hyper_field(0.9, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-06, check=lambda owner, name, value: check_range(owner, name, value, 0.0, np.inf,
+                                                                              low_open=True))
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    @per_dtype
-    def scalars(rdt):
-      rho = hyper(self.rho, rdt)
-      return rho, np.asarray(1, rdt) - rho, hyper(self.eps, rdt)
-
-    def leaf(g, e_g, e_x):
-      cdt = compute_dtype(g.dtype, e_g.dtype)
-      rdt = real_dtype(cdt)
-      rho, one_minus_rho, eps = scalars(rdt)
-      gc = as_compute(g, cdt)
-      e_g_new = rho * as_compute(e_g, rdt) + one_minus_rho * abs_sq(gc).astype(rdt)
+    def leaf(k, g, e_g, e_x):
+      e_g = k.rho * e_g + (1 - k.rho) * abs_sq(g)
       # The units of the step match the parameters' (eq. 14): RMS of past steps over RMS of gradients.
-      ratio = jnp.sqrt(as_compute(e_x, rdt) + eps) / jnp.sqrt(e_g_new + eps)
-      step = ratio.astype(cdt) * gc
-      e_x_new = rho * as_compute(e_x, rdt) + one_minus_rho * abs_sq(step).astype(rdt)
-      return step.astype(g.dtype), e_g_new.astype(e_g.dtype), e_x_new.astype(e_x.dtype)
+      step = jnp.sqrt(e_x + k.eps) / jnp.sqrt(e_g + k.eps) * g
+      e_x = k.rho * e_x + (1 - k.rho) * abs_sq(step)
+      return step, e_g, e_x
 
-    out, e_g, e_x = tree_map_n(leaf, 3, updates, state.e_g, state.e_x)
+    scalars = lambda dt: Scalars(rho=hyper(self.rho, dt), eps=hyper(self.eps, dt))
+    out, e_g, e_x = self.leafwise(leaf, updates, state.e_g, state.e_x, params=params, scalars=scalars)
     return out, ScaleByAdaDeltaState(e_g=e_g, e_x=e_x)
 
 
@@ -117,23 +110,23 @@ def scale_by_adadelta(rho: Any = 0.9, eps: Any = 1e-6) -> Transformation:
     >>> tx.update(jnp.array([0.0]), tx.init(jnp.zeros(1)))[0]
     Array([0.], dtype=float32)
   """
-  check_range("scale_by_adadelta", "rho", rho, 0.0, 1.0, high_open=True)
-  check_range("scale_by_adadelta", "eps", eps, 0.0, np.inf, low_open=True)
   return ScaleByAdaDelta(rho, eps)
 
 
 class ScaleByNovograd(Transformation):
   name = "scale_by_novograd"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(0.25)
-  eps: Any = hyper_field(1e-08)
-  eps_root: Any = hyper_field(0.0)
-  weight_decay: Any = hyper_field(0.0)
+  State = ScaleByNovogradState
+  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b2: Any = hyper_field(0.25, check=_check_decay_below_one)
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
+  weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # nu is one scalar per leaf: by hand (the roles check count and mu)
     nu = tree_map(lambda p: jnp.zeros([], accumulator_dtype(p.dtype, real=True)), params)
-    return ScaleByNovogradState(count=zero_count(), mu=zeros_like(params, self.mu_dtype), nu=nu)
+    return ScaleByNovogradState(count=zero_count(), mu=role_zeros(params, accumulator("mu_dtype"), self),
+                                nu=nu)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     if params is None:
@@ -141,26 +134,22 @@ class ScaleByNovograd(Transformation):
     count = safe_increment(state.count)
     first = count == 1
 
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b1, b2 = hyper(self.b1, cdt), hyper(self.b2, rdt)
-      return dict(b1=jnp.where(first, jnp.zeros_like(b1), b1), b2=b2, one_minus_b2=np.asarray(1, rdt) - b2,
-                  eps=hyper(self.eps, rdt), eps_root=hyper(self.eps_root, rdt), wd=hyper(self.weight_decay, cdt))
+    def leaf(k, g, m, v, p):
+      # One second moment per layer (leaf): the squared norm of its gradient (Algorithm 1).
+      sq_norm = jnp.sum(abs_sq(g))
+      v = jnp.where(first, sq_norm, k.b2 * v + (1 - k.b2) * sq_norm)
+      m = k.b1 * m + (g / (jnp.sqrt(v + k.eps_root) + k.eps) + k.weight_decay * p)
+      return m, m, v
 
-    def leaf(g, m, v, p):
-      cdt = compute_dtype(g.dtype, m.dtype, p.dtype)
-      rdt = real_dtype(cdt)
-      k = scalars(cdt)
-      gc = as_compute(g, cdt)
-      # One second moment per layer (leaf): the squared norm of its gradient (eq. 1).
-      sq_norm = jnp.sum(abs_sq(gc)).astype(rdt)
-      v_new = jnp.where(first, sq_norm, k["b2"] * as_compute(v, rdt) + k["one_minus_b2"] * sq_norm)
-      scaled = gc / (jnp.sqrt(v_new + k["eps_root"]) + k["eps"]).astype(cdt) + k["wd"] * as_compute(p, cdt)
-      m_new = (k["b1"] * as_compute(m, cdt) + scaled).astype(m.dtype)
-      return m_new.astype(g.dtype), m_new, v_new.astype(v.dtype)
+    def scalars(dt):
+      b1 = hyper(self.b1, dt)
+      # m starts from the normalised gradient: no momentum at the first step.
+      return Scalars(b1=jnp.where(first, jnp.zeros_like(b1), b1), b2=hyper(self.b2, dt),
+                     eps=hyper(self.eps, dt), eps_root=hyper(self.eps_root, dt),
+                     weight_decay=hyper(self.weight_decay, dt))
 
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu, params)
+    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, reads=(params,),
+                                scalars=scalars)
     return out, ScaleByNovogradState(count=count, mu=mu, nu=nu)
 
 
@@ -201,11 +190,6 @@ def scale_by_novograd(
     >>> tx.update(jnp.array([3.0, 4.0]), tx.init(p), p)[0]
     Array([0.6, 0.8], dtype=float32)
   """
-  check_range("scale_by_novograd", "b1", b1, 0.0, 1.0, high_open=True)
-  check_range("scale_by_novograd", "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative("scale_by_novograd", "eps", eps)
-  check_nonnegative("scale_by_novograd", "eps_root", eps_root)
-  check_nonnegative("scale_by_novograd", "weight_decay", weight_decay)
   return ScaleByNovograd(b1, b2, eps, eps_root, weight_decay, mu_dtype=mu_dtype)
 
 
@@ -218,11 +202,12 @@ def _axis_view(vector: jax.Array, ndim: int, axis: int) -> jax.Array:
 
 class ScaleBySM3(Transformation):
   name = "scale_by_sm3"
-  b1: Any = hyper_field(0.9)
-  b2: Any = hyper_field(1.0)
-  eps: Any = hyper_field(1e-08)
+  State = ScaleBySM3State
+  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b2: Any = hyper_field(1.0, check=lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
+  eps: Any = hyper_field(1e-08, check=check_nonnegative)
 
-  def init_fn(self, params):
+  def init_fn(self, params):  # one vector per axis: by hand (the roles check nu)
     def covers(p):
       dtype = accumulator_dtype(p.dtype, real=True)
       # A scalar is its own (single) cover set; Optax keeps no accumulator for it and fails.
@@ -230,44 +215,42 @@ class ScaleBySM3(Transformation):
         return [jnp.zeros([], dtype)]
       return [jnp.zeros((n,), dtype) for n in np.shape(p)]
 
-    return ScaleBySM3State(mu=tree_map(covers, params), nu=zeros_like(params))
+    return ScaleBySM3State(mu=tree_map(covers, params), nu=role_zeros(params, accumulator(), self))
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    @per_dtype
-    def scalars(cdt):
-      rdt = real_dtype(cdt)
-      b2 = hyper(self.b2, rdt)
-      # b2 = 1 is SM3's sum of squares (Adagrad-like); b2 < 1 an exponential average.
-      new_weight = jnp.where(b2 == 1, jnp.ones_like(b2), 1 - b2)
-      b1 = hyper(self.b1, cdt)
-      return b1, np.asarray(1, cdt) - b1, new_weight, b2, hyper(self.eps, rdt)
+    def estimate(g, covers):
+      """Each entry's old second moment: the minimum over the covers holding it (SM3-II, line 5)."""
+      if g.ndim < 2:  # one cover set per entry: the accumulator is exact
+        return covers[0]
+      return functools.reduce(jnp.minimum, [_axis_view(c, g.ndim, i) for i, c in enumerate(covers)])
 
-    def leaf(g, covers, m):
-      cdt = compute_dtype(g.dtype, m.dtype)
-      rdt = real_dtype(cdt)
-      b1, one_minus_b1, new_weight, b2, eps = scalars(cdt)
-      gc = as_compute(g, cdt)
-      ndim = gc.ndim
-      if ndim < 2:
-        # One cover set per entry: the accumulator is exact (no minimum over covers needed).
-        old = as_compute(covers[0], rdt)
-      else:
-        views = [_axis_view(as_compute(c, rdt), ndim, i) for i, c in enumerate(covers)]
-        old = functools.reduce(jnp.minimum, views)
-      accum = new_weight * abs_sq(gc).astype(rdt) + b2 * old
-      inv_sqrt = jnp.where(accum > 0, jax.lax.rsqrt(accum + eps), jnp.zeros_like(accum))
-      m_new = b1 * as_compute(m, cdt) + one_minus_b1 * gc * inv_sqrt.astype(cdt)
-      if ndim < 2:
-        new_covers = [accum.astype(covers[0].dtype)]
-      else:
-        new_covers = [
-            jnp.max(accum, axis=tuple(a for a in range(ndim) if a != i), initial=0.0).astype(c.dtype)
-            for i, c in enumerate(covers)
-        ]
-      m_new = m_new.astype(m.dtype)
-      return m_new.astype(g.dtype), new_covers, m_new
+    def leaf(k, g, m, nu):
+      # b2 = 1 is SM3's sum of squares (Adagrad-like), b2 < 1 an exponential average (line 6).
+      nu = k.new_weight * abs_sq(g) + k.b2 * nu
+      preconditioned = jnp.where(nu > 0, jax.lax.rsqrt(nu + k.eps), 0)
+      m = k.b1 * m + (1 - k.b1) * g * preconditioned
+      return m, m, nu
 
-    out, mu, nu = tree_map_n(leaf, 3, updates, state.mu, state.nu)
+    def new_covers(nu, covers):
+      """Each cover keeps the maximum of the entries it holds (SM3-II, line 7)."""
+      if nu.ndim < 2:
+        return [nu]
+      return [jnp.max(nu, axis=tuple(a for a in range(nu.ndim) if a != i), initial=0.0)
+              for i in range(len(covers))]
+
+    def scalars(dt):
+      b2 = hyper(self.b2, dt)
+      return Scalars(b1=hyper(self.b1, dt), b2=b2, eps=hyper(self.eps, dt),
+                     new_weight=jnp.where(b2 == 1, jnp.ones_like(b2), 1 - b2))
+
+    # The cover estimate goes through the primitive as a state tree in the covers' dtype (real):
+    # it comes back as the new full estimate, already in the covers' dtype; rounding commutes
+    # with the maximum, so the covers equal those reduced in the compute dtype.
+    is_leaf = lambda x: isinstance(x, list)  # noqa: E731
+    nu_hat = tree_map(estimate, updates, state.mu)
+    out, nu, nu_new = self.leafwise(leaf, updates, state.nu, nu_hat, params=params, scalars=scalars)
+    mu = jax.tree_util.tree_map(lambda covers, v: None if v is None else new_covers(v, covers),
+                                state.mu, nu_new, is_leaf=is_leaf)
     return out, ScaleBySM3State(mu=mu, nu=nu)
 
 
@@ -298,7 +281,4 @@ def scale_by_sm3(b1: Any = 0.9, b2: Any = 1.0, eps: Any = 1e-8) -> Transformatio
     >>> [c.shape for c in tx.init(jnp.zeros((2, 3))).mu]
     [(2,), (3,)]
   """
-  check_range("scale_by_sm3", "b1", b1, 0.0, 1.0, high_open=True)
-  check_range("scale_by_sm3", "b2", b2, 0.0, 1.0)
-  check_nonnegative("scale_by_sm3", "eps", eps)
   return ScaleBySM3(b1, b2, eps)
