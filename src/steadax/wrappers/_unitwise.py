@@ -194,7 +194,12 @@ def _check_batch(owner: str, leaves: list[Any]) -> None:
 
 
 def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.Array]:
-  """The per-example norms over ``leaves`` clipped to ``clip``, summed over the batch axis."""
+  """The per-example norms over ``leaves`` clipped to ``clip``, summed over the batch axis.
+
+  Not leafwise: the norms reduce across leaves and the sum drops the batch axis. Each leaf's
+  squares are summed in its own compute dtype and join the norms in the widest dtype present; the
+  clipped sum is taken in the leaf's compute dtype and returned in the leaf's dtype.
+  """
   cdt = real_dtype(compute_dtype(*[g.dtype for g in leaves]))
   sq = sum(
       jnp.sum(_abs_sq(as_compute(g, compute_dtype(g.dtype))).reshape(g.shape[0], -1), axis=1).astype(cdt)
