@@ -302,3 +302,18 @@ def test_state_constructors_keep_shape_dtype_and_sharding_of_any_array_like_leaf
   assert out["s"].shape == (2, 3) and out["s"].dtype == jnp.float32
   assert jax.jit(lambda t: role_zeros(t, accumulator(real=True), None))(
       {"c": jnp.ones(2, jnp.complex64)})["c"].dtype == jnp.float32
+
+
+def test_complex_hyperparameter_keeps_its_imaginary_part():
+  """``scale(1j)`` rotates complex updates as in Optax (the per-dtype scalars used to keep only the
+  real part: a zero update); the same factor on a real parameter raises instead of dropping it."""
+  tx = steadax.scale(1j)
+  g = jnp.asarray([1.0 + 2.0j, -0.5j], jnp.complex64)
+  out, _ = tx.update(g, tx.init(g))
+  np.testing.assert_allclose(out, 1j * np.asarray(g))
+  assert out.dtype == jnp.complex64
+  with pytest.raises(ContractError, match="complex"):
+    tx.update(jnp.ones(2, jnp.float32), tx.init(jnp.zeros(2)))
+  # A complex number with no imaginary part is an ordinary real factor.
+  out, _ = steadax.scale(2 + 0j).update(jnp.ones(2, jnp.float32), steadax.EmptyState())
+  assert out.dtype == jnp.float32 and float(out[0]) == 2.0

@@ -45,7 +45,7 @@ import numpy as np
 
 from ._config import is_strict
 from ._contract import ContractError
-from ._policy import compute_dtype, key_path_str, real_dtype
+from ._policy import complex_of, compute_dtype, key_path_str, real_dtype
 
 __all__ = ["Scalars", "leafwise", "weak"]
 
@@ -72,8 +72,10 @@ def weak(value: Any, dtype: Any) -> Any:
   """
   dtype = np.dtype(dtype)
   value = jnp.asarray(value)
-  if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
-    value = jnp.real(value)
+  if jnp.issubdtype(value.dtype, jnp.complexfloating):
+    # A complex hyperparameter stays complex (its real-dtype counterpart): dropping the imaginary
+    # part would change the maths silently; a complex result for a real parameter is caught below.
+    dtype = complex_of(dtype)
   return _convert(value, dtype, weak_type=True)
 
 

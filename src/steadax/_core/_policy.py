@@ -27,6 +27,7 @@ __all__ = [
     "accumulator_dtype",
     "scalar_stat_dtype",
     "hyper",
+    "complex_of",
     "per_dtype",
     "as_compute",
     "check_float_params",
@@ -130,21 +131,39 @@ def scalar_stat_dtype(params: Any) -> np.dtype:
   return np.dtype(real_dtype(compute_dtype(*[l.dtype for l in leaves])))
 
 
+def complex_of(dtype: Any) -> np.dtype:
+  """The complex dtype whose real part is ``dtype`` (complex dtypes map to themselves)."""
+  dtype = np.dtype(dtype)
+  if jnp.issubdtype(dtype, jnp.complexfloating):
+    return dtype
+  return _promote_pair(dtype, np.dtype(jnp.complex64))
+
+
 def hyper(value: Any, dtype: Any) -> Any:
   """A hyperparameter (Python number, array or tracer) as a strong scalar of ``dtype``.
 
   Concrete numbers become numpy constants (folded at trace time: no per-leaf operations); traced
-  values are converted once per call.
+  values are converted once per call. A complex value keeps its imaginary part: it becomes the
+  complex counterpart of a real ``dtype`` (``scale(1j)`` rotates complex updates, as in Optax, and a
+  complex factor reaching a real parameter is caught by the contract); a concrete complex number
+  with a zero imaginary part is real.
+
+  Example:
+    >>> hyper(0.5, jnp.float32).dtype, hyper(1j, jnp.float32).dtype
+    (dtype('float32'), dtype('complex64'))
   """
   dtype = np.dtype(dtype)
-  if isinstance(value, (int, float, np.number, np.ndarray)) and not isinstance(value, bool):
+  if isinstance(value, (int, float, complex, np.number, np.ndarray)) and not isinstance(value, bool):
     arr = np.asarray(value)
     if np.iscomplexobj(arr) and not jnp.issubdtype(dtype, jnp.complexfloating):
-      arr = arr.real
+      if np.all(arr.imag == 0):
+        arr = arr.real
+      else:
+        dtype = complex_of(dtype)
     return arr.astype(dtype)
   value = jnp.asarray(value)
   if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
-    value = jnp.real(value)
+    dtype = complex_of(dtype)
   return value.astype(dtype)
 
 
