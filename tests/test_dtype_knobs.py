@@ -37,10 +37,7 @@ _CONVENTION = re.compile(r"^[a-z]+_dtype$")
 
 # Factories known to break the convention, with why; strict xfail: fixing one makes its entry fail
 # until it is removed from here.
-KNOWN_VIOLATIONS = {
-    "psgd_kron": "precond_dtype: the same statistic is preconditioner_dtype in shampoo",
-    "scale_by_psgd_kron": "precond_dtype: the same statistic is preconditioner_dtype in shampoo",
-}
+KNOWN_VIOLATIONS: dict = {}
 
 # Optax modules searched for a factory of the same name, per steadax subpackage.
 _OPTAX_HOMES = {

@@ -21,7 +21,7 @@ ENTRIES = [
           lambda: steadax.psgd_kron(0.1, weight_decay=0.01, preconditioner_update_probability=0.5,
                                     max_size_triangular=0, key=3)),
     Entry("psgd_kron_dense_vectors_bf16_state",
-          lambda: steadax.psgd_kron(0.1, min_ndim_triangular=1, mu_dtype=jnp.bfloat16, precond_dtype=jnp.bfloat16),
+          lambda: steadax.psgd_kron(0.1, min_ndim_triangular=1, mu_dtype=jnp.bfloat16, preconditioner_dtype=jnp.bfloat16),
           notes="dense factors on vectors too; bfloat16 momentum and factors"),
     Entry("adam_lowmem", lambda: steadax.adam_lowmem(0.1)),
     Entry("adam_lowmem_nearest_weight_decay", lambda: steadax.adam_lowmem(0.1, weight_decay=0.01, rounding="nearest")),

@@ -85,7 +85,7 @@ def test_factor_layout_follows_size_and_rank_limits():
 
 def test_factors_stay_upper_triangular_and_keep_their_dtypes():
   params = {"w": jnp.zeros((3, 4), jnp.bfloat16)}
-  tx = steadax.scale_by_psgd_kron(preconditioner_update_probability=1.0, precond_dtype=jnp.float32)
+  tx = steadax.scale_by_psgd_kron(preconditioner_update_probability=1.0, preconditioner_dtype=jnp.float32)
   state = tx.init(params)
   grads = {"w": jnp.asarray(_RNG.normal(size=(3, 4)), jnp.bfloat16)}
   update = jax.jit(tx.update)

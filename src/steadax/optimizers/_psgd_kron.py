@@ -29,7 +29,7 @@ def psgd_kron(
     preconditioner_lr: Any = 0.1,
     preconditioner_init_scale: Any = 1.0,
     mu_dtype: Any = None,
-    precond_dtype: Any = None,
+    preconditioner_dtype: Any = None,
     key: Any = 0,
 ) -> Chain:
   """PSGD-Kron (Li 2018; the ``kron`` variant): momentum whitened by a Kronecker preconditioner.
@@ -50,7 +50,7 @@ def psgd_kron(
     preconditioner_lr: step size of the preconditioner fit.
     preconditioner_init_scale: scale of the initial (identity) preconditioner.
     mu_dtype: dtype of the momentum.
-    precond_dtype: dtype of the factors (default: at least float32).
+    preconditioner_dtype: dtype of the factors (default: at least float32).
     key: a ``jax.random.key``, raw key data or an integer seed.
 
   Returns:
@@ -79,7 +79,7 @@ def psgd_kron(
   return chain(
       scale_by_psgd_kron(
           b1, preconditioner_update_probability, max_size_triangular, min_ndim_triangular,
-          preconditioner_lr, preconditioner_init_scale, mu_dtype, precond_dtype, key=key),
+          preconditioner_lr, preconditioner_init_scale, mu_dtype, preconditioner_dtype, key=key),
       add_decayed_weights(weight_decay, mask),
       scale_by_learning_rate(learning_rate),
   )

@@ -238,7 +238,7 @@ class ScaleByPsgdKron(Transformation):
   max_size_triangular: int = static_field(default=8192)
   min_ndim_triangular: int = static_field(default=2)
   mu_dtype: Any = static_field(default=None)
-  precond_dtype: Any = static_field(default=None)
+  preconditioner_dtype: Any = static_field(default=None)
 
   def __post_init__(self):
     # Static fields have no hyper_field check: validated here, so the class, the factory and
@@ -250,7 +250,7 @@ class ScaleByPsgdKron(Transformation):
     return _dense_dims(tuple(shape), self.max_size_triangular, self.min_ndim_triangular)
 
   def _factor_dtype(self, param_dtype):
-    return accumulator_dtype(compute_dtype(param_dtype), self.precond_dtype)
+    return accumulator_dtype(compute_dtype(param_dtype), self.preconditioner_dtype)
 
   def init_fn(self, params):
     def make(x):
@@ -258,7 +258,7 @@ class ScaleByPsgdKron(Transformation):
       fdt = self._factor_dtype(x.dtype)
       rdt = real_dtype(fdt)
       # The scale is spread evenly over the factors (computed in float32 at least, then cast to
-      # the factors' declared dtype: precond_dtype may be 16-bit).
+      # the factors' declared dtype: preconditioner_dtype may be 16-bit).
       wide = compute_dtype(rdt)
       scale = hyper(self.preconditioner_init_scale, wide) ** (1.0 / len(shape))
       return tuple(
@@ -360,7 +360,7 @@ def scale_by_psgd_kron(
     preconditioner_lr: Any = 0.1,
     preconditioner_init_scale: Any = 1.0,
     mu_dtype: Any = None,
-    precond_dtype: Any = None,
+    preconditioner_dtype: Any = None,
     *,
     key: Any = 0,
 ) -> Transformation:
@@ -382,7 +382,7 @@ def scale_by_psgd_kron(
     preconditioner_lr: step size of the factors' Lie-group update.
     preconditioner_init_scale: the initial preconditioner is this times the identity.
     mu_dtype: dtype of the momentum (default: each parameter's dtype).
-    precond_dtype: dtype of the factors (default: the computation dtype, at least float32).
+    preconditioner_dtype: dtype of the factors (default: the computation dtype, at least float32).
     key: a ``jax.random.key``, raw key data or an integer seed for the probes and the draws.
 
   Returns:
@@ -404,4 +404,4 @@ def scale_by_psgd_kron(
   return ScaleByPsgdKron(
       b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
       max_size_triangular=max_size_triangular, min_ndim_triangular=min_ndim_triangular,
-      mu_dtype=mu_dtype, precond_dtype=precond_dtype)
+      mu_dtype=mu_dtype, preconditioner_dtype=preconditioner_dtype)
