@@ -186,3 +186,19 @@ def test_invalid_arguments_name_the_argument(kwargs, argument):
 def test_replace_validates_like_the_factory(changes, argument):
   with pytest.raises((ValueError, TypeError), match=f"scale_by_psgd_kron: {argument}"):
     steadax.scale_by_psgd_kron().replace(**changes)
+
+
+@pytest.mark.skipif(not jax.config.jax_enable_x64, reason="float64 factors exist only under x64")
+def test_balancing_float64_factors_keeps_their_product_to_float64_precision():
+  """The rescaling factors of two float64 Kronecker factors multiply to 1 in float64 (they were
+  computed from float32 norms, so the preconditioner drifted by ~1e-7 at every balance)."""
+  from steadax.transforms._psgd_kron import _balance
+
+  rng = np.random.default_rng(0)
+  q1 = jnp.asarray(rng.normal(size=(3, 3)) * 7.3, jnp.float64)
+  q2 = jnp.asarray(rng.normal(size=(4, 4)) * 0.011, jnp.float64)
+  b1, b2 = _balance((q1, q2), jnp.asarray(True))
+  assert b1.dtype == b2.dtype == jnp.float64
+  product = (b1[0, 0] / q1[0, 0]) * (b2[0, 0] / q2[0, 0])
+  assert abs(float(product) - 1.0) < 1e-13
+  np.testing.assert_allclose(float(jnp.max(jnp.abs(b1))), float(jnp.max(jnp.abs(b2))), rtol=1e-13)

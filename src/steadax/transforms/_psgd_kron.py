@@ -182,9 +182,11 @@ def _balance(factors, do_balance):
   from under- and overflow in low precision."""
   if len(factors) < 2:
     return factors
-  # On the stored factors: the norms in float32 and the rescaling in the factor's stored dtype (two
-  # casts, kept so the numbers do not change; in float64 the product drifts by ~1e-7 per balance).
-  norms = [jnp.max(jnp.abs(q)).astype(jnp.float32) for q in factors]
+  # On the stored factors: the norms in the factors' real compute dtype (float32 for 16- and 32-bit
+  # factors, float64 for float64 ones, whose product drifted by ~1e-7 per balance when this was
+  # float32); the rescaling is cast to the factor's stored dtype.
+  rdt = real_dtype(compute_dtype(*[q.dtype for q in factors]))
+  norms = [jnp.max(jnp.abs(q)).astype(rdt) for q in factors]
   norms = [jnp.where(n > 0, n, jnp.ones_like(n)) for n in norms]
   log_mean = sum(jnp.log(n) for n in norms) / len(norms)
   return tuple(q * jnp.where(do_balance, jnp.exp(log_mean) / n, jnp.ones_like(n)).astype(q.dtype)
