@@ -254,9 +254,12 @@ class _ZeroNans(Transformation):
     return ZeroNansState(found_nan=jax.tree_util.tree_map(lambda _: jnp.asarray(False), params))
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    found = jax.tree_util.tree_map(lambda u: jnp.any(jnp.isnan(u)), updates)
+    # Integer and float0 updates (of integer parameters) hold no NaN: they pass unchanged.
+    inexact = lambda u: jnp.issubdtype(u.dtype, jnp.inexact)  # noqa: E731
+    found = jax.tree_util.tree_map(
+        lambda u: jnp.any(jnp.isnan(u)) if inexact(u) else jnp.asarray(False), updates)
     cleaned = jax.tree_util.tree_map(
-        lambda u: jnp.where(jnp.isnan(u), jnp.zeros((), u.dtype), u), updates)
+        lambda u: jnp.where(jnp.isnan(u), jnp.zeros((), u.dtype), u) if inexact(u) else u, updates)
     return cleaned, ZeroNansState(found_nan=found)
 
 

@@ -27,16 +27,27 @@ def _ravel(tree: Any, dtype: np.dtype) -> jax.Array:
   leaves = jax.tree_util.tree_leaves(tree)
   if not leaves:
     return jnp.zeros((0,), dtype)
-  # One vector holds every leaf, so they share one dtype (the promotion of theirs).
-  return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves])
+  # One vector holds every leaf, so they share one dtype (the promotion of theirs); a float0
+  # gradient (of an integer parameter, from jax.grad(allow_int=True)) holds zeros there.
+  return jnp.concatenate([
+      jnp.zeros(np.size(x), dtype) if x.dtype == jax.dtypes.float0 else jnp.ravel(x).astype(dtype)
+      for x in leaves])
 
 
-def _unravel(like: Any, flat: jax.Array) -> Any:
-  """Split ``flat`` into ``like``'s leaves (shapes and dtypes); complex parts of real leaves drop."""
+def _unravel(like: Any, flat: jax.Array, params: Any = None) -> Any:
+  """Split ``flat`` into ``like``'s leaves (shapes and dtypes); complex parts of real leaves drop.
+
+  A float0 leaf (the gradient of an integer parameter) gets a zero update in its parameter's dtype.
+  """
   leaves, treedef = jax.tree_util.tree_flatten(like)
+  param_leaves = treedef.flatten_up_to(params) if params is not None else [None] * len(leaves)
   out, start = [], 0
-  for leaf in leaves:
+  for leaf, p in zip(leaves, param_leaves):
     size = int(np.size(leaf))
+    if leaf.dtype == jax.dtypes.float0:
+      out.append(jnp.zeros(np.shape(leaf), p.dtype) if p is not None else leaf)
+      start += size
+      continue
     piece = flat[start:start + size].reshape(np.shape(leaf))
     if jnp.iscomplexobj(piece) and not jnp.issubdtype(leaf.dtype, jnp.complexfloating):
       piece = jnp.real(piece)
@@ -57,7 +68,7 @@ class Flatten(Transformation):
     dtype = _flat_dtype(updates if params is None else params)
     flat_params = None if params is None else _ravel(params, dtype)
     flat_updates, state = self.inner.update(_ravel(updates, dtype), state, flat_params, **extra_args)
-    return _unravel(updates, flat_updates), state
+    return _unravel(updates, flat_updates, params), state
 
 
 def flatten(inner: GradientTransformation) -> Flatten:
