@@ -26,7 +26,7 @@ def _obj_fn(loss_fn, params, grads):
 
 def _grad_fn(loss_fn, params, grads):
   # conj: jax.grad of a real function of complex leaves is the conjugate of the ascent direction.
-  return {"grad_fn": lambda p, i: jax.tree_util.tree_map(jnp.conj, jax.grad(loss_fn)(p))}
+  return {"grad_fn": lambda p, i: jax.tree_util.tree_map(jnp.conj, jax.grad(loss_fn, allow_int=True)(p))}
 
 
 def _sam(o, **kwargs):

@@ -12,7 +12,12 @@ from .registry import Entry
 
 def _noise_statistics(loss_fn, params, grads):
   # What get_per_element_mean_and_sum_sq_diff_grads would hand over for a batch of 4 elements.
-  return {"sum_sq_diff_grads": jax.tree.map(lambda g: jnp.abs(g) * jnp.abs(g), grads), "sample_size": 4}
+  # A float0 gradient (an integer parameter) has no spread: its statistic is zero in the
+  # parameter's dtype, as the per-example helper gives for a constant leaf.
+  def sum_sq(g):
+    return jnp.zeros(g.shape, jnp.int32) if g.dtype == jax.dtypes.float0 else jnp.abs(g) * jnp.abs(g)
+
+  return {"sum_sq_diff_grads": jax.tree.map(sum_sq, grads), "sample_size": 4}
 
 
 ENTRIES = [

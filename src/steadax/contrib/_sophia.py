@@ -68,6 +68,8 @@ class SophiaState(NamedTuple):
 
 
 class HutchinsonEstimator(Transformation):
+  # Hessian-vector products (jax.jvp) need floating primals: an integer leaf is refused at init.
+  requires_float = True
   name = "hutchinson_estimator_diag_hessian"
   State = HutchinsonState
   key: Any = hyper_field(0)
@@ -155,6 +157,7 @@ def _preconditioned(k: Scalars, g: jax.Array, m: jax.Array, h: jax.Array) -> tup
 
 
 class ScaleBySophia(Transformation):
+  requires_float = True  # its Hessian estimate needs floating parameters (jax.jvp)
   name = "sophia"
   State = SophiaState
   hessian_diagonal_fn: Any = static_field()

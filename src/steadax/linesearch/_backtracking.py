@@ -83,6 +83,9 @@ class BacktrackingLineSearchState(NamedTuple):
 
 
 class ScaleByBacktrackingLinesearch(Transformation):
+  # The search evaluates value_fn at params + step * updates and differentiates it: integer leaves
+  # have no such step (Optax fails inside jax.grad); they are refused at init with their path.
+  requires_float = True
   name = "scale_by_backtracking_linesearch"
   State = ScaleByBacktrackingLinesearchState
   max_backtracking_steps: Any = hyper_field()

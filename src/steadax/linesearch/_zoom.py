@@ -134,6 +134,7 @@ def _where(pred, new, old):
 
 
 class ScaleByZoomLinesearch(Transformation):
+  requires_float = True  # as the backtracking search: steps and gradients need floating params
   name = "scale_by_zoom_linesearch"
   State = ScaleByZoomLinesearchState
   max_linesearch_steps: Any = hyper_field()
