@@ -201,8 +201,14 @@ def check_roles(owner: str, tx: Any, state: Any, params: Any) -> None:
             f"parameter dtype, at least float32), got {np.dtype(value.dtype).name}"
             f"{list(np.shape(value))}."
         )
-    elif role.kind == "accumulator":
+    elif role.kind == "accumulator" and not _none_held(value):
       _check_accumulator(owner, tx, where, role, value, params)
+
+
+def _none_held(value: Any) -> bool:
+  """An accumulator field may hold nothing: ``None`` or ``()`` (MultiSteps with k=1 keeps no
+  accumulator; a line search stores its gradient only when asked). Drift is still checked."""
+  return value is None or (isinstance(value, tuple) and not hasattr(value, "_fields") and not value)
 
 
 def _check_accumulator(owner: str, tx: Any, where: str, role: Role, value: Any, params: Any) -> None:

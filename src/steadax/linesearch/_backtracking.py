@@ -16,7 +16,7 @@ from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
-from .._core._roles import COUNTER, OTHER, SCALAR, state_roles
+from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
 from .._core._tree import zeros_like
 from ._common import (
     add_scaled,
@@ -52,8 +52,8 @@ class BacktrackingLinesearchInfo(NamedTuple):
   decrease_error: jax.Array
 
 
-# grad: None unless store_grad, which the accumulator role cannot express; info: its own record.
-@state_roles(learning_rate=SCALAR, value=SCALAR, grad=OTHER, info=OTHER)
+# grad: mirrors the parameters when store_grad, else None (an accumulator holding nothing).
+@state_roles(learning_rate=SCALAR, value=SCALAR, grad=accumulator(), info=OTHER)
 class ScaleByBacktrackingLinesearchState(NamedTuple):
   """State of ``scale_by_backtracking_linesearch`` (Optax's field names).
 

@@ -10,11 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
-from .._core._contract import conform_init
 from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
-from .._core._roles import COUNTER, INNER, OTHER, accumulator, check_roles, role_zeros, roles_of, state_roles
+from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
 from .._core._tree import zeros_like
 from ._branching import (
     cast_like,
@@ -125,20 +124,6 @@ class MultiStepsState(NamedTuple):
   inner_opt_state: Any
   acc_grads: Any
   skip_state: Any = ()
-
-
-def _init_checked(tx: Transformation, params: Any, accumulator_field: str) -> Any:
-  """``tx.init`` for a state whose accumulator may be ``()`` (none is held when ``k`` is 1).
-
-  ``Transformation.init`` checks an accumulator role against the parameters' structure, which
-  ``()`` does not have; the other fields are still checked against their roles here.
-  """
-  if tx.k != 1:
-    return Transformation.init(tx, params)
-  state = tx.init_fn(params)
-  role = roles_of(type(state))[accumulator_field]
-  check_roles(tx.owner, tx, state._replace(**{accumulator_field: role_zeros(params, role, tx)}), params)
-  return conform_init(tx.owner, state)
 
 
 def _no_skip(updates, gradient_step, params):
@@ -252,9 +237,6 @@ class MultiSteps(Transformation):
 
   def _skip_fn(self) -> Callable:
     return self.should_skip_update_fn if self.should_skip_update_fn is not None else _no_skip
-
-  def init(self, params):
-    return _init_checked(self, params, "acc_grads")
 
   def init_fn(self, params):
     gradient_step = zero_count()
@@ -373,9 +355,6 @@ class _ApplyEvery(Transformation):
   State = ApplyEvery
   k: int = static_field(default=1)
   accumulator_dtype: Any = static_field(default=None)
-
-  def init(self, params):
-    return _init_checked(self, params, "grad_acc")
 
   def init_fn(self, params):
     if self.k == 1:
