@@ -47,7 +47,7 @@ from ._config import is_strict
 from ._contract import ContractError
 from ._policy import complex_of, compute_dtype, key_path_str, real_dtype
 
-__all__ = ["Scalars", "leafwise", "weak"]
+__all__ = ["Scalars", "leafwise", "tree_reduce", "weak"]
 
 try:  # JAX's own converter is the only way to give a traced value a weak type.
   from jax._src.lax.lax import _convert_element_type as _convert
@@ -248,3 +248,52 @@ def _path(treedef: Any, index: int) -> str:
   paths = jax.tree_util.tree_flatten_with_path(dummy)[0]
   return key_path_str(paths[index][0]) if index < len(paths) else f"leaf {index}"
 
+
+def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
+                scalars: Callable[[np.dtype], Scalars] | None = None) -> jax.Array:
+  """``Σ_leaves fn(k, *leaves)``: a whole-tree reduction summed in the statistics dtype.
+
+  Each leaf's term is computed in the compute dtype of its inputs (their promotion, at least
+  float32; real inputs get its real part), under standard promotion as in ``leafwise``, and added
+  in ``dtype`` (the scalar-statistics dtype fixed at init), so a bfloat16 leaf neither lowers nor a
+  float64 input widens the statistic.
+
+  Args:
+    fn: ``fn(k, *leaves) -> real scalar`` (``k``: the weak scalars of ``scalars``, or None).
+    dtype: the dtype of the sum.
+    tree: the first tree (gradients or updates); None leaves and non-floating leaves (integer
+      parameters' gradients, float0) are skipped.
+    *rest: trees with the structure of ``tree``.
+    scalars: ``scalars(real compute dtype) -> Scalars``, built once per dtype; made weakly typed.
+
+  Returns:
+    A scalar of ``dtype`` (0 for a tree without leaves).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> tree_reduce(lambda k, a, b: jnp.sum(a * b), jnp.float32, [jnp.ones(2, jnp.bfloat16)],
+    ...             [jnp.full(2, 3.0)])
+    Array(6., dtype=float32)
+  """
+  dtype = np.dtype(dtype)
+  treedef = jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is None)
+  columns = [treedef.flatten_up_to(tree)] + [treedef.flatten_up_to(r) for r in rest]
+  records: dict = {}
+  total = jnp.zeros([], dtype)
+  for leaves in zip(*columns):
+    if leaves[0] is None or not jnp.issubdtype(leaves[0].dtype, jnp.inexact):
+      # As in leafwise: an integer, boolean or float0 leaf (an integer parameter) is not
+      # optimised, so it adds nothing to a statistic of the optimisation.
+      continue
+    cdt = compute_dtype(*[x.dtype for x in leaves])
+    rdt = real_dtype(cdt)
+    if scalars is not None and rdt not in records:
+      records[rdt] = _as_weak_record(scalars(rdt), rdt)
+    # The same cast in as leafwise: the compute dtype, or its real part for a real input (an
+    # integer parameter beside a floating gradient included).
+    cast = [_cast(x, cdt if jnp.issubdtype(x.dtype, jnp.complexfloating) else rdt) for x in leaves]
+    with jax.numpy_dtype_promotion("standard"):
+      term = fn(records.get(rdt), *cast)
+    # The term is a real scalar in the leaf's real compute dtype; the sum is kept in ``dtype``.
+    total = total + jnp.real(term).astype(dtype)
+  return total

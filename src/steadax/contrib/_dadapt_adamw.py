@@ -24,7 +24,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, roles_of, state_roles
@@ -32,7 +32,7 @@ from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
 from ._prodigy import check_betas
-from ._reductions import real_inner, tree_reduce
+from ._reductions import real_inner
 
 __all__ = ["DAdaptAdamWState", "dadapt_adamw"]
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation, identity
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, scalar_stat_dtype
 from .._core._roles import OTHER, SCALAR, state_roles
@@ -34,7 +34,7 @@ from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
-from ._reductions import sq_norm, tree_reduce
+from ._reductions import sq_norm
 
 __all__ = ["DoGState", "DoWGState", "scale_by_dog", "scale_by_dowg", "dog", "dowg"]
 

@@ -22,11 +22,11 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import child_field, hyper_field, static_field
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, tree_reduce
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import copy_like
-from ._reductions import real_inner, sq_norm, tree_reduce
+from ._reductions import real_inner, sq_norm
 
 __all__ = ["MechanicState", "mechanize"]
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, state_roles
@@ -35,7 +35,7 @@ from .._core._tree import zeros_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
-from ._reductions import real_inner, scalar_value, sq_norm, tree_reduce
+from ._reductions import real_inner, scalar_value, sq_norm
 
 __all__ = ["MomoState", "MomoAdamState", "momo", "momo_adam"]
 

@@ -20,14 +20,14 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._module import hyper_field, static_field
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, tree_reduce
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, role_zeros, roles_of, state_roles
 from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
-from ._reductions import real_inner, tree_reduce
+from ._reductions import real_inner
 
 __all__ = ["ProdigyState", "prodigy"]
 

@@ -28,7 +28,7 @@ import numpy as np
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
@@ -38,7 +38,7 @@ from ..transforms._decay import add_decayed_weights
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate
 from ._adopt import clip_modulus
-from ._reductions import tree_reduce
+
 
 __all__ = ["HutchinsonState", "SophiaState", "hutchinson_estimator_diag_hessian", "sophia"]
 
