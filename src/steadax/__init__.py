@@ -6,8 +6,8 @@ whose numeric hyperparameters are leaves, and every update obeys the type-stabil
 
 The public names are Optax 0.2.8's plus the steadax extensions listed in ``docs/extensions.md``
 (``tests/test_surface.py`` holds the list and asserts this exact set). Every name is re-exported
-explicitly from the private module that defines it; the packages ``optimizers``, ``wrappers`` and
-``linesearch`` are internal layers, not namespaces.
+explicitly from the private module that defines it; the private packages ``_optimizers``,
+``_wrappers`` and ``_linesearch`` are internal layers, not namespaces.
 """
 
 from ._core._base import (
@@ -48,18 +48,18 @@ from ._core._types import (
     Schedule as Schedule,
     Updates as Updates,
 )
-from .linesearch._backtracking import (
+from ._linesearch._backtracking import (
     BacktrackingLinesearchInfo as BacktrackingLinesearchInfo,
     ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState,
     scale_by_backtracking_linesearch as scale_by_backtracking_linesearch,
 )
-from .linesearch._common import value_and_grad_from_state as value_and_grad_from_state
-from .linesearch._zoom import (
+from ._linesearch._common import value_and_grad_from_state as value_and_grad_from_state
+from ._linesearch._zoom import (
     ZoomLinesearchInfo as ZoomLinesearchInfo,
     ScaleByZoomLinesearchState as ScaleByZoomLinesearchState,
     scale_by_zoom_linesearch as scale_by_zoom_linesearch,
 )
-from .optimizers._adam import (
+from ._optimizers._adam import (
     adam as adam,
     adamw as adamw,
     nadam as nadam,
@@ -68,44 +68,44 @@ from .optimizers._adam import (
     adamax as adamax,
     adamaxw as adamaxw,
 )
-from .optimizers._adam_variants import (
+from ._optimizers._adam_variants import (
     adabelief as adabelief,
     adan as adan,
     radam as radam,
     yogi as yogi,
 )
-from .optimizers._adaptive import (
+from ._optimizers._adaptive import (
     adadelta as adadelta,
     novograd as novograd,
     sm3 as sm3,
 )
-from .optimizers._factored import adafactor as adafactor
-from .optimizers._fromage import fromage as fromage
-from .optimizers._lbfgs import (
+from ._optimizers._factored import adafactor as adafactor
+from ._optimizers._fromage import fromage as fromage
+from ._optimizers._lbfgs import (
     ScaleByLBFGSState as ScaleByLBFGSState,
     scale_by_lbfgs as scale_by_lbfgs,
     lbfgs as lbfgs,
 )
-from .optimizers._lion import lion as lion
-from .optimizers._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit
-from .optimizers._mars import mars as mars
-from .optimizers._optimistic import (
+from ._optimizers._lion import lion as lion
+from ._optimizers._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit
+from ._optimizers._mars import mars as mars
+from ._optimizers._optimistic import (
     optimistic_gradient_descent as optimistic_gradient_descent,
     optimistic_adam as optimistic_adam,
     optimistic_adam_v2 as optimistic_adam_v2,
 )
-from .optimizers._psgd_kron import psgd_kron as psgd_kron
-from .optimizers._rms import rmsprop as rmsprop, adagrad as adagrad
-from .optimizers._sgd import sgd as sgd
-from .optimizers._sgd_variants import noisy_sgd as noisy_sgd, polyak_sgd as polyak_sgd
-from .optimizers._shampoo import shampoo as shampoo
-from .optimizers._sign import (
+from ._optimizers._psgd_kron import psgd_kron as psgd_kron
+from ._optimizers._rms import rmsprop as rmsprop, adagrad as adagrad
+from ._optimizers._sgd import sgd as sgd
+from ._optimizers._sgd_variants import noisy_sgd as noisy_sgd, polyak_sgd as polyak_sgd
+from ._optimizers._shampoo import shampoo as shampoo
+from ._optimizers._sign import (
     sign_sgd as sign_sgd,
     signum as signum,
     rprop as rprop,
 )
-from .optimizers._soap import soap as soap
-from .optimizers._trust_ratio import lamb as lamb, lars as lars
+from ._optimizers._soap import soap as soap
+from ._optimizers._trust_ratio import lamb as lamb, lars as lars
 from . import schedules as schedules
 from .schedules._composite import (
     warmup_constant_schedule as warmup_constant_schedule,
@@ -241,7 +241,7 @@ from .transforms._trust_ratio import (
     scale_by_param_block_norm as scale_by_param_block_norm,
     scale_by_param_block_rms as scale_by_param_block_rms,
 )
-from .wrappers._accumulation import (
+from ._wrappers._accumulation import (
     ShouldSkipUpdateFunction as ShouldSkipUpdateFunction,
     skip_not_finite as skip_not_finite,
     skip_large_updates as skip_large_updates,
@@ -250,7 +250,7 @@ from .wrappers._accumulation import (
     ApplyEvery as ApplyEvery,
     apply_every as apply_every,
 )
-from .wrappers._conditionality import (
+from ._wrappers._conditionality import (
     ConditionallyTransformState as ConditionallyTransformState,
     ConditionallyMaskState as ConditionallyMaskState,
     conditionally_transform as conditionally_transform,
@@ -260,30 +260,30 @@ from .wrappers._conditionality import (
     ZeroNansState as ZeroNansState,
     zero_nans as zero_nans,
 )
-from .wrappers._flatten import flatten as flatten
-from .wrappers._groups import (
+from ._wrappers._flatten import flatten as flatten
+from ._wrappers._groups import (
     dotted_path as dotted_path,
     groups as groups,
     group_labels as group_labels,
 )
-from .wrappers._lookahead import (
+from ._wrappers._lookahead import (
     LookaheadParams as LookaheadParams,
     LookaheadState as LookaheadState,
     lookahead as lookahead,
 )
-from .wrappers._masked import (
+from .transforms._masked import (
     MaskedNode as MaskedNode,
     MaskedState as MaskedState,
     masked as masked,
 )
-from .wrappers._monitoring import (
+from ._wrappers._monitoring import (
     SnapshotState as SnapshotState,
     MonitorState as MonitorState,
     snapshot as snapshot,
     monitor as monitor,
     measure_with_ema as measure_with_ema,
 )
-from .wrappers._partition import (
+from ._wrappers._partition import (
     PartitionState as PartitionState,
     MultiTransformState as MultiTransformState,
     partition as partition,
@@ -291,13 +291,13 @@ from .wrappers._partition import (
     freeze as freeze,
     selective_transform as selective_transform,
 )
-from .wrappers._spikes import SkipSpikesState as SkipSpikesState, skip_spikes as skip_spikes
-from .wrappers._surgery import (
+from ._wrappers._spikes import SkipSpikesState as SkipSpikesState, skip_spikes as skip_spikes
+from ._wrappers._surgery import (
     reset_partition_state as reset_partition_state,
     state_get as state_get,
     state_set as state_set,
 )
-from .wrappers._unitwise import (
+from ._wrappers._unitwise import (
     AdaptiveGradClipState as AdaptiveGradClipState,
     NonNegativeParamsState as NonNegativeParamsState,
     keep_params_nonnegative as keep_params_nonnegative,
@@ -349,9 +349,5 @@ from .losses import (
 )
 
 safe_int32_increment = safe_increment
-
-# Internal layers: their names are re-exported above (or in steadax.transforms); the packages
-# themselves are not part of the surface. They stay importable by their full dotted path.
-del linesearch, optimizers, wrappers
 
 __version__ = "0.1.0"

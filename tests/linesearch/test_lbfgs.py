@@ -11,7 +11,7 @@ import pytest
 import scipy.optimize
 
 import steadax
-from steadax.optimizers._lbfgs import _two_loop
+from steadax._optimizers._lbfgs import _two_loop
 
 from ._problems import DTYPE, RTOL, X64, logistic, quadratic, rosenbrock, start
 

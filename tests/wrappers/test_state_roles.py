@@ -12,10 +12,11 @@ import pytest
 import steadax
 from steadax._core._roles import roles_of
 from steadax.experimental import aggregating
-from steadax.linesearch import _backtracking, _zoom
+from steadax._linesearch import _backtracking, _zoom
 from steadax.schedules import _inject
-from steadax.wrappers import _accumulation, _conditionality, _lookahead, _masked, _monitoring
-from steadax.wrappers import _partition, _spikes
+from steadax._wrappers import _accumulation, _conditionality, _lookahead, _monitoring
+from steadax.transforms import _masked
+from steadax._wrappers import _partition, _spikes
 
 STATE_CLASSES = [
     _accumulation.MultiStepsState, _accumulation.ApplyEvery,

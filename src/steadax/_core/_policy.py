@@ -28,8 +28,6 @@ __all__ = [
     "scalar_stat_dtype",
     "hyper",
     "complex_of",
-    "per_dtype",
-    "as_compute",
     "check_float_params",
     "hyperparam_dtype",
     "key_path_str",
@@ -165,26 +163,6 @@ def hyper(value: Any, dtype: Any) -> Any:
   if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
     dtype = complex_of(dtype)
   return value.astype(dtype)
-
-
-def per_dtype(fn: Any) -> Any:
-  """Memoise ``fn(dtype)`` for one update call: scalar work is done once per dtype, not per leaf."""
-  cache: dict = {}
-
-  def get(dtype: Any) -> Any:
-    key = np.dtype(dtype)
-    if key not in cache:
-      cache[key] = fn(key)
-    return cache[key]
-
-  return get
-
-
-def as_compute(x: jax.Array, dtype: Any) -> jax.Array:
-  """``x`` cast to a computation dtype (a no-op when it already has it)."""
-  if x.dtype == dtype and not getattr(getattr(x, "aval", x), "weak_type", False):
-    return x
-  return x.astype(dtype)
 
 
 def hyperparam_dtype(value: Any) -> np.dtype:

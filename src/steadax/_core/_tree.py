@@ -13,7 +13,6 @@ from ._policy import accumulator_dtype, compute_dtype, real_dtype
 
 __all__ = [
     "tree_map",
-    "tree_map_n",
     "array_leaf",
     "zeros_mirroring",
     "zeros_like",
@@ -156,18 +155,3 @@ def global_norm(updates: Any) -> jax.Array:
   # (meta-learning, differentiating an optimizer step) stay finite; the value is unchanged.
   positive = squares > 0
   return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, jnp.ones_like(squares))), jnp.zeros_like(squares))
-
-
-def tree_map_n(fn: Callable, n: int, tree: Any, *rest: Any) -> tuple[Any, ...]:
-  """Map ``fn`` returning ``n`` values per leaf; returns ``n`` trees shaped like ``tree``.
-
-  None leaves of ``tree`` give None in every output. Used by optimizers that compute an update and
-  new state leaves in one fused per-leaf function.
-  """
-  treedef = jax.tree_util.tree_structure(tree, is_leaf=is_none)
-  leaves = treedef.flatten_up_to(tree)
-  others = [treedef.flatten_up_to(r) for r in rest]
-  outs = []
-  for args in zip(leaves, *others):
-    outs.append((None,) * n if args[0] is None else fn(*args))
-  return tuple(treedef.unflatten([o[i] for o in outs]) for i in range(n))

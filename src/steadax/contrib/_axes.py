@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .._core._policy import key_path_str
-from ..wrappers._masked import align_prefix
+from ..transforms._masked import align_prefix
 
 __all__: list[str] = []
 

@@ -38,12 +38,12 @@ from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._types import ScalarOrSchedule
-from ..optimizers._adam import adamw
+from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
 from ..transforms._matrix import conj_t, replicate_axes
 from ..transforms._scaling import scale_by_learning_rate
-from ..wrappers._partition import partition
+from .._wrappers._partition import partition
 from ._axes import leaf_dims, leaf_paths, matrix_view
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]

@@ -30,7 +30,7 @@ from .._core._roles import OTHER, state_roles
 from .._core._types import ScalarOrSchedule
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate, trace
-from ..wrappers._unitwise import per_example_global_norm_clip
+from .._wrappers._unitwise import per_example_global_norm_clip
 from .._core._module import hyper_field, child_field
 
 __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggregate", "dpsgd"]

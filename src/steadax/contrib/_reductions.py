@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["real_inner", "sq_norm", "sum_scalars", "scalar_value"]
+__all__ = ["real_inner", "sq_norm", "scalar_value"]
 
 
 def real_inner(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -28,14 +28,6 @@ def real_inner(a: jax.Array, b: jax.Array) -> jax.Array:
 def sq_norm(a: jax.Array) -> jax.Array:
   """``sum |a|^2`` as a real scalar of ``a``'s real dtype."""
   return real_inner(a, a)
-
-
-def sum_scalars(tree: Any, dtype: Any) -> jax.Array:
-  """The sum of a tree of scalars (one per parameter leaf, already in ``dtype``); 0 for no leaves."""
-  total = jnp.zeros([], dtype)
-  for x in jax.tree_util.tree_leaves(tree):
-    total = total + x
-  return total
 
 
 def scalar_value(owner: str, value: Any, dtype: Any) -> jax.Array:

@@ -117,15 +117,15 @@ from ._soap import ScaleBySoapState as ScaleBySoapState, scale_by_soap as scale_
 # Optax's `optax.transforms` namespace also carries the wrappers; they are defined in the wrappers
 # layer (this file is a public surface, so it may import from above the transforms layer).
 from .._core._combine import chain as chain, named_chain as named_chain
-from ..wrappers._flatten import flatten as flatten
-from ..wrappers._masked import MaskedNode as MaskedNode, MaskedState as MaskedState, masked as masked
-from ..wrappers._partition import (
+from .._wrappers._flatten import flatten as flatten
+from ._masked import MaskedNode as MaskedNode, MaskedState as MaskedState, masked as masked
+from .._wrappers._partition import (
     PartitionState as PartitionState,
     freeze as freeze,
     partition as partition,
     selective_transform as selective_transform,
 )
-from ..wrappers._unitwise import (
+from .._wrappers._unitwise import (
     NonNegativeParamsState as NonNegativeParamsState,
     adaptive_grad_clip as adaptive_grad_clip,
     keep_params_nonnegative as keep_params_nonnegative,
@@ -134,14 +134,14 @@ from ..wrappers._unitwise import (
     unitwise_clip as unitwise_clip,
     unitwise_norm as unitwise_norm,
 )
-from ..wrappers._accumulation import (
+from .._wrappers._accumulation import (
     MultiSteps as MultiSteps,
     MultiStepsState as MultiStepsState,
     ShouldSkipUpdateFunction as ShouldSkipUpdateFunction,
     skip_large_updates as skip_large_updates,
     skip_not_finite as skip_not_finite,
 )
-from ..wrappers._conditionality import (
+from .._wrappers._conditionality import (
     ApplyIfFiniteState as ApplyIfFiniteState,
     ConditionFn as ConditionFn,
     ConditionallyMaskState as ConditionallyMaskState,
@@ -152,7 +152,7 @@ from ..wrappers._conditionality import (
     conditionally_transform as conditionally_transform,
     zero_nans as zero_nans,
 )
-from ..wrappers._monitoring import (
+from .._wrappers._monitoring import (
     MonitorState as MonitorState,
     SnapshotState as SnapshotState,
     measure_with_ema as measure_with_ema,

@@ -12,6 +12,7 @@ from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, state_roles
 from .._core._types import ScalarOrSchedule
+from ._masked import masked
 
 __all__ = ["AddDecayedWeightsState", "WeightDecaySchedule", "add_decayed_weights"]
 
@@ -72,7 +73,5 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: Any = None) 
   """
   tx = AddDecayedWeights(weight_decay)
   if mask is not None:
-    from ..wrappers._masked import masked
-
     return masked(tx, mask)
   return tx

@@ -31,7 +31,7 @@ from ..._core._combine import Chain
 from ..._core._contract import conform_init, conform_state
 from ..._core._leafwise import Scalars
 from ..._core._module import child_field, static_field
-from ..._core._policy import as_compute, compute_dtype, key_path_str, safe_increment, zero_count
+from ..._core._policy import cast, compute_dtype, key_path_str, safe_increment, zero_count
 from ..._core._roles import COUNTER, OTHER, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
 from ...tree._state import tree_get
@@ -142,7 +142,7 @@ def _batch_stats(owner: str, x: jax.Array, axes: tuple[int, ...], path: Any) -> 
     raise ValueError(
         f"{owner}: per-element update at {key_path_str(path)} has shape {x.shape}, without the axes {axes}."
     )
-  xc = as_compute(x, compute_dtype(x.dtype))
+  xc = cast(x, compute_dtype(x.dtype))
   mean = jnp.mean(xc, axis=axes, keepdims=True)
   dev = xc - mean
   sum_sq = jnp.sum(jnp.real(dev * jnp.conj(dev)) if jnp.iscomplexobj(dev) else dev * dev, axis=axes)

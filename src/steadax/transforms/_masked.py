@@ -94,7 +94,7 @@ def mask_tree(tree: Any, mask: Any) -> Any:
     ``tree`` with the masked-out parts replaced.
 
   Example:
-    >>> from steadax.wrappers._masked import mask_tree
+    >>> from steadax.transforms._masked import mask_tree
     >>> mask_tree({"w": 1.0, "b": 2.0}, {"w": True, "b": False})
     {'b': MaskedNode(), 'w': 1.0}
   """

@@ -24,8 +24,8 @@ from .._core._policy import accumulator_dtype, compute_dtype, safe_increment, sc
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
 from .._core._types import ScalarOrSchedule
-from ..linesearch._common import real_vdot
-from ..linesearch._zoom import scale_by_zoom_linesearch
+from .._linesearch._common import real_vdot
+from .._linesearch._zoom import scale_by_zoom_linesearch
 from ..transforms._scaling import scale, scale_by_learning_rate
 
 __all__ = ["ScaleByLBFGSState", "scale_by_lbfgs", "lbfgs"]

@@ -15,7 +15,7 @@ import numpy as np
 from .._core._base import EmptyState, Transformation
 from .._core._leafwise import Scalars, leafwise
 from .._core._module import hyper_field, static_field
-from .._core._policy import COUNTER_DTYPE, as_compute, compute_dtype, hyper, key_path_str, real_dtype
+from .._core._policy import COUNTER_DTYPE, cast, compute_dtype, hyper, key_path_str, real_dtype
 
 __all__ = [
     "AdaptiveGradClipState",
@@ -87,7 +87,7 @@ def unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> ja
            [5., 1.]], dtype=float32)
   """
   x = jnp.asarray(x)
-  out = _unit_norm("unitwise_norm", as_compute(x, compute_dtype(x.dtype)), axis)
+  out = _unit_norm("unitwise_norm", cast(x, compute_dtype(x.dtype)), axis)
   # Summed in at least float32; returned in the input's own real dtype, as Optax's.
   return out.astype(real_dtype(x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else out.dtype)
 
@@ -202,7 +202,7 @@ def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.
   """
   cdt = real_dtype(compute_dtype(*[g.dtype for g in leaves]))
   sq = sum(
-      jnp.sum(_abs_sq(as_compute(g, compute_dtype(g.dtype))).reshape(g.shape[0], -1), axis=1).astype(cdt)
+      jnp.sum(_abs_sq(cast(g, compute_dtype(g.dtype))).reshape(g.shape[0], -1), axis=1).astype(cdt)
       for g in leaves
   )
   norms = jnp.sqrt(sq)
@@ -211,7 +211,7 @@ def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.
   summed = []
   for g in leaves:
     gdt = compute_dtype(g.dtype, cdt)
-    summed.append(jnp.tensordot(multipliers.astype(gdt), as_compute(g, gdt), axes=1).astype(g.dtype))
+    summed.append(jnp.tensordot(multipliers.astype(gdt), cast(g, gdt), axes=1).astype(g.dtype))
   return summed, num_clipped
 
 

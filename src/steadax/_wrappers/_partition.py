@@ -16,7 +16,7 @@ from .._core._base import GradientTransformation, Transformation, set_to_zero, w
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
-from ._masked import Masked, is_params_marker, resolve_prefix
+from ..transforms._masked import Masked, is_params_marker, resolve_prefix
 
 __all__ = [
     "PartitionState",

@@ -11,7 +11,7 @@ from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate, trace
 from ..transforms._trust_ratio import scale_by_trust_ratio
-from ..wrappers._masked import masked
+from ..transforms._masked import masked
 
 __all__ = ["lamb", "lars"]
 

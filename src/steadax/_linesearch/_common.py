@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._leafwise import Scalars, leafwise
-from .._core._policy import as_compute, compute_dtype, hyper
+from .._core._policy import cast, compute_dtype, hyper
 from .._core._tree import tree_map
 
 __all__ = ["value_and_grad_from_state"]
@@ -84,7 +84,7 @@ def real_vdot(a: Any, b: Any, dtype: Any) -> jax.Array:
   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
     cdt = compute_dtype(x.dtype, y.dtype)
     # vdot conjugates its first argument: Re(sum(conj(x) y)) = sum(Re x Re y + Im x Im y).
-    dot = jnp.vdot(as_compute(x, cdt), as_compute(y, cdt), precision=jax.lax.Precision.HIGHEST)
+    dot = jnp.vdot(cast(x, cdt), cast(y, cdt), precision=jax.lax.Precision.HIGHEST)
     # A whole-tree reduction: each leaf's product joins the total in the statistics dtype.
     total = total + jnp.real(dot).astype(dtype)
   return total
@@ -99,7 +99,7 @@ def add_scaled(params: Any, stepsize: jax.Array, direction: Any) -> Any:
   """
   def leaf(p, d):
     cdt = compute_dtype(p.dtype, d.dtype)
-    return (as_compute(p, cdt) + hyper(stepsize, cdt) * as_compute(d, cdt)).astype(p.dtype)
+    return (cast(p, cdt) + hyper(stepsize, cdt) * cast(d, cdt)).astype(p.dtype)
 
   return tree_map(leaf, params, direction)
 

@@ -5,7 +5,7 @@ Optax's ``optax.transforms``-only names (``unitwise_norm``, ``unitwise_clip``, `
 are in ``steadax.transforms``.
 """
 
-from ._masked import (
+from ..transforms._masked import (
     MaskedNode as MaskedNode,
     MaskedState as MaskedState,
     masked as masked,
