@@ -110,6 +110,21 @@ def make_step(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
   return step
 
 
+def raw_update_types(entry, tx, params, state, loss_fn=matrix_loss, grads_fn=matrix_grads):
+  """The update the transformation itself returns (``update_fn``, before the contract's cast to
+  the parameters' dtypes), traced abstractly. None for a function pair (its update function is the
+  user's) or an object outside steadax."""
+  if not isinstance(tx, steadax.Transformation):
+    return None
+
+  def raw(params, state):
+    grads = grads_fn(params)
+    extra = entry.extra_args(loss_fn, params, grads) if entry.extra_args else {}
+    return tx.update_fn(grads, state, params, **extra)[0]
+
+  return jax.eval_shape(raw, params, state)
+
+
 def make_forms_program(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
   """One jitted program exercising lax.scan, lax.cond (both branches traced) and lax.while_loop."""
   step = make_step(entry, loss_fn, grads_fn)

@@ -27,6 +27,11 @@ def _check_forms(entry, params):
     h.assert_same_types(state, s, f"{entry.name} state after {what}")
     h.assert_finite(s, f"{entry.name} state after {what}")
   h.assert_updates_follow_params(params, u_cond, f"{entry.name} updates")
+  # The same, before the contract casts them: the transformation writes each update in its
+  # parameter's dtype itself (leafwise's one cast), not in a compute dtype the contract must fix.
+  raw = h.raw_update_types(entry, tx, params, state)
+  if raw is not None:
+    h.assert_updates_follow_params(params, raw, f"{entry.name} updates before the contract")
   for what, p in (("scan", p_scan), ("while_loop", p_while)):
     h.assert_same_types(params, p, f"{entry.name} params after {what}")
     h.assert_finite(p, f"{entry.name} params after {what}")
