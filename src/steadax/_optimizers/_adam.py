@@ -11,6 +11,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam import scale_by_adam, scale_by_adamax, scale_by_amsgrad
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -25,6 +26,7 @@ def _check(owner: str, learning_rate: Any, b1: Any, b2: Any, eps: Any) -> None:
   check_nonnegative(owner, "eps", eps)
 
 
+@shared_args
 def adam(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -39,11 +41,11 @@ def adam(
   """Adam (Kingma & Ba 2015): ``chain(scale_by_adam(...), scale_by_learning_rate(lr))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator.
-    eps_root: added inside the square root.
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
     mu_dtype: dtype of the first moment (e.g. ``jnp.bfloat16`` to halve its memory).
     nesterov: Nesterov momentum (NAdam).
     nu_dtype: dtype of the second moment (steadax extension).
@@ -68,6 +70,7 @@ def adam(
   )
 
 
+@shared_args
 def adamw(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -86,14 +89,14 @@ def adamw(
   ``chain(scale_by_adam(...), add_decayed_weights(weight_decay, mask), scale_by_learning_rate(lr))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator.
-    eps_root: added inside the square root.
-    mu_dtype: dtype of the first moment.
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
     weight_decay: decay coefficient (scalar or schedule), multiplied by the learning rate.
-    mask: where to apply weight decay (tree of booleans or a callable returning one).
+    mask: <shared>
     nesterov: Nesterov momentum (NAdamW).
     nu_dtype: dtype of the second moment (steadax extension).
 
@@ -163,6 +166,7 @@ def nadamw(
                nesterov=nesterov, nu_dtype=nu_dtype)
 
 
+@shared_args
 def amsgrad(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -176,12 +180,12 @@ def amsgrad(
   """AMSGrad (Reddi et al. 2018): ``chain(scale_by_amsgrad(...), scale_by_learning_rate(lr))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator.
-    eps_root: added inside the square root.
-    mu_dtype: dtype of the first moment.
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
     bias_correction_mu: bias-correct the first moment.
     bias_correction_nu: bias-correct the second moment.
 
@@ -202,12 +206,13 @@ def amsgrad(
   )
 
 
+@shared_args
 def adamax(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8) -> Chain:
   """Adamax (Kingma & Ba 2015, §7.1): Adam with the infinity norm.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
+    learning_rate: <shared>
+    b1: <shared>
     b2: decay of the infinity-norm moment.
     eps: added to ``|g|``.
 
@@ -225,6 +230,7 @@ def adamax(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps:
   return chain(scale_by_adamax(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def adamaxw(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -236,8 +242,8 @@ def adamaxw(
   """AdamaxW: Adamax with decoupled weight decay.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
+    learning_rate: <shared>
+    b1: <shared>
     b2: decay of the infinity-norm moment.
     eps: added to ``|g|``.
     weight_decay: decay coefficient (scalar or schedule).

@@ -11,6 +11,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam_variants import scale_by_adan, scale_by_belief, scale_by_radam, scale_by_yogi
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -18,6 +19,7 @@ from ..transforms._scaling import scale_by_learning_rate
 __all__ = ["adabelief", "adan", "radam", "yogi"]
 
 
+@shared_args
 def adabelief(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -33,12 +35,12 @@ def adabelief(
   "belief" in the observed gradient), see ``scale_by_belief``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment, in [0, 1).
+    learning_rate: <shared>
+    b1: <shared>
     b2: decay of the second central moment, in [0, 1).
     eps: added to the denominator (the paper's default is 1e-8 with ``eps_root=0``).
     eps_root: added to the second central moment at every step.
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
 
   Returns:
     The optimizer; its state is ``(ScaleByBeliefState, EmptyState | ScaleByScheduleState)``.
@@ -58,6 +60,7 @@ def adabelief(
   return chain(scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov), scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def adan(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.98,
@@ -74,14 +77,14 @@ def adan(
   ``scale_by_adan``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: decay of the gradient average, in [0, 1).
     b2: decay of the average of gradient differences, in [0, 1).
     b3: decay of the second moment, in [0, 1).
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
-    weight_decay: decoupled weight decay (scalar or schedule), multiplied by the learning rate.
-    mask: where to apply weight decay (tree of booleans or a callable returning one).
+    eps: <shared>
+    eps_root: <shared>
+    weight_decay: <shared>
+    mask: <shared>
 
   Returns:
     The optimizer; its state is ``(ScaleByAdanState, EmptyState | ..., EmptyState | ...)``.
@@ -107,6 +110,7 @@ def adan(
   )
 
 
+@shared_args
 def radam(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -123,14 +127,14 @@ def radam(
   ``scale_by_radam``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment, in [0, 1).
-    b2: decay of the second moment, in [0, 1).
-    eps: added to the denominator.
-    eps_root: added inside the square root.
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
     threshold: the length of the approximated moving average from which the adaptive step is
       used (at least 4).
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
 
   Returns:
     The optimizer; its state is ``(ScaleByAdamState, EmptyState | ScaleByScheduleState)``.
@@ -150,6 +154,7 @@ def radam(
                scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def yogi(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-3) -> Chain:
   """Yogi: ``chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))``.
 
@@ -157,8 +162,8 @@ def yogi(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps: A
   abruptly, see ``scale_by_yogi``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment, in [0, 1).
+    learning_rate: <shared>
+    b1: <shared>
     b2: rate of the second-moment update, in [0, 1).
     eps: added to the denominator (Yogi's default is large, 1e-3).
 

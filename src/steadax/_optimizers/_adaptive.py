@@ -7,6 +7,7 @@ from typing import Any
 from .._core._checks import check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adaptive import scale_by_adadelta, scale_by_novograd, scale_by_sm3
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -59,6 +60,7 @@ def adadelta(
   )
 
 
+@shared_args
 def novograd(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -73,11 +75,11 @@ def novograd(
   inside the momentum, see ``scale_by_novograd``. ``params`` must be passed to ``update``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: momentum, in [0, 1).
     b2: decay of the per-layer second moment, in [0, 1).
-    eps: added to the denominator.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
     weight_decay: weight decay (non-negative).
 
   Returns:

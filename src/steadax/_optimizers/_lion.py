@@ -7,6 +7,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._lion import scale_by_lion
 from ..transforms._scaling import scale_by_learning_rate
@@ -14,6 +15,7 @@ from ..transforms._scaling import scale_by_learning_rate
 __all__ = ["lion"]
 
 
+@shared_args
 def lion(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -29,7 +31,7 @@ def lion(
   is usually 3-10x smaller than AdamW's and its weight decay 3-10x larger.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: the weight of the momentum in the update's interpolation.
     b2: the decay of the momentum.
     mu_dtype: dtype of the momentum (default: each parameter's dtype).

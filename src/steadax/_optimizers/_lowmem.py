@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam_8bit import scale_by_adam_8bit
 from ..transforms._decay import add_decayed_weights
 from ..transforms._lowmem import scale_by_adam_lowmem
@@ -27,6 +28,7 @@ def _check(owner: str, learning_rate: Any, weight_decay: Any) -> None:
     check_nonnegative(owner, "weight_decay", weight_decay)
 
 
+@shared_args
 def adam_lowmem(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -47,14 +49,14 @@ def adam_lowmem(
   scale_by_learning_rate(lr))``; with ``weight_decay=0`` it is Adam, otherwise AdamW.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator.
-    eps_root: added inside the square root.
-    weight_decay: decoupled weight decay (scalar or schedule), multiplied by the learning rate.
-    mask: where to apply weight decay (tree of booleans or a callable returning one).
-    mu_dtype: dtype of the first moment.
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    weight_decay: <shared>
+    mask: <shared>
+    mu_dtype: <shared>
     nu_dtype: dtype of the second moment.
     rounding: ``"stochastic"`` (unbiased) or ``"nearest"`` (as ``adam(mu_dtype=...)``).
     seed: salt of the rounding dither.
@@ -82,6 +84,7 @@ def adam_lowmem(
   )
 
 
+@shared_args
 def adam8bit(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -100,13 +103,13 @@ def adam8bit(
   scale_by_learning_rate(lr))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator.
-    eps_root: added inside the square root.
-    weight_decay: decoupled weight decay (scalar or schedule), multiplied by the learning rate.
-    mask: where to apply weight decay (tree of booleans or a callable returning one).
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    weight_decay: <shared>
+    mask: <shared>
     block_size: elements per quantization block.
     min_8bit_size: tensors with fewer elements keep full-precision moments.
 

@@ -10,6 +10,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._mars import scale_by_mars
 from ..transforms._scaling import scale_by_learning_rate
@@ -17,6 +18,7 @@ from ..transforms._scaling import scale_by_learning_rate
 __all__ = ["mars"]
 
 
+@shared_args
 def mars(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.95,
@@ -40,14 +42,14 @@ def mars(
   Args:
     learning_rate: a scalar or a schedule (the paper uses 3e-3 for GPT-2 small with a cosine decay).
     b1: decay of the first moment and weight of the correction ``b1 / (1 - b1)``.
-    b2: decay of the second moment.
+    b2: <shared>
     gamma: strength of the gradient correction.
-    eps: added to the denominator.
-    weight_decay: decoupled weight decay (scalar or schedule), multiplied by the learning rate.
-    mask: where to apply weight decay (tree of booleans or a callable returning one).
-    eps_root: added inside the square root.
+    eps: <shared>
+    weight_decay: <shared>
+    mask: <shared>
+    eps_root: <shared>
     max_norm: clipping threshold of the corrected gradient (None disables it).
-    mu_dtype: dtype of the first moment.
+    mu_dtype: <shared>
     nu_dtype: dtype of the second moment.
 
   Returns:

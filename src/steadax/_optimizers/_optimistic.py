@@ -11,6 +11,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam import scale_by_adam
 from ..transforms._optimistic import _check_not_schedule, scale_by_optimistic_gradient
 from ..transforms._scaling import scale_by_learning_rate
@@ -18,6 +19,7 @@ from ..transforms._scaling import scale_by_learning_rate
 __all__ = ["optimistic_gradient_descent", "optimistic_adam", "optimistic_adam_v2"]
 
 
+@shared_args
 def optimistic_gradient_descent(
     learning_rate: ScalarOrSchedule,
     alpha: Any = 1.0,
@@ -30,7 +32,7 @@ def optimistic_gradient_descent(
   out.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     alpha: coefficient of the current gradient (a scalar).
     beta: coefficient of the extrapolation from the previous gradient (a scalar).
 
@@ -62,6 +64,7 @@ def _check_adam(owner: str, b1: Any, b2: Any, eps: Any) -> None:
   check_nonnegative(owner, "eps", eps)
 
 
+@shared_args
 def optimistic_adam(
     learning_rate: Any,
     optimism: Any = None,
@@ -82,11 +85,11 @@ def optimistic_adam(
   Args:
     learning_rate: a scalar step size (schedules raise a TypeError; use ``optimistic_adam_v2``).
     optimism: weight of the extrapolation; None uses ``learning_rate``.
-    b1: decay of the first moment, in [0, 1).
-    b2: decay of the second moment, in [0, 1).
+    b1: <shared>
+    b2: <shared>
     eps: added to Adam's denominator.
     eps_root: added inside Adam's square root.
-    mu_dtype: dtype of the first moment.
+    mu_dtype: <shared>
     nesterov: Nesterov momentum in Adam (on by default, as in Optax).
 
   Returns:
@@ -117,6 +120,7 @@ def optimistic_adam(
   )
 
 
+@shared_args
 def optimistic_adam_v2(
     learning_rate: ScalarOrSchedule,
     *,
@@ -135,14 +139,14 @@ def optimistic_adam_v2(
   scale_by_learning_rate(learning_rate))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     alpha: coefficient of the current direction.
     beta: coefficient of the extrapolation from the previous direction.
-    b1: decay of the first moment, in [0, 1).
-    b2: decay of the second moment, in [0, 1).
+    b1: <shared>
+    b2: <shared>
     eps: added to Adam's denominator.
     eps_root: added inside Adam's square root.
-    mu_dtype: dtype of the first moment.
+    mu_dtype: <shared>
     nesterov: Nesterov momentum in Adam.
 
   Returns:

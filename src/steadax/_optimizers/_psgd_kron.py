@@ -10,6 +10,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._psgd_kron import scale_by_psgd_kron
 from ..transforms._scaling import scale_by_learning_rate
@@ -17,6 +18,7 @@ from ..transforms._scaling import scale_by_learning_rate
 __all__ = ["psgd_kron"]
 
 
+@shared_args
 def psgd_kron(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -39,10 +41,10 @@ def psgd_kron(
   on Adam's scale (the reference suggests 1e-3 to 3e-3) and weight decay lower than Adam's.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: momentum decay.
-    weight_decay: decoupled weight decay (scalar or schedule), multiplied by the learning rate.
-    mask: where to apply weight decay (tree of booleans or a callable returning one).
+    weight_decay: <shared>
+    mask: <shared>
     preconditioner_update_probability: a probability or a schedule; None anneals from 1 to 0.03
       (``psgd_update_probability()``).
     max_size_triangular: largest dimension with a dense triangular factor (diagonal above).

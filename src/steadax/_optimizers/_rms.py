@@ -8,12 +8,14 @@ from .._core._base import identity
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._rms import scale_by_rms, scale_by_rss, scale_by_stddev
 from ..transforms._scaling import scale_by_learning_rate, trace
 
 __all__ = ["rmsprop", "adagrad"]
 
 
+@shared_args
 def rmsprop(
     learning_rate: ScalarOrSchedule,
     decay: Any = 0.9,
@@ -32,14 +34,14 @@ def rmsprop(
   as in Optax.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     decay: the weight of the old squared-gradient average, in [0, 1].
     eps: added to the denominator (inside the square root with ``eps_in_sqrt``).
     initial_scale: the initial value of the squared-gradient average.
     eps_in_sqrt: add ``eps`` inside the square root.
     centered: divide by the running standard deviation instead (Graves 2013).
     momentum: the momentum coefficient, or None for no momentum buffer.
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
     bias_correction: bias-correct the moving averages (adds a count to the state).
 
   Returns:
@@ -69,6 +71,7 @@ def rmsprop(
   )
 
 
+@shared_args
 def adagrad(
     learning_rate: ScalarOrSchedule,
     initial_accumulator_value: Any = 0.1,
@@ -79,7 +82,7 @@ def adagrad(
   ``chain(scale_by_rss(initial_accumulator_value, eps), scale_by_learning_rate(lr))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     initial_accumulator_value: the initial value of the sum of squares (non-negative).
     eps: added inside the square root.
 

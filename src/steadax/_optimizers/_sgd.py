@@ -8,11 +8,13 @@ from .._core._base import identity
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._scaling import scale_by_learning_rate, trace
 
 __all__ = ["sgd"]
 
 
+@shared_args
 def sgd(
     learning_rate: ScalarOrSchedule,
     momentum: Any = None,
@@ -24,9 +26,9 @@ def sgd(
   ``chain(trace(momentum, nesterov) or identity(), scale_by_learning_rate(learning_rate))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     momentum: the momentum coefficient, or None for plain SGD (no momentum buffer).
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
     accumulator_dtype: dtype of the momentum buffer (default: each parameter's dtype).
 
   Returns:

@@ -7,6 +7,7 @@ from typing import Any
 from .._core._checks import check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._noise import add_noise
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._step_size import scale_by_polyak
@@ -15,6 +16,7 @@ from ._sgd import sgd
 __all__ = ["noisy_sgd", "polyak_sgd"]
 
 
+@shared_args
 def noisy_sgd(
     learning_rate: ScalarOrSchedule,
     eta: Any = 0.01,
@@ -29,7 +31,7 @@ def noisy_sgd(
   the same noise as Optax for float32 parameters.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     eta: the base variance of the noise.
     gamma: the annealing exponent.
     key: a ``jax.random.key`` or an integer seed (None warns and uses 0, as Optax).

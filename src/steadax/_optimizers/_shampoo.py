@@ -7,6 +7,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._shampoo import scale_by_shampoo
@@ -14,6 +15,7 @@ from ..transforms._shampoo import scale_by_shampoo
 __all__ = ["shampoo"]
 
 
+@shared_args
 def shampoo(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -40,16 +42,16 @@ def shampoo(
   Adam's step length along Shampoo's direction, so Adam's learning rates carry over.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: first-moment decay.
     b2: Adam's second-moment decay (grafting, vectors).
     eps: Adam's epsilon.
     matrix_eps: regulariser of the inverse roots, relative to the largest eigenvalue.
     block_size: axes longer than this are split into blocks.
     precondition_frequency: updates between inverse-root recomputations.
-    weight_decay: decoupled weight decay (multiplied by the learning rate).
+    weight_decay: <shared>
     mask: where weight decay applies (tree of booleans or a callable).
-    mu_dtype: dtype of the first moment.
+    mu_dtype: <shared>
     shampoo_beta: decay of the statistics (default ``b2``; ``1.0`` sums them).
     graft_type: ``"adam"``, ``"sgd"`` or ``"none"``.
     exponent_override: the inverse root's exponent (default twice the number of preconditioned axes).

@@ -7,19 +7,21 @@ from typing import Any
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._rprop import scale_by_rprop
 from ..transforms._scaling import ema, scale, scale_by_learning_rate, scale_by_sign
 
 __all__ = ["sign_sgd", "signum", "rprop"]
 
 
+@shared_args
 def sign_sgd(learning_rate: ScalarOrSchedule) -> Chain:
   """signSGD: steps of size ``learning_rate`` along the sign of each gradient coordinate.
 
   ``chain(scale_by_sign(), scale_by_learning_rate(learning_rate))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
 
   Returns:
     The optimizer; its state is ``(EmptyState, EmptyState | ScaleByScheduleState)``.
@@ -39,6 +41,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> Chain:
   return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def signum(learning_rate: ScalarOrSchedule, beta: Any = 0.9, accumulator_dtype: Any = None) -> Chain:
   """Signum: signSGD on the momentum ``m = beta m + (1 - beta) g``.
 
@@ -46,7 +49,7 @@ def signum(learning_rate: ScalarOrSchedule, beta: Any = 0.9, accumulator_dtype: 
   scale_by_learning_rate(learning_rate))``; debiasing would not change the sign.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     beta: the momentum, in [0, 1).
     accumulator_dtype: dtype of the momentum (default: each parameter's dtype).
 

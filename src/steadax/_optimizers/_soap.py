@@ -7,6 +7,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._soap import scale_by_soap
@@ -14,6 +15,7 @@ from ..transforms._soap import scale_by_soap
 __all__ = ["soap"]
 
 
+@shared_args
 def soap(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.95,
@@ -39,16 +41,16 @@ def soap(
   the deliberate differences from the reference implementation.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: Adam's first-moment decay.
     b2: Adam's second-moment decay.
     shampoo_beta: decay of the Shampoo statistics (default ``b2``).
     eps: Adam's epsilon.
     precondition_frequency: updates between eigenbasis refreshes.
     max_precond_dim: axes longer than this are not rotated.
-    weight_decay: decoupled weight decay (multiplied by the learning rate).
+    weight_decay: <shared>
     mask: where weight decay applies (tree of booleans or a callable).
-    mu_dtype: dtype of the first moment.
+    mu_dtype: <shared>
     nu_dtype: dtype of the second moment.
     statistics_dtype: dtype of the Shampoo statistics (default: at least float32).
     eigenbasis_dtype: dtype of the eigenbases (default: at least float32).

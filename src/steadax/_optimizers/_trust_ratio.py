@@ -7,6 +7,7 @@ from typing import Any
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate, trace
@@ -16,6 +17,7 @@ from ..transforms._masked import masked
 __all__ = ["lamb", "lars"]
 
 
+@shared_args
 def lamb(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -32,9 +34,9 @@ def lamb(
   scale_by_trust_ratio(), scale_by_learning_rate(lr))``.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment, in [0, 1).
-    b2: decay of the second moment, in [0, 1).
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
     eps: added to Adam's denominator.
     eps_root: added inside Adam's square root.
     weight_decay: the decoupled weight decay (scalar or schedule).
@@ -69,6 +71,7 @@ def lamb(
   )
 
 
+@shared_args
 def lars(
     learning_rate: ScalarOrSchedule,
     weight_decay: ScalarOrSchedule = 0.0,
@@ -87,14 +90,14 @@ def lars(
   trace(momentum, nesterov))``; the masks are usually False for biases and normalisation scales.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     weight_decay: the weight decay, added before the trust ratio (scalar or schedule).
     weight_decay_mask: where to apply weight decay (True: everywhere).
     trust_coefficient: multiplies the trust ratio (``eta`` in the paper).
     eps: added to the update's norm.
     trust_ratio_mask: where to apply the trust ratio (True: everywhere).
     momentum: the momentum coefficient, in [0, 1].
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
 
   Returns:
     The optimizer; its state is ``(MaskedState, MaskedState, EmptyState | ScaleByScheduleState,

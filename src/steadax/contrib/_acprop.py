@@ -25,6 +25,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam import check_decay_below_one
 from ..transforms._adam_variants import ScaleByBeliefState
 from ..transforms._decay import add_decayed_weights
@@ -67,13 +68,14 @@ class ScaleByAcprop(Transformation):
     return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_acprop(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-16, eps_root: Any = 1e-16) -> Transformation:
   """Rescales updates by ACProp: the gradient over the previous step's central second moment.
 
   Args:
     b1: decay of the first moment (the prediction of the next gradient).
     b2: decay of the second central moment ``|g - m|^2``.
-    eps: added to the denominator.
+    eps: <shared>
     eps_root: added to the second central moment at every step.
 
   Returns:
@@ -92,6 +94,7 @@ def scale_by_acprop(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-16, eps_root: 
   return ScaleByAcprop(b1, b2, eps, eps_root)
 
 
+@shared_args
 def acprop(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -104,13 +107,13 @@ def acprop(
   """ACProp: AdaBelief with an asynchronous (previous-step) denominator and the raw gradient.
 
   Args:
-    learning_rate: a scalar or a schedule.
-    b1: decay of the first moment.
+    learning_rate: <shared>
+    b1: <shared>
     b2: decay of the second central moment.
-    eps: added to the denominator.
+    eps: <shared>
     eps_root: added to the second central moment at every step.
     weight_decay: weight decay added after the scaling (multiplied by the learning rate).
-    mask: where the weight decay applies (a tree of booleans or a callable of the params).
+    mask: <shared>
 
   Returns:
     ``chain(scale_by_acprop, add_decayed_weights, scale_by_learning_rate)``, as in Optax.

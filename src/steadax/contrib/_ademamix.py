@@ -28,6 +28,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam import adam_denominator, adam_moments, adam_scalars, check_decay_below_one
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average
@@ -129,6 +130,7 @@ class ScaleBySimplifiedAdemamix(Transformation):
     return out, ScaleBySimplifiedAdEMAMixState(t=t, m=m, n=n)
 
 
+@shared_args
 def scale_by_ademamix(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -145,8 +147,8 @@ def scale_by_ademamix(
     b2: decay of the second moment (bias-corrected).
     b3: decay of the slow EMA (not bias-corrected), a scalar or a schedule.
     alpha: weight of the slow EMA, a scalar or a schedule.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
     mu_dtype: dtype of ``m1``, ``m2`` and (its real part) ``nu``; default: each parameter's.
 
   Returns:
@@ -165,6 +167,7 @@ def scale_by_ademamix(
   return ScaleByAdemamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype=mu_dtype)
 
 
+@shared_args
 def ademamix(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -183,16 +186,16 @@ def ademamix(
   warms ``alpha`` and ``b3`` up with schedules (both accept one).
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: decay of the fast EMA.
-    b2: decay of the second moment.
+    b2: <shared>
     b3: decay of the slow EMA (scalar or schedule).
     alpha: weight of the slow EMA (scalar or schedule).
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
     mu_dtype: dtype of the moments.
-    weight_decay: decoupled weight decay (multiplied by the learning rate).
-    mask: where the weight decay applies (a tree of booleans or a callable of the params).
+    weight_decay: <shared>
+    mask: <shared>
 
   Returns:
     ``chain(scale_by_ademamix, add_decayed_weights, scale_by_learning_rate)``, as in Optax.
@@ -213,6 +216,7 @@ def ademamix(
                add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def scale_by_simplified_ademamix(
     b1: Any = 0.99,
     b2: Any = 0.95,
@@ -226,8 +230,8 @@ def scale_by_simplified_ademamix(
     b1: decay of the undamped momentum ``m = b1 m + g``.
     b2: decay of the second moment (bias-corrected).
     alpha: weight of the current gradient (scalar or schedule).
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
 
   Returns:
     A transformation with ``ScaleBySimplifiedAdEMAMixState(t, m, n)``.
@@ -245,6 +249,7 @@ def scale_by_simplified_ademamix(
   return ScaleBySimplifiedAdemamix(b1, b2, alpha, eps, eps_root)
 
 
+@shared_args
 def simplified_ademamix(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.99,
@@ -261,13 +266,13 @@ def simplified_ademamix(
   about ``1 - b1`` compared with Adam.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: decay of the momentum.
-    b2: decay of the second moment.
+    b2: <shared>
     alpha: weight of the current gradient (scalar or schedule).
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
-    weight_decay: decoupled weight decay (multiplied by the learning rate).
+    eps: <shared>
+    eps_root: <shared>
+    weight_decay: <shared>
     mask: where the weight decay applies.
 
   Returns:

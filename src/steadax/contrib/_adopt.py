@@ -29,6 +29,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._adam import ScaleByAdamState, check_decay_below_one
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate
@@ -97,6 +98,7 @@ class ScaleByAdopt(Transformation):
     return out, ScaleByAdamState(count=safe_increment(state.count), mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_adopt(
     b1: Any = 0.9,
     b2: Any = 0.9999,
@@ -113,10 +115,10 @@ def scale_by_adopt(
 
   Args:
     b1: decay of the momentum.
-    b2: decay of the second moment.
+    b2: <shared>
     eps: lower bound of ``sqrt(v)`` in the normalisation.
     mu_dtype: dtype of the momentum (default: each parameter's).
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
     use_clipping: clip the normalised gradient to ``[-c, c]`` with ``c = clip_value_fn(count)``.
     clip_value_fn: the clipping bound as a function of the int32 count (default ``count^0.25``).
 
@@ -140,6 +142,7 @@ def scale_by_adopt(
                       clip_value_fn=clip_value_fn)
 
 
+@shared_args
 def adopt(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.9,
@@ -154,12 +157,12 @@ def adopt(
   """ADOPT: Adam that converges for any ``b2`` (normalise first, then average).
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: decay of the momentum.
-    b2: decay of the second moment.
+    b2: <shared>
     eps: lower bound of ``sqrt(v)``.
     mu_dtype: dtype of the momentum.
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
     use_clipping: clip the normalised gradient (recommended: stabilises the first steps).
     clip_value_fn: the clipping bound as a function of the int32 count.
 

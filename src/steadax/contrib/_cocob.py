@@ -29,6 +29,7 @@ from .._core._policy import hyper, real_dtype
 from .._core._roles import OTHER, accumulator, state_roles
 from .._core._tree import copy_like, tree_map, zeros_like
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -125,6 +126,7 @@ def scale_by_cocob(alpha: Any = 100.0, eps: Any = 1e-8) -> Transformation:
   return ScaleByCOCOB(alpha, eps)
 
 
+@shared_args
 def cocob(
     learning_rate: ScalarOrSchedule = 1.0,
     alpha: Any = 100.0,
@@ -139,7 +141,7 @@ def cocob(
     alpha: bounds the fraction bet early on, positive.
     eps: the initial gradient-magnitude bound, positive.
     weight_decay: L2 penalty added to the gradients.
-    mask: where the weight decay applies (a tree of booleans or a callable of the params).
+    mask: <shared>
 
   Returns:
     ``chain(add_decayed_weights, scale_by_learning_rate(flip_sign=False), scale_by_cocob)``, as in

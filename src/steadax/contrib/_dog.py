@@ -32,6 +32,7 @@ from .._core._policy import hyper, scalar_stat_dtype
 from .._core._roles import OTHER, SCALAR, state_roles
 from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
 from ._reductions import sq_norm
@@ -232,6 +233,7 @@ def _with_decay(owner: str, weight_decay: Any, mask: Any, core: Transformation, 
   return chain(decay, core, scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def dog(
     learning_rate: ScalarOrSchedule = 1.0,
     init_step: tuple[str, Any] = ("heuristic", 1e-6),
@@ -251,7 +253,7 @@ def dog(
       ``r``; ``("learning_rate", lr)`` takes ``lr`` as the first step size.
     eps: added to the sum of squared gradient norms.
     weight_decay: weight decay added to the gradients before DoG (None: none).
-    mask: where the weight decay applies (a tree of booleans or a callable of the params).
+    mask: <shared>
 
   Returns:
     ``chain(add_decayed_weights or identity, scale_by_dog, scale_by_learning_rate)``, as in Optax.
@@ -274,6 +276,7 @@ def dog(
   return _with_decay("dog", weight_decay, mask, ScaleByDoG(value, eps, init_step_type=kind), learning_rate)
 
 
+@shared_args
 def dowg(
     learning_rate: ScalarOrSchedule = 1.0,
     init_estim_sq_dist: Any = None,
@@ -288,7 +291,7 @@ def dowg(
     init_estim_sq_dist: initial estimate of the squared distance to the solution (default ``eps``).
     eps: added to the denominator; also the default initial squared distance.
     weight_decay: weight decay added to the gradients before DoWG (None: none).
-    mask: where the weight decay applies (a tree of booleans or a callable of the params).
+    mask: <shared>
 
   Returns:
     ``chain(add_decayed_weights or identity, scale_by_dowg, scale_by_learning_rate)``, as in Optax.

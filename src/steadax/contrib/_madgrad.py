@@ -28,6 +28,7 @@ from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import copy_like, zeros_like
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
@@ -118,6 +119,7 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, eps
   return ScaleByMadgrad(learning_rate, momentum, eps)
 
 
+@shared_args
 def madgrad(
     learning_rate: ScalarOrSchedule,
     momentum: float = 0.9,
@@ -127,7 +129,7 @@ def madgrad(
   """MADGRAD: momentumized dual averaging with a cube-root adaptive denominator.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     momentum: iterate-averaging weight in [0, 1].
     weight_decay: weight decay added to the gradients before the dual averages.
     eps: added to the learning rate and to the denominator.

@@ -33,6 +33,7 @@ from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, state_roles
 from .._core._tree import zeros_like
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
 from ._reductions import real_inner, scalar_value, sq_norm
@@ -284,6 +285,7 @@ def momo(
   return Momo(learning_rate, beta, lower_bound, weight_decay, adapt_lower_bound=bool(adapt_lower_bound))
 
 
+@shared_args
 def momo_adam(
     learning_rate: ScalarOrSchedule = 1e-2,
     b1: Any = 0.9,
@@ -298,7 +300,7 @@ def momo_adam(
   Args:
     learning_rate: the largest step size (scalar or schedule of the count).
     b1: decay of the first moment and of the loss and ``Re<g, x>`` averages, in [0, 1).
-    b2: decay of the second moment, in [0, 1).
+    b2: <shared>
     eps: added to the square root of the (bias-corrected) second moment.
     lower_bound: a lower bound of the loss.
     weight_decay: decoupled weight decay (AdamW-style).

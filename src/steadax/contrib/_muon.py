@@ -38,6 +38,7 @@ from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
@@ -266,6 +267,7 @@ class ScaleByMuon(Transformation):
                                              ns_coeffs=state.ns_coeffs)
 
 
+@shared_args
 def scale_by_muon(
     ns_coeffs: Any = _STANDARD_COEFFS[0],
     ns_steps: int = 5,
@@ -293,7 +295,7 @@ def scale_by_muon(
     beta: momentum decay.
     eps: added to the norm that scales the matrix before the iteration.
     mu_dtype: dtype of the momentum (default: each parameter's dtype).
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
     adaptive: scale each update by ``<M, O>``, the dual norm of the momentum (Bernstein &
       Newhouse 2024).
     preconditioning: the scaling before the iteration: ``"frobenius"`` (divide by the Frobenius

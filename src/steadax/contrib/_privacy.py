@@ -32,6 +32,7 @@ from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate, trace
 from .._wrappers._unitwise import per_example_global_norm_clip
 from .._core._module import hyper_field, child_field
+from .._core._docs import shared_args
 
 __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggregate", "dpsgd"]
 
@@ -161,6 +162,7 @@ class PerExampleChain(Transformation):
     return _follow_params(self.name, params, updates), state
 
 
+@shared_args
 def dpsgd(
     learning_rate: ScalarOrSchedule,
     l2_norm_clip: Any,
@@ -174,12 +176,12 @@ def dpsgd(
   Feed it per-example gradients, e.g. ``jax.vmap(jax.grad(loss), in_axes=(None, 0))(params, batch)``.
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     l2_norm_clip: the largest global l2 norm of one example's gradient.
     noise_multiplier: the noise's standard deviation, in units of ``l2_norm_clip``.
     seed: the integer seed of the noise (or a ``jax.random.key``).
     momentum: heavy-ball momentum (None: none).
-    nesterov: use Nesterov momentum.
+    nesterov: <shared>
 
   Returns:
     A transformation with the state ``(DifferentiallyPrivateAggregateState, TraceState or

@@ -27,6 +27,7 @@ from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, SCALAR, accumulator, state_roles
 from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..schedules import warmup_constant_schedule
 from ..transforms import add_decayed_weights, scale_by_learning_rate, scale_by_rms
 from ..transforms._scaling import value_at
@@ -159,6 +160,7 @@ def _warmup(learning_rate, warmup_steps):
   return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
 
 
+@shared_args
 def schedule_free_adamw(
     learning_rate: Any = 0.0025,
     warmup_steps: int | None = None,
@@ -175,8 +177,8 @@ def schedule_free_adamw(
     learning_rate: peak learning rate.
     warmup_steps: linear warm-up from 0 over this many steps (None: no warm-up).
     b1: schedule-free interpolation coefficient.
-    b2: decay of the second moment.
-    eps: added to the denominator.
+    b2: <shared>
+    eps: <shared>
     weight_decay: decoupled weight decay.
     weight_lr_power: the power of the learning rate in the averaging weights.
     state_dtype: dtype of ``z``.

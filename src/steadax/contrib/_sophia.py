@@ -34,6 +34,7 @@ from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
 from .._core._tree import zeros_like
 from .._core._types import ScalarOrSchedule
+from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate
@@ -232,6 +233,7 @@ class ScaleBySophia(Transformation):
                  lambda: None)
 
 
+@shared_args
 def sophia(
     learning_rate: ScalarOrSchedule,
     b1: Any = 0.965,
@@ -254,11 +256,11 @@ def sophia(
   ``hessian_diagonal_fn``, which runs every ``update_interval`` steps, the first time at step 0).
 
   Args:
-    learning_rate: a scalar or a schedule.
+    learning_rate: <shared>
     b1: decay of the momentum.
     b2: decay of the Hessian EMA.
     eps: lower bound of the denominator ``gamma h``.
-    weight_decay: decoupled weight decay (multiplied by the learning rate).
+    weight_decay: <shared>
     weight_decay_mask: where the weight decay applies.
     gamma: scale of the Hessian estimate in the denominator.
     clip_threshold: elementwise bound of the preconditioned step (None: no clipping). Complex

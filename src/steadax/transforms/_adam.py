@@ -19,6 +19,7 @@ from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
+from .._core._docs import shared_args
 from ._moments import abs_sq, moving_average
 from ._moments import one_minus_pow  # noqa: F401  (imported from here by other modules)
 
@@ -121,6 +122,7 @@ class ScaleByAdam(Transformation):
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_adam(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -138,11 +140,11 @@ def scale_by_adam(
   at least float32, so float16 gradients of 1e-7 give finite updates.
 
   Args:
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root (useful when differentiating through the optimizer).
-    mu_dtype: dtype of the first moment (default: each parameter's dtype).
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
     nesterov: use Nesterov momentum (NAdam, Dozat 2016).
     nu_dtype: dtype of the second moment (default: each parameter's real dtype). steadax extension.
 
@@ -185,6 +187,7 @@ class ScaleByAmsgrad(Transformation):
     return out, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
 
 
+@shared_args
 def scale_by_amsgrad(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -197,11 +200,11 @@ def scale_by_amsgrad(
   """AMSGrad: Adam with the running maximum of the (bias-corrected) second moment.
 
   Args:
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator.
-    eps_root: added inside the square root.
-    mu_dtype: dtype of the first moment.
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
     bias_correction_mu: bias-correct the first moment.
     bias_correction_nu: bias-correct the second moment before taking the maximum.
 
@@ -243,11 +246,12 @@ class ScaleByAdamax(Transformation):
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_adamax(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8) -> Transformation:
   """Adamax: Adam with the infinity norm, ``v = max(b2 v, |g| + eps)`` (Kingma & Ba 2015, §7.1).
 
   Args:
-    b1: decay of the first moment.
+    b1: <shared>
     b2: decay of the infinity-norm moment.
     eps: added to ``|g|``.
 

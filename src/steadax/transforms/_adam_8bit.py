@@ -33,6 +33,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import compute_dtype, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, state_roles
 from .._core._tree import tree_map
+from .._core._docs import shared_args
 from ._adam import adam_scalars, adam_step, check_decay_below_one
 
 __all__ = ["BlockQuantized", "ScaleByAdam8bitState", "scale_by_adam_8bit", "dynamic_quantization_map"]
@@ -255,6 +256,7 @@ class ScaleByAdam8bit(Transformation):
                                      nu=_join(state.nu, nu, nu_scale))
 
 
+@shared_args
 def scale_by_adam_8bit(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -277,10 +279,10 @@ def scale_by_adam_8bit(
   256), against 8 for float32 Adam.
 
   Args:
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
     block_size: elements per quantization block (bitsandbytes uses 256 on GPUs; smaller blocks
       are more precise, larger ones smaller).
     min_8bit_size: tensors with fewer elements keep full-precision moments.

@@ -28,6 +28,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
+from .._core._docs import shared_args
 from ._adam import (ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, check_decay_below_one,
                     debiased_mu)
 from ._moments import abs_sq, moving_average, one_minus_pow
@@ -89,6 +90,7 @@ class ScaleByBelief(Transformation):
     return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_belief(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -104,9 +106,9 @@ def scale_by_belief(
   where the gradient is predictable and small where it is noisy.
 
   Args:
-    b1: decay of the first moment.
+    b1: <shared>
     b2: decay of the second central moment.
-    eps: added to the denominator outside the square root.
+    eps: <shared>
     eps_root: added to the second central moment at every step (stored in the state, as in the
       paper's Algorithm 2).
     nesterov: use Nesterov momentum in the first moment.
@@ -164,6 +166,7 @@ class ScaleByYogi(Transformation):
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_yogi(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -177,10 +180,10 @@ def scale_by_yogi(
   effective learning rate cannot grow abruptly when gradients become small.
 
   Args:
-    b1: decay of the first moment.
+    b1: <shared>
     b2: rate of the second-moment update.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
     initial_accumulator_value: the starting value of both moments (positive).
 
   Returns:
@@ -244,6 +247,7 @@ class ScaleByRadam(Transformation):
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_radam(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -260,10 +264,10 @@ def scale_by_radam(
   ``r_t`` that removes the variance of the adaptive learning rate.
 
   Args:
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
     threshold: ``rho_t`` from which the adaptive step is used, at least 4 (the paper uses 4, Optax
       5; below 4 the rectification is undefined and Optax returns NaN).
     nesterov: use Nesterov momentum in the first moment.
@@ -313,6 +317,7 @@ class ScaleByAdan(Transformation):
     return out, ScaleByAdanState(m=m, v=v, n=n, g=g_prev, t=t)
 
 
+@shared_args
 def scale_by_adan(
     b1: Any = 0.98,
     b2: Any = 0.92,
@@ -331,8 +336,8 @@ def scale_by_adan(
     b1: decay of the gradient average.
     b2: decay of the average of gradient differences.
     b3: decay of the second moment.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
 
   Returns:
     A transformation with ``ScaleByAdanState(m, v, n, g, t)``.

@@ -24,6 +24,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import tree_map
+from .._core._docs import shared_args
 from ._moments import abs_sq
 
 __all__ = [
@@ -153,6 +154,7 @@ class ScaleByNovograd(Transformation):
     return out, ScaleByNovogradState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_novograd(
     b1: Any = 0.9,
     b2: Any = 0.25,
@@ -170,8 +172,8 @@ def scale_by_novograd(
   Args:
     b1: momentum of the normalised gradients.
     b2: decay of the per-layer second moment.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
     weight_decay: weight decay added inside the momentum (as in the paper).
     mu_dtype: dtype of the momentum (default: each parameter's dtype).
 

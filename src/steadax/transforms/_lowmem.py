@@ -31,6 +31,7 @@ from .._core._checks import check_nonnegative
 from .._core._module import hyper_field, static_field
 from .._core._policy import real_dtype, safe_increment
 from .._core._tree import is_none
+from .._core._docs import shared_args
 from ._adam import ScaleByAdamState, adam_scalars, adam_step, check_decay_below_one
 
 __all__ = ["scale_by_adam_lowmem"]
@@ -180,6 +181,7 @@ class ScaleByAdamLowmem(Transformation):
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_adam_lowmem(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -204,10 +206,10 @@ def scale_by_adam_lowmem(
   Adam).
 
   Args:
-    b1: decay of the first moment.
-    b2: decay of the second moment.
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
     mu_dtype: dtype of the first moment (complex parameters keep a complex moment).
     nu_dtype: dtype of the second moment.
     rounding: ``"stochastic"`` or ``"nearest"``.

@@ -18,6 +18,7 @@ from .._core._checks import check_nonnegative, check_positive
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
+from .._core._docs import shared_args
 from ._adam import adam_scalars, adam_step, check_decay_below_one
 from ._moments import abs_sq
 
@@ -76,6 +77,7 @@ class ScaleByMars(Transformation):
     return out, ScaleByMarsState(count=count, mu=mu, nu=nu, prev_grad=prev)
 
 
+@shared_args
 def scale_by_mars(
     b1: Any = 0.95,
     b2: Any = 0.99,
@@ -97,12 +99,12 @@ def scale_by_mars(
 
   Args:
     b1: decay of the first moment; also sets the correction's weight ``b1 / (1 - b1)``.
-    b2: decay of the second moment.
+    b2: <shared>
     gamma: strength of the gradient correction (the paper's ``gamma_t``, 0.025 in its experiments).
-    eps: added to the denominator outside the square root.
-    eps_root: added inside the square root.
+    eps: <shared>
+    eps_root: <shared>
     max_norm: the clipping threshold of ``c_t`` (1 in the paper); None disables clipping.
-    mu_dtype: dtype of the first moment (default: each parameter's dtype).
+    mu_dtype: <shared>
     nu_dtype: dtype of the second moment (default: each parameter's real dtype).
 
   Returns:

@@ -31,6 +31,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, roles_of, state_roles
 from .._core._tree import is_none
+from .._core._docs import shared_args
 from ._adam import one_minus_pow
 from ._matrix import (
     axis_statistic,
@@ -194,6 +195,7 @@ class ScaleByShampoo(Transformation):
     return out, ScaleByShampooState(count=count, mu=mu, nu=nu, statistics=stats, preconditioners=precs)
 
 
+@shared_args
 def scale_by_shampoo(
     b1: Any = 0.9,
     b2: Any = 0.999,
@@ -227,7 +229,7 @@ def scale_by_shampoo(
     block_size: axes longer than this are split into blocks of this length (a Python int).
     precondition_frequency: updates between inverse-root recomputations (a Python int).
     shampoo_beta: decay of the statistics (default ``b2``; ``1.0`` sums them as in Gupta et al.).
-    mu_dtype: dtype of the first moment.
+    mu_dtype: <shared>
     graft_type: ``"adam"``, ``"sgd"`` or ``"none"``.
     exponent_override: the root ``e`` (e.g. ``2`` for ``S^{-1/2}`` on every axis).
     nu_dtype: dtype of the second moment.

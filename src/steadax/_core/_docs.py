@@ -1,0 +1,74 @@
+"""Argument descriptions shared by the factories' docstrings, written once.
+
+A factory's docstring names a shared argument with the marker ``<shared>``::
+
+    @shared_args
+    def adam(learning_rate, b1=0.9, ...):
+      '''Adam ...
+
+      Args:
+        learning_rate: <shared>
+        nesterov: use Nesterov momentum (NAdam).
+      '''
+
+and ``shared_args`` puts the one description from ``ARGS`` in its place when the module is imported
+(``help()``, the docs and doctests see the full text). An unknown name raises at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["ARGS", "shared_args"]
+
+ARGS = {
+    "learning_rate": "a scalar or a schedule (a callable of the int32 step count).",
+    "b1": "decay of the first moment, in [0, 1).",
+    "b2": "decay of the second moment, in [0, 1).",
+    "eps": "added to the denominator outside the square root.",
+    "eps_root": "added inside the square root (useful when differentiating through the optimizer).",
+    "mu_dtype": "dtype of the first moment (default: each parameter's dtype).",
+    "nu_dtype": "dtype of the second moment (default: each parameter's real dtype).",
+    "weight_decay": "decoupled weight decay (a scalar or a schedule), multiplied by the learning rate.",
+    "mask": "where the weight decay applies: a tree of booleans with the parameters' structure, or a "
+            "callable of the parameters returning one.",
+    "nesterov": "use Nesterov momentum.",
+}
+
+_MARKER = "<shared>"
+F = TypeVar("F", bound=Callable)
+
+
+def shared_args(fn: F) -> F:
+  """Replace each ``name: <shared>`` line of ``fn``'s docstring with ``ARGS[name]``.
+
+  Args:
+    fn: a function whose docstring uses the marker.
+
+  Returns:
+    ``fn``, with its docstring filled in.
+
+  Example:
+    >>> @shared_args
+    ... def f(b1):
+    ...   '''Args:
+    ...     b1: <shared>
+    ...   '''
+    >>> "decay of the first moment" in f.__doc__
+    True
+  """
+  doc = fn.__doc__ or ""
+  lines = []
+  for line in doc.splitlines():
+    head, sep, tail = line.partition(": ")
+    if sep and tail.strip() == _MARKER:
+      name = head.strip()
+      if name not in ARGS:
+        raise KeyError(f"{fn.__qualname__}: no shared description for argument `{name}`.")
+      line = f"{head}: {ARGS[name]}"
+    lines.append(line)
+  if _MARKER in "\n".join(lines):
+    raise ValueError(f"{fn.__qualname__}: a `{_MARKER}` marker is not on an `name: <shared>` line.")
+  fn.__doc__ = "\n".join(lines) + ("\n" if doc.endswith("\n") else "")
+  return fn
