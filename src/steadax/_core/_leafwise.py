@@ -18,8 +18,9 @@ per-dtype scalars computed once, and returns the update and its new state leaves
   real second moment of a complex parameter stays real. Integer inputs (quantised codes) pass as
   they are.
 * **Scalars once per dtype.** ``scalars(dtype)`` runs once per real compute dtype (not per leaf)
-  and returns a ``Scalars`` record; its values are made *weakly typed*, so ``k.b1 * m`` takes m's
-  dtype whether m is float32, float64 or complex64, and strict dtype promotion never objects.
+  and returns a ``Scalars`` record; concrete values become Python literals (rounded to that dtype)
+  and traced values strong scalars of it, so ``k.b1 * m`` takes m's dtype whether m is float32,
+  float64 or complex64, and no conversion is traced per leaf.
 * **Promotion.** The leaf function runs under standard dtype promotion, so a complex first
   moment divides by a real denominator without casts; nothing can widen unnoticed, because:
 * **Check.** In strict mode every output must come back in the dtype it went in with (the update
@@ -47,42 +48,13 @@ from ._config import is_strict
 from ._contract import ContractError
 from ._policy import complex_of, compute_dtype, key_path_str, real_dtype
 
-__all__ = ["Scalars", "leafwise", "tree_reduce", "weak"]
-
-try:  # JAX's own converter is the only way to give a traced value a weak type.
-  from jax._src.lax.lax import _convert_element_type as _convert
-except ImportError:  # pragma: no cover - exercised only on a JAX that moved it
-  _convert = None
-
-
-def weak(value: Any, dtype: Any) -> Any:
-  """``value`` as a weakly typed scalar of ``dtype``: it adapts to the array it multiplies.
-
-  Args:
-    value: a Python number, numpy or JAX scalar (traced or not).
-    dtype: a real floating dtype (the compute dtype's real part).
-
-  Returns:
-    A weakly typed JAX scalar.
-
-  Example:
-    >>> import jax.numpy as jnp
-    >>> (weak(0.5, jnp.float32) * jnp.ones(1, jnp.complex64)).dtype
-    dtype('complex64')
-  """
-  dtype = np.dtype(dtype)
-  value = jnp.asarray(value)
-  if jnp.issubdtype(value.dtype, jnp.complexfloating):
-    # A complex hyperparameter stays complex (its real-dtype counterpart): dropping the imaginary
-    # part would change the maths silently; a complex result for a real parameter is caught below.
-    dtype = complex_of(dtype)
-  return _convert(value, dtype, weak_type=True)
-
+__all__ = ["Scalars", "leafwise", "tree_reduce"]
 
 class Scalars:
   """A record of per-dtype scalars for a leaf function (``k.b1``, ``k.eps``, ...).
 
-  ``leafwise`` makes every value weakly typed in the real compute dtype it was built for.
+  ``leafwise`` turns concrete values into Python literals and traced ones into strong scalars of the
+  real compute dtype the record was built for (see ``_scalar``).
 
   Example:
     >>> k = Scalars(b1=0.9, eps=1e-8)
@@ -100,12 +72,32 @@ class Scalars:
     return f"Scalars({', '.join(sorted(self.__dict__))})"
 
 
+def _scalar(value: Any, dtype: np.dtype) -> Any:
+  """One value of a Scalars record, in the form that traces to the fewest operations per leaf.
+
+  A concrete number becomes a Python scalar: a weakly typed literal folded into each leaf's
+  arithmetic (rounded to ``dtype`` first, so the numbers are those of a ``dtype`` constant). A
+  traced value (a bias correction of the step count, an injected hyperparameter) becomes a strong
+  scalar of ``dtype``: the leaf's arrays are in ``dtype`` or its complex counterpart, so under the
+  leaf function's standard promotion it takes their dtype without a conversion per use (a weakly
+  typed traced scalar costs one per use and per leaf).
+  """
+  if value is None or isinstance(value, bool):
+    return value
+  if isinstance(value, (int, float, complex, np.number, np.ndarray)) and np.ndim(value) == 0:
+    arr = np.asarray(value)
+    if np.iscomplexobj(arr) and np.all(arr.imag == 0):
+      arr = arr.real
+    arr = arr.astype(complex_of(dtype) if np.iscomplexobj(arr) else dtype)
+    return arr.item()
+  value = jnp.asarray(value)
+  target = complex_of(dtype) if jnp.issubdtype(value.dtype, jnp.complexfloating) else dtype
+  return value if value.dtype == target and not value.aval.weak_type else value.astype(target)
+
+
 def _as_weak_record(record: Any, dtype: np.dtype) -> Scalars:
   items = record.items() if isinstance(record, (dict, Scalars)) else record._asdict().items()
-  return Scalars(**{
-      name: (value if value is None or isinstance(value, bool) else weak(value, dtype))
-      for name, value in items
-  })
+  return Scalars(**{name: _scalar(value, dtype) for name, value in items})
 
 
 def _target(x_dtype: np.dtype, cdt: np.dtype) -> np.dtype:
@@ -116,7 +108,8 @@ def _target(x_dtype: np.dtype, cdt: np.dtype) -> np.dtype:
 
 
 def _cast(x: Any, dtype: np.dtype) -> Any:
-  if x.dtype == dtype:
+  """``x`` as a strong array of ``dtype`` (no operation when it already is one)."""
+  if x.dtype == dtype and not getattr(getattr(x, "aval", None), "weak_type", False):
     return x
   return x.astype(dtype)
 
@@ -238,7 +231,7 @@ def leafwise(
             f"{owner}: the leaf function returned shape {np.shape(value)} at {_path(treedef, i)}, "
             f"expected {np.shape(inputs[0] if j == 0 else leaf_states[j - 1])}."
         )
-      written.append(value.astype(store))
+      written.append(_cast(value, store))
     outs.append(tuple(written))
   return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(1 + n_states))
 

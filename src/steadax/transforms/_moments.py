@@ -38,7 +38,7 @@ def moving_average(decay: Any, average: jax.Array, x: jax.Array, one_minus_decay
   """One step of an exponential moving average: ``decay * average + (1 - decay) * x``.
 
   The one moving average of the library, for leaf functions (inputs in the compute dtype, ``decay``
-  a weak scalar of ``Scalars``): Adam's moments, AdEMAMix's slow average, AdaBelief's belief ...
+  a scalar of ``Scalars``): Adam's moments, AdEMAMix's slow average, AdaBelief's belief ...
 
   ``one_minus_decay`` is ``1 - decay`` taken before rounding to the compute dtype, for the
   optimizers that need it: for a decay near 1 the rounded difference is off (``1 - float32(0.999)``
