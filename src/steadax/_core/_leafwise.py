@@ -46,7 +46,7 @@ import numpy as np
 
 from ._config import is_strict
 from ._contract import ContractError
-from ._policy import complex_of, compute_dtype, key_path_str, real_dtype
+from ._policy import cast, complex_of, compute_dtype, key_path_str, real_dtype
 
 __all__ = ["Scalars", "leafwise", "tree_reduce"]
 
@@ -105,13 +105,6 @@ def _target(x_dtype: np.dtype, cdt: np.dtype) -> np.dtype:
   if not jnp.issubdtype(x_dtype, jnp.inexact):
     return x_dtype
   return cdt if jnp.issubdtype(x_dtype, jnp.complexfloating) else real_dtype(cdt)
-
-
-def _cast(x: Any, dtype: np.dtype) -> Any:
-  """``x`` as a strong array of ``dtype`` (no operation when it already is one)."""
-  if x.dtype == dtype and not getattr(getattr(x, "aval", None), "weak_type", False):
-    return x
-  return x.astype(dtype)
 
 
 def leafwise(
@@ -194,13 +187,13 @@ def leafwise(
       if rdt not in records:
         records[rdt] = _as_weak_record(scalars(rdt), rdt)
       k = records[rdt]
-    cast = [None if x is None else _cast(x, _target(x.dtype, cdt)) for x in inputs]
+    cast_in = [None if x is None else cast(x, _target(x.dtype, cdt)) for x in inputs]
     # Inside the leaf function every array is already in the compute dtype (complex or its real
     # part) and every scalar is weak, so the only promotions left are real-with-complex ones
     # (``m / denom`` for a complex m): standard promotion allows them; the output check below
     # still rejects any dtype the policy did not expect.
     with jax.numpy_dtype_promotion("standard"):
-      result = fn(k, *cast)
+      result = fn(k, *cast_in)
     if n_states == 0:
       result = (result,)
     elif not isinstance(result, tuple) or len(result) != 1 + n_states:
@@ -231,7 +224,7 @@ def leafwise(
             f"{owner}: the leaf function returned shape {np.shape(value)} at {_path(treedef, i)}, "
             f"expected {np.shape(inputs[0] if j == 0 else leaf_states[j - 1])}."
         )
-      written.append(_cast(value, store))
+      written.append(cast(value, store))
     outs.append(tuple(written))
   return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(1 + n_states))
 
@@ -284,9 +277,9 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
       records[rdt] = _as_weak_record(scalars(rdt), rdt)
     # The same cast in as leafwise: the compute dtype, or its real part for a real input (an
     # integer parameter beside a floating gradient included).
-    cast = [_cast(x, cdt if jnp.issubdtype(x.dtype, jnp.complexfloating) else rdt) for x in leaves]
+    cast_in = [cast(x, cdt if jnp.issubdtype(x.dtype, jnp.complexfloating) else rdt) for x in leaves]
     with jax.numpy_dtype_promotion("standard"):
-      term = fn(records.get(rdt), *cast)
+      term = fn(records.get(rdt), *cast_in)
     # The term is a real scalar in the leaf's real compute dtype; the sum is kept in ``dtype``.
     total = total + jnp.real(term).astype(dtype)
   return total
