@@ -100,11 +100,17 @@ def assert_finite(tree, what: str):
       assert np.all(np.isfinite(arr)), f"{what}: non-finite values at {jax.tree_util.keystr(path)}"
 
 
+def _feed(entry, params, loss_fn, grads_fn):
+  """The gradients and the entry's extra arguments at ``params``."""
+  grads = grads_fn(params)
+  extra = entry.extra_args(loss_fn, params, grads) if entry.extra_args else {}
+  return grads, extra
+
+
 def make_step(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
   """``step(tx, params, state) -> (updates, state)`` feeding the entry's extra arguments."""
   def step(tx, params, state):
-    grads = grads_fn(params)
-    extra = entry.extra_args(loss_fn, params, grads) if entry.extra_args else {}
+    grads, extra = _feed(entry, params, loss_fn, grads_fn)
     return tx.update(grads, state, params, **extra)
 
   return step
@@ -118,8 +124,7 @@ def raw_update_types(entry, tx, params, state, loss_fn=matrix_loss, grads_fn=mat
     return None
 
   def raw(params, state):
-    grads = grads_fn(params)
-    extra = entry.extra_args(loss_fn, params, grads) if entry.extra_args else {}
+    grads, extra = _feed(entry, params, loss_fn, grads_fn)
     return tx.update_fn(grads, state, params, **extra)[0]
 
   return jax.eval_shape(raw, params, state)

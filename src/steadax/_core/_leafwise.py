@@ -46,7 +46,7 @@ import numpy as np
 
 from ._config import is_strict
 from ._contract import ContractError
-from ._policy import cast, complex_of, compute_dtype, key_path_str, real_dtype
+from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
 
 __all__ = ["Scalars", "leafwise", "tree_reduce"]
 
@@ -75,24 +75,18 @@ class Scalars:
 def _scalar(value: Any, dtype: np.dtype) -> Any:
   """One value of a Scalars record, in the form that traces to the fewest operations per leaf.
 
-  A concrete number becomes a Python scalar: a weakly typed literal folded into each leaf's
-  arithmetic (rounded to ``dtype`` first, so the numbers are those of a ``dtype`` constant). A
-  traced value (a bias correction of the step count, an injected hyperparameter) becomes a strong
-  scalar of ``dtype``: the leaf's arrays are in ``dtype`` or its complex counterpart, so under the
-  leaf function's standard promotion it takes their dtype without a conversion per use (a weakly
-  typed traced scalar costs one per use and per leaf).
+  ``hyper`` gives the value in ``dtype`` (its complex counterpart for a complex value). A concrete
+  number then becomes a Python scalar: a weakly typed literal folded into each leaf's arithmetic,
+  with the numbers of a ``dtype`` constant. A traced value (a bias correction of the step count,
+  an injected hyperparameter) stays a strong scalar of ``dtype``: the leaf's arrays are in
+  ``dtype`` or its complex counterpart, so under the leaf function's standard promotion it takes
+  their dtype without a conversion per use (a weakly typed traced scalar costs one per use and
+  per leaf).
   """
   if value is None or isinstance(value, bool):
     return value
-  if isinstance(value, (int, float, complex, np.number, np.ndarray)) and np.ndim(value) == 0:
-    arr = np.asarray(value)
-    if np.iscomplexobj(arr) and np.all(arr.imag == 0):
-      arr = arr.real
-    arr = arr.astype(complex_of(dtype) if np.iscomplexobj(arr) else dtype)
-    return arr.item()
-  value = jnp.asarray(value)
-  target = complex_of(dtype) if jnp.issubdtype(value.dtype, jnp.complexfloating) else dtype
-  return value if value.dtype == target and not value.aval.weak_type else value.astype(target)
+  value = hyper(value, dtype)
+  return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
 def _as_weak_record(record: Any, dtype: np.dtype) -> Scalars:

@@ -18,6 +18,7 @@ __all__ = [
     "zeros_like",
     "full_like",
     "copy_like",
+    "cast_like",
     "tree_sum_of_squares",
     "global_norm",
     "is_none",
@@ -155,3 +156,12 @@ def global_norm(updates: Any) -> jax.Array:
   # (meta-learning, differentiating an optimizer step) stay finite; the value is unchanged.
   positive = squares > 0
   return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, jnp.ones_like(squares))), jnp.zeros_like(squares))
+
+
+def cast_like(tree: Any, reference: Any) -> Any:
+  """Each leaf of ``tree`` as a strong array in the dtype of the matching leaf of ``reference``.
+
+  For values a transformation does not compute itself (a user's gradients or measures, a skip
+  function's diagnostics): they are pinned to the types fixed at init.
+  """
+  return tree_map(lambda x, r: jnp.asarray(x).astype(r.dtype), tree, reference)

@@ -17,13 +17,12 @@ from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
-from .._core._tree import zeros_like
+from .._core._tree import cast_like, zeros_like
 from ._common import (
     add_scaled,
     as_stat,
     check_extra_args,
     check_same_structure,
-    cast_like,
     errors_to_inf,
     print_if,
     real_vdot,

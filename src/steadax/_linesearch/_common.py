@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from .._core._leafwise import Scalars, leafwise
 from .._core._policy import cast, compute_dtype, hyper
-from .._core._tree import tree_map
+from .._core._tree import cast_like, tree_map
 
 __all__ = ["value_and_grad_from_state"]
 
@@ -114,14 +114,6 @@ def scale_tree(owner: str, stepsize: jax.Array, tree: Any) -> Any:
 def conj_tree(tree: Any) -> Any:
   """Complex conjugate of the complex leaves (real leaves unchanged)."""
   return tree_map(lambda x: jnp.conj(x) if jnp.iscomplexobj(x) else x, tree)
-
-
-def cast_like(tree: Any, reference: Any) -> Any:
-  """Each leaf of ``tree`` in the dtype of the matching leaf of ``reference``.
-
-  For gradients the user's ``value_fn`` returns (any dtype): they are stored in the state's.
-  """
-  return tree_map(lambda x, r: jnp.asarray(x).astype(r.dtype), tree, reference)
 
 
 def descent_value_and_grad(value_fn: Callable, fn_kwargs: dict[str, Any], stat: Any,

@@ -14,9 +14,8 @@ from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
-from .._core._tree import zeros_like
+from .._core._tree import cast_like, zeros_like
 from ._branching import (
-    cast_like,
     check_predicate,
     count_not_finite,
     pinned_state,

@@ -67,15 +67,6 @@ def strong(tree: Any) -> Any:
   return jax.tree_util.tree_map(fix, tree)
 
 
-def cast_like(tree: Any, reference: Any) -> Any:
-  """``tree`` with the dtypes of ``reference`` (same structure), strongly typed.
-
-  For values a wrapper does not compute itself (a user's measure, a skip function's diagnostics):
-  they are pinned to the types fixed at init, which is this helper's whole purpose.
-  """
-  return jax.tree_util.tree_map(lambda x, r: jnp.asarray(x).astype(r.dtype), tree, reference)
-
-
 def manual_axes(x: Any) -> tuple[str, ...]:
   """The ``shard_map`` mesh axes over which ``x`` varies (empty outside ``shard_map``)."""
   axis_type = getattr(jax.typeof(x), "manual_axis_type", None)

@@ -17,8 +17,9 @@ from .._core._base import (
 from .._core._module import hyper_field, static_field
 from .._core._policy import is_inexact_dtype
 from .._core._roles import INNER, OTHER, state_roles
+from .._core._tree import cast_like
 from ..transforms._scaling import ema
-from ._branching import cast_like, pinned_state, strong
+from ._branching import pinned_state, strong
 
 __all__ = ["SnapshotState", "MonitorState", "snapshot", "monitor", "measure_with_ema"]
 
