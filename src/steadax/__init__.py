@@ -292,6 +292,7 @@ from ._wrappers._partition import (
     selective_transform as selective_transform,
 )
 from ._wrappers._spikes import SkipSpikesState as SkipSpikesState, skip_spikes as skip_spikes
+from ._wrappers._sweep import sweep as sweep
 from ._wrappers._surgery import (
     reset_partition_state as reset_partition_state,
     state_get as state_get,

@@ -72,6 +72,7 @@ from ._monitoring import (
     measure_with_ema as measure_with_ema,
 )
 from ._spikes import SkipSpikesState as SkipSpikesState, skip_spikes as skip_spikes
+from ._sweep import sweep as sweep
 
 __all__ = [
     "AdaptiveGradClipState", "ApplyEvery", "ApplyIfFiniteState", "ConditionFn", "ConditionallyMaskState",
@@ -83,5 +84,5 @@ __all__ = [
     "keep_params_nonnegative", "lookahead", "masked", "measure_with_ema", "monitor", "multi_transform",
     "partition", "per_example_global_norm_clip", "per_example_layer_norm_clip", "reset_partition_state",
     "selective_transform", "skip_large_updates", "skip_not_finite", "skip_spikes", "snapshot",
-    "state_get", "state_set", "unitwise_clip", "unitwise_norm", "zero_nans",
+    "state_get", "state_set", "sweep", "unitwise_clip", "unitwise_norm", "zero_nans",
 ]
