@@ -223,7 +223,7 @@ EXTENSIONS = {
         # Wrappers beyond Optax.
         "skip_spikes", "SkipSpikesState", "groups", "group_labels", "dotted_path",
         "reset_partition_state", "state_get", "state_set",
-        "sweep",
+        "sweep", "fuse", "Fused", "FusedState",
         # State records Optax defines but does not export.
         "ScaleByRmsWithCountState", "ScaleByRStdDevWithCountState", "ScaleByDistanceOverGradientsState",
         "ScaleByOptimisticGradientState", "WeightDecaySchedule", "BacktrackingLinesearchInfo",

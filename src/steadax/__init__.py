@@ -261,6 +261,7 @@ from ._wrappers._conditionality import (
     zero_nans as zero_nans,
 )
 from ._wrappers._flatten import flatten as flatten
+from ._wrappers._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
 from ._wrappers._groups import (
     dotted_path as dotted_path,
     groups as groups,

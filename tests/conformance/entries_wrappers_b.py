@@ -1,4 +1,4 @@
-"""Registry entries: masked, partition, groups, flatten and the stateless AGC / non-negativity blocks.
+"""Registry entries: masked, partition, groups, flatten, fuse and the stateless AGC / non-negativity blocks.
 
 lookahead's parameters are ``LookaheadParams``, not the registry's plain trees: it is tested in
 tests/wrappers/test_lookahead.py instead.
@@ -35,6 +35,13 @@ ENTRIES = [
     Entry("masked_adam_callable", lambda: _masked(steadax), _masked),
     Entry("partition_adam_sgd", lambda: _partition(steadax), _partition),
     Entry("flatten_adam", lambda: steadax.flatten(steadax.adam(0.1)), lambda o: o.flatten(o.adam(0.1))),
+    # fuse changes where the state lives, not the maths: Optax's unfused optimizer is the reference.
+    Entry("fuse_adamw", lambda: steadax.fuse(steadax.adamw(0.1, weight_decay=1e-2)),
+          lambda o: o.adamw(0.1, weight_decay=1e-2)),
+    Entry("fuse_clip_sgd_momentum",
+          lambda: steadax.fuse(steadax.chain(steadax.clip_by_global_norm(1.0),
+                                             steadax.sgd(0.05, momentum=0.9, nesterov=True))),
+          lambda o: o.chain(o.clip_by_global_norm(1.0), o.sgd(0.05, momentum=0.9, nesterov=True))),
     Entry("groups_adamw",
           lambda: steadax.groups({k: steadax.adamw(0.1, weight_decay=wd) for k, wd in _GROUPS.items()}),
           lambda o: o.partition({"nd": o.adamw(0.1, weight_decay=0.0), "d": o.adamw(0.1, weight_decay=0.01)},

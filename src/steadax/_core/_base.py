@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 from ._contract import conform_init, conform_state, conform_updates
 from ._leafwise import leafwise
 from ._roles import check_roles, init_from_roles, roles_of
-from ._module import Module, child_field, static_field
+from ._module import _CHILD, _KIND, Module, child_field, static_field
 from ._policy import check_float_params, promote_types
 from ._tree import array_leaf, tree_map
 from ._types import OptState, Params, Updates
@@ -212,11 +213,33 @@ class Transformation(GradientTransformationExtraArgs):
     requires_float: set True on a transformation that cannot handle integer or boolean parameters:
       its ``init`` raises a TypeError naming the path.
     updates_follow_params: updates keep the incoming structure and take the parameters' dtypes.
+    elementwise: True declares that the transformation may run on its leaves concatenated into
+      flat buffers (``fuse``): its update is elementwise, or reduces over the whole tree (a global
+      norm, a dot product), and never depends on a leaf's shape, position or per-leaf statistics.
+      ``"children"``: as elementwise as the inner transformations (its ``child_field`` values).
+      False (the default): never fused. Override ``fusion_blocker`` where it depends on a field.
   """
 
   requires_float: ClassVar[bool] = False
   updates_follow_params: ClassVar[bool] = True
+  elementwise: ClassVar[bool | str] = False
   name: ClassVar[str] = ""
+
+  def fusion_blocker(self) -> str | None:
+    """Why this transformation cannot run on concatenated leaves (``fuse``), or None when it can.
+
+    Returns:
+      None, or the name of the first piece that is not elementwise (with the reason when known).
+    """
+    if self.elementwise is True:
+      return None
+    if self.elementwise == "children":
+      for child in child_transformations(self):
+        reason = fusion_blocker(child)
+        if reason is not None:
+          return reason
+      return None
+    return f"{self.owner} (not declared elementwise)"
 
   @property
   def owner(self) -> str:
@@ -268,9 +291,39 @@ class Transformation(GradientTransformationExtraArgs):
     return new_updates, new_state
 
 
+def child_transformations(tx: Any) -> list:
+  """The inner transformations held in ``tx``'s ``child_field`` values (tuples and dicts opened)."""
+  found: list = []
+  for field in dataclasses.fields(tx):
+    if field.metadata.get(_KIND) != _CHILD:
+      continue
+    value = getattr(tx, field.name)
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else (value,)
+    found.extend(v for v in values if isinstance(v, GradientTransformation))
+  return found
+
+
+def fusion_blocker(tx: Any) -> str | None:
+  """``tx.fusion_blocker()`` for a steadax transformation; a reason for anything else.
+
+  Example:
+    >>> import steadax
+    >>> fusion_blocker(steadax.adam(1e-3)) is None
+    True
+  """
+  if isinstance(tx, Transformation):
+    return tx.fusion_blocker()
+  if isinstance(tx, _WithExtraArgs):
+    return fusion_blocker(tx.inner)
+  name = getattr(getattr(tx, "update_fn", None), "__qualname__", type(tx).__name__)
+  return (f"{name} (a function pair: steadax cannot tell whether it is elementwise; write it as a "
+          "Transformation subclass with `elementwise = True`)")
+
+
 class _Identity(Transformation):
   name = "identity"
   requires_float = False
+  elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
     return updates, state
@@ -294,6 +347,7 @@ def identity() -> GradientTransformationExtraArgs:
 class _SetToZero(Transformation):
   name = "set_to_zero"
   requires_float = False
+  elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
     return jax.tree_util.tree_map(jnp.zeros_like, updates), state

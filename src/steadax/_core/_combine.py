@@ -14,6 +14,7 @@ class Chain(Transformation):
   """Applies transformations in sequence; the state is the tuple of their states."""
 
   name = "chain"
+  elementwise = "children"
   requires_float = False
   transforms: tuple = child_field()
 
@@ -54,6 +55,7 @@ class NamedChain(Transformation):
   """Like ``Chain`` with a state dictionary keyed by name."""
 
   name = "named_chain"
+  elementwise = "children"
   requires_float = False
   names: tuple = static_field(())
   transforms: tuple = child_field(())

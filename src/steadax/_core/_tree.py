@@ -125,7 +125,8 @@ def full_like(tree: Any, value: Any, dtype: Any = None) -> Any:
 
 def tree_sum_of_squares(tree: Any) -> jax.Array:
   """Sum of ``|x|^2`` over all leaves, accumulated in the widest dtype present (at least f32)."""
-  leaves = [x for x in jax.tree_util.tree_leaves(tree) if x is not None]
+  # A float0 leaf (the gradient of an integer parameter) holds no numbers: it adds nothing.
+  leaves = [x for x in jax.tree_util.tree_leaves(tree) if x is not None and x.dtype != jax.dtypes.float0]
   dtype = real_dtype(compute_dtype(*[x.dtype for x in leaves]))
   total = jnp.zeros([], dtype)
   for x in leaves:

@@ -98,6 +98,7 @@ def _two_loop(updates, diff_params, diff_updates, rho, gamma, oldest, stat, owne
 
 class ScaleByLBFGS(Transformation):
   name = "scale_by_lbfgs"
+  elementwise = True
   State = ScaleByLBFGSState
   memory_size: int = static_field(default=10)
   scale_init_precond: bool = static_field(default=True)

@@ -29,6 +29,7 @@ from ._surgery import (
     state_set as state_set,
 )
 from ._flatten import flatten as flatten
+from ._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
 from ._lookahead import (
     LookaheadParams as LookaheadParams,
     LookaheadState as LookaheadState,
@@ -80,7 +81,7 @@ __all__ = [
     "MonitorState", "MultiSteps", "MultiStepsState", "MultiTransformState", "NonNegativeParamsState",
     "PartitionState", "ShouldSkipUpdateFunction", "SkipSpikesState", "SnapshotState", "ZeroNansState",
     "adaptive_grad_clip", "apply_every", "apply_if_finite", "conditionally_mask",
-    "conditionally_transform", "dotted_path", "flatten", "freeze", "group_labels", "groups",
+    "conditionally_transform", "dotted_path", "flatten", "fuse", "Fused", "FusedState", "freeze", "group_labels", "groups",
     "keep_params_nonnegative", "lookahead", "masked", "measure_with_ema", "monitor", "multi_transform",
     "partition", "per_example_global_norm_clip", "per_example_layer_norm_clip", "reset_partition_state",
     "selective_transform", "skip_large_updates", "skip_not_finite", "skip_spikes", "snapshot",

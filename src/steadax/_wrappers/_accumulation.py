@@ -173,6 +173,7 @@ class MultiSteps(Transformation):
   """
 
   name = "MultiSteps"
+  elementwise = "children"
   requires_float = False
   State = MultiStepsState
   opt: Any = child_field()
@@ -350,6 +351,7 @@ class ApplyEvery(NamedTuple):
 
 class _ApplyEvery(Transformation):
   name = "apply_every"
+  elementwise = True
   requires_float = False
   State = ApplyEvery
   k: int = static_field(default=1)

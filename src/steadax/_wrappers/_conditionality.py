@@ -59,6 +59,7 @@ def _run_inner(owner, inner, updates, state, params, extra_args):
 
 class _Conditional(Transformation):
   """Runs ``inner`` when ``should_transform_fn(step)`` holds; the subclasses say what happens else."""
+  elementwise = "children"
 
   requires_float = False
   zero_when_skipped = False  # ClassVar: zero updates (mask) or the updates unchanged (transform)
@@ -88,11 +89,13 @@ class _Conditional(Transformation):
 
 class _ConditionallyTransform(_Conditional):
   name = "conditionally_transform"
+  elementwise = "children"
   State = ConditionallyTransformState
 
 
 class _ConditionallyMask(_Conditional):
   name = "conditionally_mask"
+  elementwise = "children"
   State = ConditionallyMaskState
   zero_when_skipped = True
 
@@ -177,6 +180,7 @@ class ApplyIfFiniteState(NamedTuple):
 
 class _ApplyIfFinite(Transformation):
   name = "apply_if_finite"
+  elementwise = "children"
   requires_float = False
   State = ApplyIfFiniteState
   inner: Any = child_field()
@@ -247,6 +251,7 @@ class ZeroNansState(NamedTuple):
 
 class _ZeroNans(Transformation):
   name = "zero_nans"
+  elementwise = True
   requires_float = False
   State = ZeroNansState
 

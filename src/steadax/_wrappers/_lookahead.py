@@ -67,6 +67,7 @@ class LookaheadParams(NamedTuple):
 
 class Lookahead(Transformation):
   name = "lookahead"
+  elementwise = "children"
   State = LookaheadState
   updates_follow_params = False  # the updates are LookaheadParams; update_fn checks both halves
   fast_optimizer: Any = child_field()

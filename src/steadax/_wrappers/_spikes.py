@@ -44,6 +44,7 @@ class SkipSpikesState(NamedTuple):
 
 class _SkipSpikes(Transformation):
   name = "skip_spikes"
+  elementwise = "children"
   requires_float = False
   State = SkipSpikesState
   inner: Any = child_field()

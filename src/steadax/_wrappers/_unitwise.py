@@ -285,6 +285,7 @@ def per_example_layer_norm_clip(
 
 class KeepParamsNonnegative(Transformation):
   name = "keep_params_nonnegative"
+  elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
     if params is None:

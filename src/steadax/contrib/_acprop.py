@@ -37,6 +37,7 @@ __all__ = ["scale_by_acprop", "acprop"]
 
 class ScaleByAcprop(Transformation):
   name = "scale_by_acprop"
+  elementwise = True
   State = ScaleByBeliefState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)

@@ -81,6 +81,7 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
 
 class ScaleByAdemamix(Transformation):
   name = "scale_by_ademamix"
+  elementwise = True
   State = ScaleByAdemamixState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
@@ -108,6 +109,7 @@ class ScaleByAdemamix(Transformation):
 
 class ScaleBySimplifiedAdemamix(Transformation):
   name = "scale_by_simplified_ademamix"
+  elementwise = True
   State = ScaleBySimplifiedAdEMAMixState
   b1: Any = hyper_field(0.99, check=check_decay_below_one)
   b2: Any = hyper_field(0.95, check=check_decay_below_one)

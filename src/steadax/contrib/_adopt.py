@@ -57,6 +57,7 @@ def _fourth_root(count: jax.Array) -> jax.Array:
 
 class ScaleByAdopt(Transformation):
   name = "scale_by_adopt"
+  elementwise = True
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.9999, check=check_decay_below_one)

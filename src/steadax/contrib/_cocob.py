@@ -58,6 +58,7 @@ class COCOBState(NamedTuple):
 
 class ScaleByCOCOB(Transformation):
   name = "scale_by_cocob"
+  elementwise = True
   State = COCOBState
   alpha: Any = hyper_field(100.0, check=check_positive)
   eps: Any = hyper_field(1e-08, check=check_positive)

@@ -77,6 +77,7 @@ def _safe_denominator(v: jax.Array, eps: Any) -> jax.Array:
 
 class DAdaptAdamW(Transformation):
   name = "dadapt_adamw"
+  elementwise = True
   State = DAdaptAdamWState
   learning_rate: Any = hyper_field(1.0, check=check_schedule_or_scalar)
   betas: Any = hyper_field((0.9, 0.999), check=check_betas)

@@ -55,6 +55,7 @@ class MadgradState(NamedTuple):
 
 class ScaleByMadgrad(Transformation):
   name = "scale_by_madgrad"
+  elementwise = True
   State = MadgradState
   learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
   momentum: Any = hyper_field(0.9, check=check_decay)

@@ -61,6 +61,7 @@ class MechanicState(NamedTuple):
 
 class Mechanize(Transformation):
   name = "mechanize"
+  elementwise = "children"
   State = MechanicState
   base_optimizer: Any = child_field()
   weight_decay: Any = hyper_field(0.01, check=check_nonnegative)

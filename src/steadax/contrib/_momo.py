@@ -128,6 +128,7 @@ def _momentum(k: Scalars, g: jax.Array, m: jax.Array) -> jax.Array:
 
 class Momo(Transformation):
   name = "momo"
+  elementwise = True
   State = MomoState
   learning_rate: Any = hyper_field(1.0, check=check_schedule_or_scalar)
   beta: Any = hyper_field(0.9, check=_check_decay_open)
@@ -186,6 +187,7 @@ def _precondition(k: Scalars, v: jax.Array) -> jax.Array:
 
 class MomoAdam(Transformation):
   name = "momo_adam"
+  elementwise = True
   State = MomoAdamState
   learning_rate: Any = hyper_field(0.01, check=check_schedule_or_scalar)
   b1: Any = hyper_field(0.9, check=_check_decay_open)

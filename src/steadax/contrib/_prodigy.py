@@ -68,6 +68,7 @@ def check_betas(owner: str, name: str, betas: Any) -> None:
 
 class Prodigy(Transformation):
   name = "prodigy"
+  elementwise = True
   State = ProdigyState
   learning_rate: Any = hyper_field(1.0, check=check_schedule_or_scalar)
   betas: Any = hyper_field((0.9, 0.999), check=check_betas)

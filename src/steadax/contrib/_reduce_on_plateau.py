@@ -71,6 +71,7 @@ def _check_at_least_one(owner: str, name: str, value: Any) -> None:
 
 class ReduceOnPlateau(Transformation):
   name = "reduce_on_plateau"
+  elementwise = True
   State = ReduceLROnPlateauState
   requires_float = False
   factor: Any = hyper_field(0.1, check=_check_factor)

@@ -53,6 +53,7 @@ class SAMState(NamedTuple):
 
 class Normalize(Transformation):
   name = "normalize"
+  elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
     norm = global_norm(updates)
@@ -84,6 +85,7 @@ def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 class SAM(Transformation):
   name = "sam"
+  elementwise = "children"
   State = SAMState
   optimizer: Any = child_field()
   adv_optimizer: Any = child_field()

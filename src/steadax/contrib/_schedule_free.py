@@ -75,6 +75,7 @@ def _evaluation_point(k: Scalars, y: jax.Array, z: jax.Array) -> jax.Array:
 
 class ScheduleFree(Transformation):
   name = "schedule_free"
+  elementwise = "children"
   State = ScheduleFreeState
   base_optimizer: Any = child_field()
   learning_rate: Any = hyper_field(check=check_schedule_or_scalar)

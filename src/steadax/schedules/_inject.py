@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, fusion_blocker, with_extra_args_support
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
@@ -150,6 +150,13 @@ class InjectHyperparams(Transformation):
   @property
   def owner(self) -> str:
     return f"inject_hyperparams({getattr(self.inner_factory, '__name__', 'inner_factory')})"
+
+  def fusion_blocker(self) -> str | None:
+    # The inner transformation is rebuilt every step from the injected values; its kind (and so
+    # whether it is elementwise) does not depend on them, so any values will do.
+    hyperparams = dict(zip(self.numeric_names, self.numeric_values))
+    hyperparams.update(self._scheduled({n: s.init() for n, s in zip(self.schedule_names, self.schedules)}, {}))
+    return fusion_blocker(self._inner(hyperparams))
 
   def _dtype_for(self, value: Any) -> np.dtype:
     dtype = declared_dtype(value)

@@ -102,6 +102,7 @@ def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
 
 class ScaleByAdam(Transformation):
   name = "scale_by_adam"
+  elementwise = True
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay)
   b2: Any = hyper_field(0.999, check=check_decay)
@@ -162,6 +163,7 @@ def scale_by_adam(
 
 class ScaleByAmsgrad(Transformation):
   name = "scale_by_amsgrad"
+  elementwise = True
   State = ScaleByAmsgradState
   b1: Any = hyper_field(0.9, check=check_decay)
   b2: Any = hyper_field(0.999, check=check_decay)
@@ -228,6 +230,7 @@ def scale_by_amsgrad(
 
 class ScaleByAdamax(Transformation):
   name = "scale_by_adamax"
+  elementwise = True
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay)
   b2: Any = hyper_field(0.999, check=check_decay)

@@ -69,6 +69,7 @@ _check_threshold = lambda owner, name, value: check_range(owner, name, value, 4.
 
 class ScaleByBelief(Transformation):
   name = "scale_by_belief"
+  elementwise = True
   State = ScaleByBeliefState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
@@ -137,6 +138,7 @@ def _filled(params: Any, value: Any, *, real: bool) -> Any:
 
 class ScaleByYogi(Transformation):
   name = "scale_by_yogi"
+  elementwise = True
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
@@ -203,6 +205,7 @@ def scale_by_yogi(
 
 class ScaleByRadam(Transformation):
   name = "scale_by_radam"
+  elementwise = True
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
@@ -289,6 +292,7 @@ def scale_by_radam(
 
 class ScaleByAdan(Transformation):
   name = "scale_by_adan"
+  elementwise = True
   State = ScaleByAdanState
   b1: Any = hyper_field(0.98, check=check_decay_below_one)
   b2: Any = hyper_field(0.92, check=check_decay_below_one)

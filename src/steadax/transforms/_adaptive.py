@@ -71,6 +71,7 @@ _check_decay_below_one = lambda owner, name, value: check_range(owner, name, val
 
 class ScaleByAdaDelta(Transformation):
   name = "scale_by_adadelta"
+  elementwise = True
   State = ScaleByAdaDeltaState
   rho: Any = hyper_field(0.9, check=_check_decay_below_one)
   eps: Any = hyper_field(1e-06, check=lambda owner, name, value: check_range(owner, name, value, 0.0, np.inf,

@@ -48,6 +48,7 @@ def _check_scalar_positive(owner: str, name: str, value: Any) -> None:
 
 class Clip(Transformation):
   name = "clip"
+  elementwise = True
   max_delta: Any = hyper_field(check=_check_scalar_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -86,6 +87,7 @@ def clip(max_delta: Any) -> Transformation:
 
 class ClipByGlobalNorm(Transformation):
   name = "clip_by_global_norm"
+  elementwise = True
   max_norm: Any = hyper_field(check=_check_scalar_nonnegative)
 
   def update_fn(self, updates, state, params=None, **extra_args):

@@ -28,6 +28,7 @@ class WeightDecaySchedule(NamedTuple):
 
 class AddDecayedWeights(Transformation):
   name = "add_decayed_weights"
+  elementwise = True
   weight_decay: Any = hyper_field(0.0)
 
   def init_fn(self, params):  # the state depends on whether the weight decay is a schedule

@@ -32,6 +32,7 @@ class ScaleByLionState(NamedTuple):
 
 class ScaleByLion(Transformation):
   name = "scale_by_lion"
+  elementwise = True
   State = ScaleByLionState
   b1: Any = hyper_field(0.9, check=check_decay)
   b2: Any = hyper_field(0.99, check=check_decay)

@@ -18,6 +18,7 @@ __all__ = ["normalize_by_update_norm"]
 
 class NormalizeByUpdateNorm(Transformation):
   name = "normalize_by_update_norm"
+  elementwise = True
   scale_factor: Any = hyper_field(1.0, check=_check_scalar)
   eps: Any = hyper_field(1e-06, check=_check_scalar_nonnegative)
 

@@ -38,6 +38,7 @@ def _check_not_schedule(owner: str, name: str, value: Any) -> None:
 
 class ScaleByOptimisticGradient(Transformation):
   name = "scale_by_optimistic_gradient"
+  elementwise = True
   State = ScaleByOptimisticGradientState
   alpha: Any = hyper_field(1.0, check=_check_not_schedule)
   beta: Any = hyper_field(1.0, check=_check_not_schedule)

@@ -99,6 +99,7 @@ def _decay_scalars(decay: Any, eps: Any, count: Any, dtype: Any) -> Scalars:
 
 class ScaleByRms(Transformation):
   name = "scale_by_rms"
+  elementwise = True
   decay: Any = hyper_field(0.9, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   initial_scale: Any = hyper_field(0.0, check=check_nonnegative)
@@ -166,6 +167,7 @@ def scale_by_rms(
 
 class ScaleByStddev(Transformation):
   name = "scale_by_stddev"
+  elementwise = True
   decay: Any = hyper_field(0.9, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   initial_scale: Any = hyper_field(0.0, check=check_nonnegative)
@@ -236,6 +238,7 @@ def scale_by_stddev(
 
 class ScaleByRss(Transformation):
   name = "scale_by_rss"
+  elementwise = True
   initial_accumulator_value: Any = hyper_field(0.1, check=check_nonnegative)
   eps: Any = hyper_field(1e-07, check=check_nonnegative)
 

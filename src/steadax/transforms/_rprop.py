@@ -48,6 +48,7 @@ _check_positive = lambda owner, name, value: check_range(owner, name, value, 0.0
 
 class ScaleByRprop(Transformation):
   name = "scale_by_rprop"
+  elementwise = True
   State = ScaleByRpropState
   learning_rate: Any = hyper_field(check=_check_positive)
   eta_minus: Any = hyper_field(

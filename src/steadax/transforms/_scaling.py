@@ -93,6 +93,7 @@ def scale_tree(updates: Any, factor: Any, params: Any = None) -> Any:
 
 class Scale(Transformation):
   name = "scale"
+  elementwise = True
   step_size: Any = hyper_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -120,6 +121,7 @@ def scale(step_size: Any) -> Transformation:
 
 class ScaleBySchedule(Transformation):
   name = "scale_by_schedule"
+  elementwise = True
   State = ScaleByScheduleState
   step_size_fn: Any = hyper_field()
 
@@ -150,6 +152,7 @@ def scale_by_schedule(step_size_fn: Any) -> Transformation:
 
 class ScaleByLearningRate(Transformation):
   name = "scale_by_learning_rate"
+  elementwise = True
   learning_rate: Any = hyper_field()
   flip_sign: bool = static_field(default=True)
 
@@ -192,6 +195,7 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule = None, *, flip_sign:
 
 class ScaleBySign(Transformation):
   name = "scale_by_sign"
+  elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
     out, = self.leafwise(lambda k, g: jnp.sign(g), updates, params=params)
@@ -215,6 +219,7 @@ def scale_by_sign() -> Transformation:
 
 class Trace(Transformation):
   name = "trace"
+  elementwise = True
   decay: Any = hyper_field()
   nesterov: bool = static_field(default=False)
   accumulator_dtype: Any = static_field(default=None)
@@ -255,6 +260,7 @@ def trace(decay: Any, nesterov: bool = False, accumulator_dtype: Any = None) -> 
 
 class Ema(Transformation):
   name = "ema"
+  elementwise = True
   decay: Any = hyper_field()
   debias: bool = static_field(default=True)
   accumulator_dtype: Any = static_field(default=None)

@@ -44,6 +44,7 @@ _TINY = float(np.finfo(np.float64).eps)
 
 class ScaleByPolyak(Transformation):
   name = "scale_by_polyak"
+  elementwise = True
   f_min: Any = hyper_field(0.0)
   max_learning_rate: Any = hyper_field(1.0, check=check_positive)
   eps: Any = hyper_field(0.0, check=check_nonnegative)
