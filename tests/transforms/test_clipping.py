@@ -106,3 +106,14 @@ def test_clip_by_block_rms_bounds_each_leaf():
 def test_bad_arguments_raise(call, error, message):
   with pytest.raises(error, match=message):
     call()
+
+
+def test_clip_by_global_norm_ignores_float0_gradients_of_integer_parameters():
+  # jax.grad(allow_int=True) gives float0 for an integer parameter (a step count in a TrainState):
+  # it holds no numbers, so it adds nothing to the norm (it crashed global_norm).
+  tx = steadax.clip_by_global_norm(1.0)
+  params = {"w": jnp.zeros(2, jnp.float32), "step": jnp.asarray(3, jnp.int32)}
+  grads = {"w": jnp.array([3.0, 4.0], jnp.float32), "step": np.zeros((), jax.dtypes.float0)}
+  updates, _ = tx.update(grads, tx.init(params), params)
+  np.testing.assert_allclose(updates["w"], [0.6, 0.8], rtol=1e-6)
+  assert float(steadax.global_norm(grads)) == 5.0
