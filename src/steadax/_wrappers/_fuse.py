@@ -34,7 +34,7 @@ from .._core._base import (
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str, promote_types
 from .._core._roles import INNER, OTHER, state_roles
-from .._core._tree import array_leaf, tree_map
+from .._core._tree import array_leaf, is_none, tree_map
 
 __all__ = ["fuse", "Fused", "FusedState", "FusedLayout"]
 
@@ -93,11 +93,12 @@ class FusedLayout:
     parameter, handled by the inner transformation as without fusion), sharded across devices (a
     buffer would gather it), or the only small leaf of its dtype.
     """
-    paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)
+    paths_leaves = [(path, array_leaf(leaf)) for path, leaf in paths_leaves]
     by_dtype: dict[str, list[int]] = {}
     singles = []
     for i, (path, leaf) in enumerate(paths_leaves):
-      small = int(np.size(leaf)) <= max_leaf_size
+      small = leaf is not None and int(np.size(leaf)) <= max_leaf_size
       if small and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
         by_dtype.setdefault(np.dtype(leaf.dtype).name, []).append(i)
       else:
@@ -112,18 +113,23 @@ class FusedLayout:
     singles_keyed = tuple((key_path_str(paths_leaves[i][0]), i) for i in sorted(singles))
     return cls(treedef, tuple(groups), singles_keyed)
 
-  def _leaves(self, owner: str, tree: Any, what: str) -> list:
-    try:
-      return self.treedef.flatten_up_to(tree)
-    except (ValueError, TypeError) as e:
+  def _leaves(self, owner: str, tree: Any, what: str) -> tuple[list, Any]:
+    """The leaves of ``tree`` and its structure, which must have the parameters' leaves.
+
+    The structure may differ in wrappers around single arrays: Flax's NNX ``Optimizer`` calls
+    ``init`` on a state of ``Param`` variables and ``update`` on the plain arrays.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_none)
+    if len(leaves) != self.treedef.num_leaves:
       raise ValueError(
-          f"{owner}: the {what} do not have the tree structure the fused state was built for "
-          f"(expected {self.treedef}): {e}"
-      ) from None
+          f"{owner}: the {what} do not have the tree structure the fused state was built for: "
+          f"{len(leaves)} leaves, expected {self.treedef.num_leaves} ({self.treedef})."
+      )
+    return [array_leaf(x) for x in leaves], treedef
 
   def pack(self, owner: str, tree: Any, what: str) -> dict:
     """``tree`` (with the parameters' structure) as the fused tree the inner transformation sees."""
-    leaves = self._leaves(owner, tree, what)
+    leaves, _ = self._leaves(owner, tree, what)
     packed = {}
     for key, _, idx, shapes in self.groups:
       parts = []
@@ -142,13 +148,16 @@ class FusedLayout:
       packed[key] = leaves[i]
     return packed
 
-  def unpack(self, packed: dict, like: Any = None) -> Any:
-    """The inverse of ``pack``: a tree with the parameters' structure.
+  def unpack(self, packed: dict, like: Any = None, dtypes: Any = None) -> Any:
+    """The inverse of ``pack``: a tree with the structure of ``like`` (else the parameters').
 
-    Each piece of a buffer is cast to the dtype of ``like``'s leaf when ``like`` is given.
+    Each piece of a buffer is cast to the dtype of the matching leaf of ``dtypes`` (else of
+    ``like``) when one is given.
     """
     out: list = [None] * self.treedef.num_leaves
-    like_leaves = self.treedef.flatten_up_to(like) if like is not None else None
+    like_leaves, treedef = self._leaves("fuse", like, "tree") if like is not None else (None, self.treedef)
+    if dtypes is not None:
+      like_leaves = self._leaves("fuse", dtypes, "tree")[0]
     for key, _, idx, shapes in self.groups:
       vector, start = packed[key], 0
       for i, shape in zip(idx, shapes):
@@ -160,7 +169,7 @@ class FusedLayout:
         start += size
     for key, i in self.singles:
       out[i] = packed[key]
-    return self.treedef.unflatten(out)
+    return treedef.unflatten(out)
 
   def _path(self, index: int) -> str:
     dummy = self.treedef.unflatten(list(range(self.treedef.num_leaves)))
@@ -225,11 +234,10 @@ class Fused(Transformation):
     layout = state.layout
     if not isinstance(layout, FusedLayout):
       raise TypeError(f"{self.owner}: expected a FusedState from fuse(...).init, got {type(state).__name__}.")
-    params = None if params is None else tree_map(array_leaf, params)
     packed_params = None if params is None else layout.pack(self.owner, params, "parameters")
     packed, inner_state = self.inner.update(
         layout.pack(self.owner, updates, "updates"), state.inner_state, packed_params, **extra_args)
-    return layout.unpack(packed, like=updates if params is None else params), FusedState(inner_state, layout)
+    return layout.unpack(packed, like=updates, dtypes=params), FusedState(inner_state, layout)
 
   def unfused_state(self, state: FusedState) -> Any:
     """The inner state in the parameters' structure (every flat buffer split into its leaves).
