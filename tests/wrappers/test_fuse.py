@@ -1,5 +1,10 @@
 """fuse: the fused multi-tensor path gives the unfused results with a few flat state buffers."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -166,9 +171,7 @@ def test_layout_keeps_partitioned_leaves_out_of_buffers():
   mesh = jax.sharding.Mesh(devices, ("x",))
   replicated = jax.device_put(jnp.zeros(4), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
   layout = FusedLayout.build({"a": replicated, "b": jnp.zeros(3)}, 16)
-  assert layout.groups and not layout.singles
-  # A leaf split across devices is never concatenated (the buffer would gather it): see the
-  # multi-device check in tests/core/test_sharding*.py for the partitioned case.
+  assert layout.groups and not layout.singles  # replicated leaves share a buffer
 
 
 def test_updates_without_params_take_the_gradients_dtypes():
@@ -176,3 +179,37 @@ def test_updates_without_params_take_the_gradients_dtypes():
   params = {"a": jnp.zeros(3, jnp.float32), "b": jnp.zeros(2, jnp.float32)}
   u, _ = tx.update({"a": jnp.ones(3, jnp.bfloat16), "b": jnp.ones(2, jnp.float32)}, tx.init(params))
   assert u["a"].dtype == jnp.bfloat16 and u["b"].dtype == jnp.float32
+
+
+_TWO_DEVICES = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import steadax
+    mesh = Mesh(jax.devices(), ("x",))
+    split, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+    params = {"w": jax.device_put(jnp.ones(8), split), "b": jax.device_put(jnp.ones(3), whole),
+              "c": jax.device_put(jnp.ones(5), whole)}
+    tx = steadax.fuse(steadax.adamw(0.1))
+    state = tx.init(params)
+    assert state.inner_state[0].mu["['w']"].sharding == split, state.inner_state[0].mu["['w']"].sharding
+    assert state.inner_state[0].mu["float32"].shape == (8,)  # b and c only
+
+    def step(params, state):
+      updates, state = tx.update(params, state, params)
+      return steadax.apply_updates(params, updates), state
+
+    compiled = jax.jit(step).lower(params, state).compile()
+    assert "all-gather" not in compiled.as_text()
+    new_params, new_state = compiled(params, state)
+    assert new_params["w"].sharding.is_equivalent_to(split, 1)
+    assert new_state.inner_state[0].mu["['w']"].sharding.is_equivalent_to(split, 1)
+    print("OK")
+""")
+
+
+@pytest.mark.x32_only  # a subprocess on a 2-device host mesh; sharding does not depend on x64
+def test_sharded_leaves_stay_out_of_buffers_and_are_never_gathered():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  result = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
