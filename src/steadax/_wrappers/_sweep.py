@@ -97,15 +97,17 @@ def _stack_leaf(owner: str, path: tuple, values: list) -> jax.Array:
     raise ValueError(f"{owner}: the leaf at {where} has different shapes in different "
                      f"configurations ({', '.join(map(str, shapes))}); stacked leaves need one shape.")
   try:
-    dtype = jnp.result_type(*values)
-  except Exception as error:  # strict promotion refuses, e.g., an int32 array beside a float32 one
+    # As JAX stacks them: Python numbers stay weakly typed (as a transformation's Python numbers
+    # are when it is a jit argument), so the slices promote, and inject_hyperparams stores them,
+    # exactly as the n configurations run alone do.
+    stacked = jnp.stack([jnp.asarray(v) for v in values])
+  except Exception as error:  # strict promotion refuses, e.g., an int32 array beside a bfloat16 one
     raise TypeError(f"{owner}: the leaf at {where} has dtypes that do not promote to one "
                     f"({', '.join(str(jnp.asarray(v).dtype) for v in values)}): {error}") from None
-  if not (jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)):
-    raise TypeError(f"{owner}: the leaf at {where} has dtype {dtype}; only numeric hyperparameter "
-                    "leaves can be stacked.")
-  # A dtype argument makes the stacked leaf strongly typed (Python numbers would give weak types).
-  return jnp.stack([jnp.asarray(v, dtype) for v in values])
+  if not (jnp.issubdtype(stacked.dtype, jnp.number) or jnp.issubdtype(stacked.dtype, jnp.bool_)):
+    raise TypeError(f"{owner}: the leaf at {where} has dtype {stacked.dtype}; only numeric "
+                    "hyperparameter leaves can be stacked.")
+  return stacked
 
 
 def _stack(owner: str, configurations: list, describe: Callable[[int], str],
@@ -187,7 +189,8 @@ def sweep(factory: Callable[..., Any] | Sequence[Any], /, *args: Any, **kwargs: 
 
   Returns:
     One transformation of the configurations' class whose hyperparameter leaves are arrays with a
-    leading axis of size n (strongly typed: the promotion of the n values' dtypes).
+    leading axis of size n, stacked as ``jnp.stack`` stacks the n values (Python numbers stay
+    weakly typed, as they are when a transformation is a ``jax.jit`` argument).
 
   Example:
     >>> opt = steadax.sweep(steadax.adamw, learning_rate=jnp.array([1e-3, 1e-2, 1e-1]),
