@@ -1,0 +1,15 @@
+"""The cases, in the order a full run takes them: name -> ``run(sizes, progress) -> result dict``.
+
+Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
+"""
+
+from . import first_call, lbfgs, memory, steps
+
+CASES = {
+    "big": steps.big,
+    "many_small": steps.many_small,
+    "mixed": steps.mixed,
+    "first_call": first_call.run,
+    "memory": memory.run,
+    "lbfgs": lbfgs.run,
+}

@@ -1,0 +1,199 @@
+"""The measuring machinery every case shares: the user's step, alternating timed rounds, floors.
+
+A *contender* is one column of a case: a jitted ``step(params, state, grads) -> (params, state)``
+with params and state donated, and the arrays it starts from. ``time_rounds`` warms every contender
+up, then runs them in turn, round after round (the order reversed every other round), so that drift
+of a loaded or thermally throttled machine hits all of them alike; each round times a block of
+consecutive steps (as a training loop runs them: dispatch overlapping execution) and the result is
+the median over rounds of the time per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import steadax
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+  """How big and how long: ``FULL`` is ``make bench``, ``QUICK`` its ``--quick``, ``SMOKE`` the test."""
+
+  rounds: int               # alternating timed rounds per case
+  steps: int                # steps per round (a multiple of the MultiSteps period, 4)
+  big_leaves: int           # leaves of the big-leaf case
+  big_leaf_size: int
+  small_leaves: int         # leaves of the many-small-leaf and mixed cases (64..4096 elements)
+  compile_leaves: tuple     # leaf counts of the first-call case
+  memory_width: int         # the memory case's matrices are width x width
+  lbfgs_rounds: int
+  sweep_rounds: int
+
+
+FULL = Sizes(rounds=15, steps=8, big_leaves=8, big_leaf_size=2_000_000, small_leaves=400,
+             compile_leaves=(100, 400, 1600), memory_width=512, lbfgs_rounds=15, sweep_rounds=3)
+QUICK = Sizes(rounds=5, steps=4, big_leaves=8, big_leaf_size=250_000, small_leaves=100,
+              compile_leaves=(25, 50, 100), memory_width=256, lbfgs_rounds=5, sweep_rounds=1)
+SMOKE = Sizes(rounds=2, steps=4, big_leaves=2, big_leaf_size=1_000, small_leaves=6,
+              compile_leaves=(2, 4), memory_width=16, lbfgs_rounds=1, sweep_rounds=1)
+
+
+class Progress:
+  """A progress bar per case (tqdm, from the bench extra); ``Progress(enabled=False)`` is silent."""
+
+  def __init__(self, enabled: bool = True):
+    self.enabled = enabled
+    self._bar = None
+
+  def start(self, case: str, total: int) -> None:
+    self.close()
+    if self.enabled:
+      from tqdm import tqdm  # only `make bench` needs it; the smoke test runs without the extra
+      self._bar = tqdm(total=total, desc=case, unit="task", leave=True, dynamic_ncols=True)
+    self._case = case
+
+  def tick(self, what: str) -> None:
+    if self._bar is not None:
+      self._bar.set_description(f"{self._case}: {what}")
+      self._bar.update(1)
+
+  def close(self) -> None:
+    if self._bar is not None:
+      self._bar.close()
+      self._bar = None
+
+
+# -- the columns ---------------------------------------------------------------------------------
+
+def transformations(optax_tx: Any, steadax_tx: Any, *, fused: bool = False
+                    ) -> dict[str, tuple[Any, Any]]:
+  """The columns of a comparison: label -> (library providing apply_updates, transformation).
+
+  ``fused`` adds "steadax fused", ``steadax.fuse(steadax_tx)``, for the cases with many small
+  leaves. A transformation of None is a column that cannot be filled ("n/a" in the table): Optax
+  has no such optimizer, or ``fuse`` refuses one that is not elementwise.
+  """
+  columns = {"optax": (optax, optax_tx), "steadax": (steadax, steadax_tx)}
+  if fused:
+    try:
+      columns["steadax fused"] = (steadax, None if steadax_tx is None else steadax.fuse(steadax_tx))
+    except ValueError:  # fuse names the piece that is not elementwise
+      columns["steadax fused"] = (steadax, None)
+  return columns
+
+
+def step_fn(lib: Any, tx: Any) -> Callable:
+  """The user's step, jitted with params and state donated."""
+
+  def step(params, state, grads):
+    updates, state = tx.update(grads, state, params)
+    return lib.apply_updates(params, updates), state
+
+  return jax.jit(step, donate_argnums=(0, 1))
+
+
+@dataclasses.dataclass
+class Contender:
+  """One timed column: a jitted step and its current arguments (params and state are donated)."""
+
+  fn: Callable
+  params: Any
+  state: Any
+  grads: Any
+  compile_s: float = float("nan")
+
+  def run(self, steps: int) -> float:
+    """Runs ``steps`` steps and returns the seconds per step."""
+    params, state = self.params, self.state
+    t0 = time.perf_counter()
+    for _ in range(steps):
+      params, state = self.fn(params, state, self.grads)
+    jax.block_until_ready((params, state))
+    elapsed = time.perf_counter() - t0
+    self.params, self.state = params, state
+    return elapsed / steps
+
+
+def gradients_like(params: Any, scale: float = 1e-2) -> Any:
+  """Deterministic nonzero gradients in each leaf's dtype (small, so long runs stay finite)."""
+  return jax.tree_util.tree_map(lambda p: jnp.full(p.shape, scale, p.dtype), params)
+
+
+def optimizer_contender(lib: Any, tx: Any, make_params: Callable[[], Any]) -> Contender:
+  params = make_params()
+  grads = gradients_like(params)
+  state = tx.init(params)
+  fn = step_fn(lib, tx)
+  t0 = time.perf_counter()
+  params, state = jax.block_until_ready(fn(params, state, grads))  # trace + compile + first step
+  return Contender(fn, params, state, grads, time.perf_counter() - t0)
+
+
+def time_rounds(contenders: dict[str, Contender], sizes: Sizes, progress: Progress,
+                name: str) -> dict[str, dict]:
+  """Median seconds per step of each contender over alternating rounds, with every round's time."""
+  labels = list(contenders)
+  for label in labels:
+    contenders[label].run(sizes.steps)  # warm-up: caches, allocator, page faults
+  per_round = {label: [] for label in labels}
+  for r in range(sizes.rounds):
+    for label in (labels if r % 2 == 0 else labels[::-1]):
+      per_round[label].append(contenders[label].run(sizes.steps))
+    progress.tick(f"{name} round {r + 1}/{sizes.rounds}")
+  return {label: {"median_s": statistics.median(times), "rounds_s": times}
+          for label, times in per_round.items()}
+
+
+# -- floors --------------------------------------------------------------------------------------
+
+def tree_bytes(tree: Any) -> int:
+  return sum(int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
+             for x in jax.tree_util.tree_leaves(tree))
+
+
+def _floor_step(params, state, grads):
+  """Reads params, grads and state once, writes params and state once: the traffic floor."""
+  params = jax.tree_util.tree_map(lambda p, g: p + g, params, grads)
+  state = jax.tree_util.tree_map(lambda s: s + jnp.ones((), s.dtype), state)
+  return params, state
+
+
+def _floor_contender(params: Any, state: Any, grads: Any) -> Contender:
+  fn = jax.jit(_floor_step, donate_argnums=(0, 1))
+  params, state = jax.block_until_ready(fn(params, state, grads))
+  return Contender(fn, params, state, grads)
+
+
+def floor_one_buffer(param_bytes: int, state_bytes: int) -> Contender:
+  """The floor on one float32 buffer per role, of the total size of the step's params and state.
+
+  A step must at least read params, grads and state and write params and state; this kernel does
+  exactly that with one add per element, so it runs at the machine's memory bandwidth with no
+  per-leaf cost.
+  """
+  n_params = -(-param_bytes // 4)
+  params = jnp.ones(n_params, jnp.float32)
+  state = jnp.ones(max(1, -(-state_bytes // 4)), jnp.float32)
+  return _floor_contender(params, state, jnp.full(n_params, 1e-3, jnp.float32))
+
+
+def floor_same_leaves(contender: Contender) -> Contender:
+  """The floor on a copy of the contender's own leaves (same shapes and dtypes, same count)."""
+  params = jax.tree_util.tree_map(jnp.copy, contender.params)
+  state = [jnp.copy(s) for s in jax.tree_util.tree_leaves(contender.state)
+           if jnp.issubdtype(s.dtype, jnp.inexact)]
+  return _floor_contender(params, state, contender.grads)
+
+
+def small_leaf_sizes(n: int, seed: int = 0) -> list[int]:
+  """``n`` leaf sizes drawn uniformly from 64..4096 (seeded): biases, norms and small layers."""
+  return [int(s) for s in np.random.default_rng(seed).integers(64, 4097, n)]

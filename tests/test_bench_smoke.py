@@ -1,0 +1,47 @@
+"""The benchmark suite runs (benchmarks/): its harness and report on toy sizes.
+
+Nothing is timed here; ``make bench`` measures. The cases run here cover every piece of the
+harness (columns, fused column, floors, alternating rounds, first call, memory analysis) in about
+8 s of CPU; many_small (five optimizers) and lbfgs (a while-loop solve) add 15 s of compilation and
+only repeat those pieces.
+"""
+
+import json
+
+import jax
+import pytest
+
+from benchmarks import harness, report
+from benchmarks.cases import CASES
+
+pytestmark = pytest.mark.x32_only
+
+
+SMOKE_CASES = ("big", "mixed", "first_call", "memory")
+
+
+def test_cases_run_and_report(tmp_path):
+  # Optax's code is not written for strict promotion; the suite runs under JAX's default.
+  with jax.numpy_dtype_promotion("standard"):
+    results = {name: CASES[name](harness.SMOKE, harness.Progress(enabled=False))
+               for name in SMOKE_CASES}
+  text = report.tables(results)
+  for name in ("big: adamw", "mixed f32/bf16", "adam8bit", "steadax/optax", "steadax fused"):
+    assert name in text
+  assert "| 2 |" in text  # the first-call row of 2 leaves
+  path = tmp_path / "results.json"
+  report.write_json(str(path), {"machine": report.machine(), "results": results})
+  saved = json.loads(path.read_text())
+  for row in saved["results"]["big"]["rows"] + saved["results"]["mixed"]["rows"]:
+    assert row["median_s"]["steadax"] > 0 and row["ratios"]["steadax/optax"] > 0
+    assert row["ratios"]["steadax/floor"] > 0
+  assert saved["machine"]["slug"].endswith(f"-{saved['machine']['cores']}c")
+
+
+def test_readme_block_replaces_only_the_text_between_the_markers(tmp_path):
+  readme = tmp_path / "README.md"
+  readme.write_text(f"before\n{report.README_START}\nold\n{report.README_END}\nafter\n")
+  assert report.update_readme(f"{report.README_START}\nnew\n{report.README_END}", str(readme))
+  assert readme.read_text() == f"before\n{report.README_START}\nnew\n{report.README_END}\nafter\n"
+  readme.write_text("no markers\n")
+  assert not report.update_readme("x", str(readme))
