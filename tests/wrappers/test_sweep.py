@@ -253,8 +253,11 @@ def test_leaves_must_stack():
 def test_partial_binds_a_list_argument():
   # A list is swept; a list that is a value (a mask for list-shaped params) is bound with partial.
   mask = [True, False]
-  with pytest.raises(ValueError, match=r"responsible: mask"):
+  with pytest.raises(ValueError, match=r"sweep\(adamw\): .*responsible: mask"):
     optax.sweep(optax.adamw, learning_rate=[1e-3, 1e-2], weight_decay=0.1, mask=mask)
+  with pytest.raises(ValueError, match=r"sweep\(adamw\): .*responsible: b1"):  # a partial's name
+    optax.sweep(functools.partial(optax.adamw, mask=mask), learning_rate=[1e-3, 1e-2],
+                b1=[0.9, None])
   opt = optax.sweep(functools.partial(optax.adamw, mask=mask), learning_rate=[1e-3, 1e-2],
                     weight_decay=0.1)
   params = [jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)]

@@ -27,8 +27,8 @@ _HINT = (
     "between the configurations of one sweep; run one sweep per value of a static setting")
 _FUNCTION_HINT = (
     "functions compare by identity, so two schedules written as separate functions or closures are "
-    "two programs: use a steadax schedule (its numbers are leaves) or one function taking the swept "
-    "number as a hyperparameter")
+    "two programs: use a steadax schedule (its numbers are leaves), or write the schedule as a "
+    "steadax.Module whose swept number is a hyper_field")
 
 
 def _is_leaf_value(x: Any) -> bool:
@@ -134,6 +134,8 @@ def _is_swept(value: Any) -> bool:
 
 
 def _factory_name(factory: Any) -> str:
+  while hasattr(factory, "func") and not hasattr(factory, "__name__"):  # functools.partial
+    factory = factory.func
   return getattr(factory, "__name__", None) or type(factory).__name__
 
 
