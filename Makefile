@@ -17,6 +17,10 @@ $(VENV)/.dev: $(VENV)/.created pyproject.toml
 	$(PIP) install --quiet -e '.[dev]'
 	touch $@
 
+$(VENV)/.bench: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[bench]'
+	touch $@
+
 $(VENV)/.examples: $(VENV)/.created pyproject.toml
 	$(PIP) install --quiet -e '.[examples]'
 	touch $@
@@ -34,8 +38,12 @@ test: $(VENV)/.dev
 mutate: $(VENV)/.dev
 	$(PY) tests/mutation/run.py
 
-bench: $(VENV)/.dev
-	$(PY) benchmarks/run.py
+# steadax against Optax (benchmarks/run.py); about 10 minutes on 2 cores. Writes
+# benchmarks/results/<machine>-<date>.{json,png} and the README's benchmark section.
+# BENCH_ARGS: --quick (a couple of minutes), --cases big,lbfgs, --no-readme; see --help.
+BENCH_ARGS ?=
+bench: $(VENV)/.bench
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info

@@ -20,11 +20,21 @@ pytestmark = pytest.mark.x32_only
 SMOKE_CASES = ("big", "mixed", "first_call", "memory")
 
 
-def test_cases_run_and_report(tmp_path):
-  # Optax's code is not written for strict promotion; the suite runs under JAX's default.
-  with jax.numpy_dtype_promotion("standard"):
-    results = {name: CASES[name](harness.SMOKE, harness.Progress(enabled=False))
-               for name in SMOKE_CASES}
+@pytest.fixture
+def standard_promotion():
+  """Optax's code is not written for strict promotion; the suite runs under JAX's default.
+
+  Set globally, not with the thread-local context manager: the harness compiles on threads.
+  """
+  previous = jax.config.jax_numpy_dtype_promotion
+  jax.config.update("jax_numpy_dtype_promotion", "standard")
+  yield
+  jax.config.update("jax_numpy_dtype_promotion", previous)
+
+
+def test_cases_run_and_report(tmp_path, standard_promotion):
+  results = {name: CASES[name](harness.SMOKE, harness.Progress(enabled=False))
+             for name in SMOKE_CASES}
   text = report.tables(results)
   for name in ("big: adamw", "mixed f32/bf16", "adam8bit", "steadax/optax", "steadax fused"):
     assert name in text

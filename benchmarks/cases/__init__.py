@@ -3,7 +3,7 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, lbfgs, memory, steps
+from . import first_call, lbfgs, memory, steps, sweep
 
 CASES = {
     "big": steps.big,
@@ -12,4 +12,5 @@ CASES = {
     "first_call": first_call.run,
     "memory": memory.run,
     "lbfgs": lbfgs.run,
+    "sweep": sweep.run,
 }

@@ -26,13 +26,7 @@ def compare(name: str, make_params: Callable[[], Any], columns: dict[str, tuple[
             sizes: harness.Sizes, progress: harness.Progress, *, same_leaves_floor: bool = False
             ) -> dict:
   """Times every column's step and the floors; the row of the table, with raw rounds."""
-  contenders, unavailable = {}, []
-  for label, (lib, tx) in columns.items():
-    if tx is None:
-      unavailable.append(label)
-      continue
-    contenders[label] = harness.optimizer_contender(lib, tx, make_params)
-    progress.tick(f"{name} compile {label}")
+  contenders = harness.build_contenders(columns, make_params, progress, name)
   reference = contenders["steadax"]
   param_bytes = harness.tree_bytes(reference.params)
   state_bytes = harness.tree_bytes(reference.state)
@@ -41,7 +35,7 @@ def compare(name: str, make_params: Callable[[], Any], columns: dict[str, tuple[
     contenders[FLOOR_SAME_LEAVES] = harness.floor_same_leaves(reference)
   timed = harness.time_rounds(contenders, sizes, progress, name)
   times = {label: timed[label]["median_s"] for label in timed}
-  times.update({label: None for label in unavailable})
+  times.update({label: None for label in columns if label not in contenders})
   ratios = {}
   for label in columns:
     if label == "optax" or times[label] is None:
@@ -59,8 +53,6 @@ def compare(name: str, make_params: Callable[[], Any], columns: dict[str, tuple[
       "floor_bytes_per_step": 3 * param_bytes + 2 * state_bytes,
       "median_s": times,
       "ratios": ratios,
-      "compile_s": {label: c.compile_s for label, c in contenders.items()
-                    if label not in (FLOOR, FLOOR_SAME_LEAVES)},
       "rounds_s": {label: timed[label]["rounds_s"] for label in timed},
   }
 
