@@ -34,19 +34,24 @@ class Sizes:
   steps: int                # steps per round (a multiple of the MultiSteps period, 4)
   big_leaves: int           # leaves of the big-leaf case
   big_leaf_size: int
-  small_leaves: int         # leaves of the many-small-leaf and mixed cases (64..4096 elements)
+  small_leaves: int         # leaves of the many-small-leaf case (64..4096 elements)
+  mixed_small_leaves: int   # small leaves of the mixed case (it adds two large ones)
   compile_leaves: tuple     # leaf counts of the first-call case
+  compile_time_limit_s: float  # a first-call point still compiling after this is stopped
   memory_width: int         # the memory case's matrices are width x width
   lbfgs_rounds: int
   sweep_rounds: int
 
 
 FULL = Sizes(rounds=15, steps=8, big_leaves=8, big_leaf_size=2_000_000, small_leaves=400,
-             compile_leaves=(100, 400, 1600), memory_width=512, lbfgs_rounds=15, sweep_rounds=3)
+             mixed_small_leaves=100, compile_leaves=(100, 400, 1600), compile_time_limit_s=120,
+             memory_width=512, lbfgs_rounds=15, sweep_rounds=3)
 QUICK = Sizes(rounds=5, steps=4, big_leaves=8, big_leaf_size=250_000, small_leaves=100,
-              compile_leaves=(25, 50, 100), memory_width=256, lbfgs_rounds=5, sweep_rounds=1)
+              mixed_small_leaves=50, compile_leaves=(25, 50, 100), compile_time_limit_s=60,
+              memory_width=256, lbfgs_rounds=5, sweep_rounds=1)
 SMOKE = Sizes(rounds=2, steps=4, big_leaves=2, big_leaf_size=1_000, small_leaves=6,
-              compile_leaves=(2, 4), memory_width=16, lbfgs_rounds=1, sweep_rounds=1)
+              mixed_small_leaves=6, compile_leaves=(2,), compile_time_limit_s=60, memory_width=16,
+              lbfgs_rounds=1, sweep_rounds=1)
 
 
 class Progress:
@@ -61,11 +66,16 @@ class Progress:
     if self.enabled:
       from tqdm import tqdm  # only `make bench` needs it; the smoke test runs without the extra
       self._bar = tqdm(total=total, desc=case, unit="task", leave=True, dynamic_ncols=True)
-    self._case = case
+
+  def doing(self, what: str) -> None:
+    """Shows the task under way after the bar."""
+    if self._bar is not None:
+      self._bar.set_postfix_str(what)
 
   def tick(self, what: str) -> None:
+    """Counts one task done, shown after the bar."""
     if self._bar is not None:
-      self._bar.set_description(f"{self._case}: {what}")
+      self._bar.set_postfix_str(what, refresh=False)
       self._bar.update(1)
 
   def close(self) -> None:

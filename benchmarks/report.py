@@ -111,9 +111,12 @@ def _union(dicts) -> list[str]:
 
 
 def steps_table(rows: list[dict]) -> list[str]:
+  """One row per case: the ratios first (against Optax, then against the floors), then the times."""
   labels = _union(r["median_s"] for r in rows)
   ratio_keys = _union(r["ratios"] for r in rows)
-  header = ["case", *[f"{label} ms" for label in labels], *ratio_keys]
+  ratio_keys = ([k for k in ratio_keys if k.endswith("/optax")]
+                + [k for k in ratio_keys if not k.endswith("/optax")])
+  header = ["case", *ratio_keys, *[f"{label} ms" for label in labels]]
 
   def ratio_cell(row, key):
     if key in row["ratios"]:
@@ -121,24 +124,35 @@ def steps_table(rows: list[dict]) -> list[str]:
     # A column the library cannot fill is n/a; a floor the case does not measure stays blank.
     return "n/a" if row["median_s"].get(key.split("/")[0], 0.0) is None else ""
 
-  body = [[r["case"], *[_ms(r["median_s"][l]) if l in r["median_s"] else "" for l in labels],
-           *[ratio_cell(r, k) for k in ratio_keys]] for r in rows]
+  body = [[r["case"], *[ratio_cell(r, k) for k in ratio_keys],
+           *[_ms(r["median_s"][l]) if l in r["median_s"] else "" for l in labels]] for r in rows]
   return _markdown(header, body)
 
 
 def first_call_table(rows: list[dict]) -> list[str]:
   labels = _union(r["first_call"] for r in rows)
-  header = ["leaves", *[f"{label} s (trace)" for label in labels],
-            *[f"{label}/optax" for label in labels if label != "optax"]]
-  body = []
-  for r in rows:
-    calls = r["first_call"]
-    cells = [f"{r['leaves']:,}"]
-    cells += ["n/a" if calls[l] is None else f"{calls[l]['total_s']:.2f} ({calls[l]['trace_s']:.2f})"
-              for l in labels]
-    cells += [_ratio(None if calls[l] is None else calls[l]["total_s"] / calls["optax"]["total_s"])
-              for l in labels if l != "optax"]
-    body.append(cells)
+
+  def seconds(call):
+    if call is None:
+      return "n/a"
+    if call["total_s"] is None:
+      return f"> {call['stopped_after_s']:.0f} (stopped)"
+    return f"{call['total_s']:.2f}"
+
+  def ratio(call, optax_call):
+    if call is None or call["total_s"] is None or optax_call["total_s"] is None:
+      return "n/a"
+    return _ratio(call["total_s"] / optax_call["total_s"])
+
+  def peak(call):
+    return "n/a" if call is None or call["total_s"] is None else f"{call['peak_rss_bytes'] / 2**20:.0f}"
+
+  header = ["leaves", *[f"{label} s" for label in labels],
+            *[f"{label}/optax" for label in labels if label != "optax"],
+            *[f"{label} peak MiB" for label in labels]]
+  body = [[f"{r['leaves']:,}", *[seconds(r["first_call"][l]) for l in labels],
+           *[ratio(r["first_call"][l], r["first_call"]["optax"]) for l in labels if l != "optax"],
+           *[peak(r["first_call"][l]) for l in labels]] for r in rows]
   return _markdown(header, body)
 
 
@@ -168,14 +182,34 @@ def lbfgs_table(result: dict) -> list[str]:
 
 
 def sweep_table(result: dict) -> list[str]:
-  numbers = {**result["numbers"], **result["ratios"]}
-  body = [[key, f"{value:.4g}" if isinstance(value, float) else str(value)]
-          for key, value in numbers.items()]
-  return _markdown(["benchmarks/sweep_case.py", "value"], body)
+  n = result["numbers"]
+  body = [
+      ["time of the whole sweep, s", f"{n['optax_sequential_total_s']:.2f}",
+       f"{n['steadax_sweep_total_s']:.2f}", _ratio(result["ratios"]["steadax/optax (total)"])],
+      ["XLA compilations, first round", str(n["optax_sequential_compilations_first_round"]),
+       str(n["steadax_sweep_compilations_first_round"]), ""],
+      ["XLA compilations, a later round", str(n["optax_sequential_compilations_per_round"]),
+       str(n["steadax_sweep_compilations_per_round"]), ""],
+      ["compiled step programs", str(n["optax_sequential_step_programs"]),
+       str(n["steadax_sweep_step_programs"]), ""],
+      [f"one step of all {n['sweep_size']} configurations, ms", _ms(n["optax_sequential_step_s"]),
+       _ms(n["steadax_sweep_step_s"]), _ratio(result["ratios"]["steadax/optax (step)"])],
+  ]
+  return [f"{n['sweep_size']} learning rates, {n['steps']} AdamW steps each on a small MLP "
+          f"(benchmarks/sweep_case.py, median of {n['rounds']} round(s)); final losses agree to "
+          f"{n['final_loss_max_rel_diff']:.1e} (relative).", "",
+          *_markdown(["", f"{n['sweep_size']} sequential Optax runs", "one vmapped steadax.sweep",
+                      "steadax/optax"], body)]
 
 
+TITLES = {
+    "first_call": "First call of the AdamW step (trace + lower + compile + one step), seconds, one "
+                  "measurement per point in a fresh process, and that process's peak memory:",
+    "memory": "Memory:",
+    "lbfgs": "L-BFGS:",
+    "sweep": "Learning-rate sweep:",
+}
 TABLES = {
-    "steps": lambda result: steps_table(result["rows"]),
     "first_call": lambda result: first_call_table(result["rows"]),
     "memory": memory_table,
     "lbfgs": lbfgs_table,
@@ -188,15 +222,12 @@ def tables(results: dict) -> str:
   step_rows = [row for r in results.values() if r["kind"] == "steps" for row in r["rows"]]
   parts = []
   if step_rows:
-    parts.append("Step time (median ms per step; ratios: steadax time / Optax time, below 1 is "
-                 "faster, and steadax time / floor, 1 is the floor):\n\n"
+    parts.append("Step time (ratios: steadax time / Optax time, below 1 is faster, and steadax "
+                 "time / floor time, 1 is the floor; times: median ms per step):\n\n"
                  + "\n".join(steps_table(step_rows)))
-  for name, result in results.items():
+  for result in results.values():
     if result["kind"] != "steps":
-      title = {"first_call": "First call (trace + lower + compile + one step), seconds:",
-               "memory": "Memory:", "lbfgs": "L-BFGS:",
-               "sweep": "Learning-rate sweep (8 sequential Optax runs vs one vmapped steadax.sweep):"}[result["kind"]]
-      parts.append(title + "\n\n" + "\n".join(TABLES[result["kind"]](result)))
+      parts.append(TITLES[result["kind"]] + "\n\n" + "\n".join(TABLES[result["kind"]](result)))
   return "\n\n".join(parts)
 
 
@@ -210,65 +241,85 @@ def write_json(path: str, payload: dict) -> None:
 
 
 def _ratio_rows(results: dict) -> list[tuple[str, dict]]:
-  rows = [(row["case"], row["ratios"]) for r in results.values() if r["kind"] == "steps"
-          for row in r["rows"]]
-  rows += [(f"lbfgs: {r['dim']}-d Rosenbrock", r["ratios"]) for r in results.values()
-           if r["kind"] == "lbfgs"]
-  rows += [(f"sweep: {r['numbers']['sweep_size']} learning rates", r["ratios"])
-           for r in results.values() if r["kind"] == "sweep"]
+  """(label, {"<column>/<reference>": ratio}) for every case that has ratios, in run order."""
+  rows = []
+  for r in results.values():
+    if r["kind"] == "steps":
+      rows += [(row["case"], row["ratios"]) for row in r["rows"]]
+    elif r["kind"] == "lbfgs":
+      rows.append((f"lbfgs: {r['dim']}-d Rosenbrock", {"steadax/optax": r["ratios"]["steadax/optax"]}))
+    elif r["kind"] == "sweep":
+      for what in ("total", "step"):
+        rows.append((f"sweep: {r['numbers']['sweep_size']} learning rates, {what}",
+                     {"steadax/optax": r["ratios"][f"steadax/optax ({what})"]}))
   return rows
 
 
+def _bars(ax, rows: list[tuple[str, dict]], keys: list[str]) -> None:
+  height = 0.8 / len(keys)
+  for j, key in enumerate(keys):
+    ax.barh([i - 0.4 + (j + 0.5) * height for i in range(len(rows))],
+            [ratios.get(key, 0.0) for _, ratios in rows], height=height, label=key)
+  ax.axvline(1.0, color="black", linewidth=1)
+  ax.set_yticks(range(len(rows)))
+  ax.set_yticklabels([case for case, _ in rows], fontsize=7)
+  ax.set_ylim(len(rows) - 0.5, -0.5)
+  ax.legend(fontsize=7, loc="lower right")
+
+
 def chart(path: str, results: dict, title: str) -> bool:
-  """Ratios per case (a line at 1.0) and first-call time against the leaf count; False: nothing."""
-  ratio_rows = _ratio_rows(results)
-  panels = []
-  for name, suffix in (("vs Optax", "/optax"), ("vs floor", "/floor")):
-    rows = [(case, {k: v for k, v in ratios.items() if suffix in k})
-            for case, ratios in ratio_rows]
-    rows = [(case, ratios) for case, ratios in rows if ratios]
-    if rows:
-      panels.append((name, rows))
+  """Time ratios per case against Optax and against the floor (a line at 1.0), and first-call time
+  against the leaf count. Returns False, writing nothing, when no case has any of them."""
+  rows = _ratio_rows(results)
+  keys = _union(ratios for _, ratios in rows)
+  optax_keys = [k for k in keys if k.endswith("/optax")]
+  floor_keys = [k for k in keys if "/floor" in k]
   first_call = [row for r in results.values() if r["kind"] == "first_call" for row in r["rows"]]
-  count = len(panels) + bool(first_call)
-  if not count:
+  panels = bool(optax_keys) + bool(floor_keys) + bool(first_call)
+  if not panels:
     return False
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  import matplotlib.ticker
 
-  fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 0.35 * len(ratio_rows) + 3),
+  fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels + 2.5, 0.3 * len(rows) + 2.5),
                            squeeze=False)
   axes = list(axes[0])
-  for ax, (name, rows) in zip(axes, panels):
-    keys = _union(ratios for _, ratios in rows)
-    height = 0.8 / len(keys)
-    for j, key in enumerate(keys):
-      ax.barh([i + j * height for i in range(len(rows))],
-              [ratios.get(key, 0.0) for _, ratios in rows], height=height, label=key)
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))])
-    ax.set_yticklabels([case for case, _ in rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("time ratio (below 1: faster)")
-    ax.set_title(f"time, {name}")
-    ax.legend(fontsize=7)
+  if optax_keys:
+    ax = axes.pop(0)
+    _bars(ax, rows, optax_keys)
+    ax.set_title("time / Optax time (below 1: faster)", fontsize=9)
+  if floor_keys:
+    ax = axes.pop(0)
+    _bars(ax, rows, floor_keys)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    if optax_keys:
+      ax.set_yticklabels([])
+    ax.set_title("time / floor time (1: at the floor)", fontsize=9)
   if first_call:
-    ax = axes[-1]
+    ax = axes.pop(0)
     for label in _union(r["first_call"] for r in first_call):
       points = [(r["leaves"], r["first_call"][label]["total_s"]) for r in first_call
-                if r["first_call"].get(label) is not None]
-      ax.plot(*zip(*points), marker="o", label=label)
+                if r["first_call"].get(label) and r["first_call"][label]["total_s"] is not None]
+      if points:
+        ax.plot(*zip(*points), marker="o", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("leaves (64..4096 float32 each)")
-    ax.set_ylabel("first call, s")
-    ax.set_title("AdamW step: trace + compile")
+    ax.set_xticks([r["leaves"] for r in first_call])
+    for axis in (ax.xaxis, ax.yaxis):
+      axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.set_xlabel("leaves (64..4096 float32 each)", fontsize=8)
+    ax.set_ylabel("seconds", fontsize=8)
+    ax.set_title("AdamW step: first call (trace + compile)", fontsize=9)
     ax.legend(fontsize=7)
-  fig.suptitle(title, fontsize=7, wrap=True)
+  fig.suptitle(title, fontsize=8)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
   plt.close(fig)
   return True
 

@@ -69,7 +69,9 @@ def main(argv=None) -> dict:
   report.write_json(json_path, {"machine": machine, "mode": mode, "cases_run": args.cases,
                                 "sizes": dataclasses.asdict(sizes), "wall_s": wall_s,
                                 "results": results})
-  if not report.chart(chart_path, results, f"steadax vs Optax ({mode}): {report.describe(machine)}"):
+  title = (f"steadax vs Optax, {mode} run: {machine['cpu']}, {machine['cores']} cores, "
+           f"jax {machine['jax']}, {machine['date']}, {machine['git_commit']}")
+  if not report.chart(chart_path, results, title):
     chart_path = None
   text = report.tables(results)
   print(f"\n{report.describe(machine)}\n{mode} mode, {wall_s:.0f} s\n\n{text}\n")

@@ -57,14 +57,16 @@ def compare(name: str, make_params: Callable[[], Any], columns: dict[str, tuple[
   }
 
 
-def _ticks(sizes: harness.Sizes, comparisons: int, columns: int) -> int:
-  return comparisons * (columns + sizes.rounds)
+def _ticks(sizes: harness.Sizes, *column_sets: dict) -> int:
+  """Progress-bar tasks: a compilation per column that can be filled, and the rounds."""
+  return sum(sizes.rounds + sum(tx is not None for _, tx in columns.values())
+             for columns in column_sets)
 
 
 def big(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   """AdamW on ``big_leaves`` float32 leaves of ``big_leaf_size`` (8 x 2M in the full run)."""
   columns = harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3))
-  progress.start("big", _ticks(sizes, 1, len(columns)))
+  progress.start("big", _ticks(sizes, columns))
 
   def make_params():
     return {f"w{i}": jnp.ones(sizes.big_leaf_size, jnp.float32) for i in range(sizes.big_leaves)}
@@ -102,19 +104,17 @@ def many_small(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   def make_params():
     return {f"p{i:04d}": jnp.ones(n, jnp.float32) for i, n in enumerate(leaf_sizes)}
 
-  rows = []
-  for i, (name, factory) in enumerate(MANY_SMALL_OPTIMIZERS.items()):
-    columns = harness.transformations(factory(optax), factory(steadax), fused=True)
-    if i == 0:
-      progress.start("many_small", _ticks(sizes, len(MANY_SMALL_OPTIMIZERS), len(columns)))
-    rows.append(compare(f"{sizes.small_leaves} small: {name}", make_params, columns, sizes,
-                        progress))
+  column_sets = {name: harness.transformations(factory(optax), factory(steadax), fused=True)
+                 for name, factory in MANY_SMALL_OPTIMIZERS.items()}
+  progress.start("many_small", _ticks(sizes, *column_sets.values()))
+  rows = [compare(f"{sizes.small_leaves} small: {name}", make_params, columns, sizes, progress)
+          for name, columns in column_sets.items()]
   return {"kind": "steps", "rows": rows}
 
 
 def mixed(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   """AdamW on the small leaves alternately float32 and bfloat16, plus one large leaf of each."""
-  leaf_sizes = harness.small_leaf_sizes(sizes.small_leaves)
+  leaf_sizes = harness.small_leaf_sizes(sizes.mixed_small_leaves)
   large = sizes.big_leaf_size // 2
 
   def make_params():
@@ -125,7 +125,7 @@ def mixed(sizes: harness.Sizes, progress: harness.Progress) -> dict:
     return params
 
   columns = harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3), fused=True)
-  progress.start("mixed", _ticks(sizes, 1, len(columns)))
-  row = compare(f"mixed f32/bf16: adamw, {sizes.small_leaves} small + 2 x {large:,}", make_params,
+  progress.start("mixed", _ticks(sizes, columns))
+  row = compare(f"mixed f32/bf16: adamw, {len(leaf_sizes)} small + 2 x {large:,}", make_params,
                 columns, sizes, progress)
   return {"kind": "steps", "rows": [row]}
