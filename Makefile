@@ -38,9 +38,9 @@ test: $(VENV)/.dev
 mutate: $(VENV)/.dev
 	$(PY) tests/mutation/run.py
 
-# steadax against Optax (benchmarks/run.py); about 10 minutes on 2 cores. Writes
+# steadax against Optax (benchmarks/run.py). Writes
 # benchmarks/results/<machine>-<date>.{json,png} and the README's benchmark section.
-# BENCH_ARGS: --quick (a couple of minutes), --cases big,lbfgs, --no-readme; see --help.
+# BENCH_ARGS: --quick (a few minutes), --cases big,lbfgs, --no-readme; see --help.
 BENCH_ARGS ?=
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run $(BENCH_ARGS)

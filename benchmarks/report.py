@@ -145,7 +145,9 @@ def first_call_table(rows: list[dict]) -> list[str]:
     return _ratio(call["total_s"] / optax_call["total_s"])
 
   def peak(call):
-    return "n/a" if call is None or call["total_s"] is None else f"{call['peak_rss_bytes'] / 2**20:.0f}"
+    if call is None or call["total_s"] is None or call["peak_rss_bytes"] is None:
+      return "n/a"
+    return f"{call['peak_rss_bytes'] / 2**20:.0f}"
 
   header = ["leaves", *[f"{label} s" for label in labels],
             *[f"{label}/optax" for label in labels if label != "optax"],
@@ -324,10 +326,11 @@ def chart(path: str, results: dict, title: str) -> bool:
   return True
 
 
-def readme_block(m: dict, mode: str, table_text: str, chart_path: str | None) -> str:
+def readme_block(m: dict, mode: str, wall_s: float, table_text: str, chart_path: str | None
+                 ) -> str:
   lines = [README_START, "",
-           f"Written by `make bench` ({mode} mode) on {describe(m)}. Absolute times hold for that "
-           "machine only; the ratios are the point.", "", table_text]
+           f"Written by `make bench` ({mode} mode, {wall_s / 60:.1f} minutes) on {describe(m)}. "
+           "Absolute times hold for that machine only; the ratios are the point.", "", table_text]
   if chart_path:
     rel = os.path.relpath(chart_path, ROOT).replace(os.sep, "/")
     lines += ["", f"![benchmark chart]({rel})"]

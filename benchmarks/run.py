@@ -4,7 +4,7 @@ Runs the cases (``benchmarks/cases``), prints the tables, writes
 ``benchmarks/results/<machine>-<date>.json`` and a chart beside it, and rewrites the benchmark
 section of README.md between its markers (full runs of every case only, unless ``--no-readme``).
 
-  python -m benchmarks.run                     # every case, full sizes (about 10 minutes on 2 cores)
+  python -m benchmarks.run                     # every case, full sizes
   python -m benchmarks.run --quick             # smaller sizes, fewer rounds (a couple of minutes)
   python -m benchmarks.run --cases big,lbfgs   # some cases (README untouched)
 """
@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
   print(f"\n{report.describe(machine)}\n{mode} mode, {wall_s:.0f} s\n\n{text}\n")
   print("wrote", ", ".join(os.path.relpath(p) for p in (json_path, chart_path) if p))
   if every_case and not args.no_readme:
-    if report.update_readme(report.readme_block(machine, mode, text, chart_path)):
+    if report.update_readme(report.readme_block(machine, mode, wall_s, text, chart_path)):
       print("updated the benchmark section of README.md")
     else:
       print(f"README.md has no {report.README_START} ... {report.README_END} markers; not updated")
