@@ -130,8 +130,14 @@ def raw_update_types(entry, tx, params, state, loss_fn=matrix_loss, grads_fn=mat
   return jax.eval_shape(raw, params, state)
 
 
-def make_forms_program(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
-  """One jitted program exercising lax.scan, lax.cond (both branches traced) and lax.while_loop."""
+def make_forms(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
+  """``forms(tx, params, state, pred)``: one step under lax.scan (3 steps), lax.cond (both branches
+  traced) and lax.while_loop (2 steps); returns ``(p_scan, s_scan, u_cond, s_cond, p_while, s_while)``.
+
+  The types of a form's results, and its carry invariance (scan, cond and while_loop reject a carry or
+  branch whose type changes), are trace-time facts: trace it with ``jax.eval_shape``. Each form
+  compiles its own copy of the step, which would triple the XLA compilation that dominates the
+  suite's time; the values the forms compute are checked with ``run_jitted_steps``."""
   step = make_step(entry, loss_fn, grads_fn)
 
   def forms(tx, params, state, pred):
@@ -158,7 +164,25 @@ def make_forms_program(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
         (jnp.asarray(0, jnp.int32), params, state))
     return p_scan, s_scan, u_cond, s_cond, p_while, s_while
 
-  return jax.jit(forms)
+  return forms
+
+
+def run_jitted_steps(entry, tx, params, state, steps=3, loss_fn=matrix_loss, grads_fn=matrix_grads):
+  """The params and state after each of ``steps`` steps of one jitted (compiled once) step: after step
+  1 they are what the forms' lax.cond computes, after 2 what their while_loop computes, after 3 what
+  their scan computes. Returns a list of ``(params, state)``, step 1 first."""
+  step = make_step(entry, loss_fn, grads_fn)
+
+  @jax.jit
+  def one(tx, params, state):
+    updates, state = step(tx, params, state)
+    return steadax.apply_updates(params, updates), state
+
+  trajectory = []
+  for _ in range(steps):
+    params, state = one(tx, params, state)
+    trajectory.append((params, state))
+  return trajectory
 
 
 def perturb_hyperparameters(tx):

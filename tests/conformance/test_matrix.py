@@ -21,20 +21,26 @@ def _check_forms(entry, params):
   abstract = jax.eval_shape(tx.init, params)
   h.assert_same_types(abstract, state, f"{entry.name} init from eval_shape")
 
-  program = h.make_forms_program(entry)
-  p_scan, s_scan, u_cond, s_cond, p_while, s_while = program(tx, params, state, jnp.asarray(True))
-  for what, s in (("scan", s_scan), ("cond", s_cond), ("while_loop", s_while)):
+  # The forms' types are traced (their carry checks are trace-time; no compilation); the values they
+  # compute are those of 3 steps of one compiled step: after step 1 the cond's, after 2 the
+  # while_loop's, after 3 the scan's.
+  p_scan, s_scan, u_cond, s_cond, p_while, s_while = jax.eval_shape(
+      h.make_forms(entry), tx, params, state, jnp.asarray(True))
+  steps = h.run_jitted_steps(entry, tx, params, state)
+  for what, s, k in (("scan", s_scan, 3), ("cond", s_cond, 1), ("while_loop", s_while, 2)):
     h.assert_same_types(state, s, f"{entry.name} state after {what}")
-    h.assert_finite(s, f"{entry.name} state after {what}")
+    h.assert_same_types(state, steps[k - 1][1], f"{entry.name} state after {k} jitted steps")
+    h.assert_finite(steps[k - 1][1], f"{entry.name} state after {what}")
   h.assert_updates_follow_params(params, u_cond, f"{entry.name} updates")
   # The same, before the contract casts them: the transformation writes each update in its
   # parameter's dtype itself (leafwise's one cast), not in a compute dtype the contract must fix.
   raw = h.raw_update_types(entry, tx, params, state)
   if raw is not None:
     h.assert_updates_follow_params(params, raw, f"{entry.name} updates before the contract")
-  for what, p in (("scan", p_scan), ("while_loop", p_while)):
+  for what, p, k in (("scan", p_scan, 3), ("while_loop", p_while, 2)):
     h.assert_same_types(params, p, f"{entry.name} params after {what}")
-    h.assert_finite(p, f"{entry.name} params after {what}")
+    h.assert_same_types(params, steps[k - 1][0], f"{entry.name} params after {k} jitted steps")
+    h.assert_finite(steps[k - 1][0], f"{entry.name} params after {what}")
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=entry_ids(ENTRIES))
