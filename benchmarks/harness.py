@@ -134,15 +134,27 @@ class Contender:
     return elapsed / steps
 
 
+def filled(shape: tuple, value: float, dtype: Any) -> jax.Array:
+  """An array made on the host and transferred: eager ``jnp.full`` compiles a program per shape,
+  which for hundreds of leaf sizes costs more than the measurement."""
+  return jax.device_put(np.full(shape, value, jnp.dtype(dtype)))
+
+
 def gradients_like(params: Any, scale: float = 1e-2) -> Any:
   """Deterministic nonzero gradients in each leaf's dtype (small, so long runs stay finite)."""
-  return jax.tree_util.tree_map(lambda p: jnp.full(p.shape, scale, p.dtype), params)
+  return jax.tree_util.tree_map(lambda p: filled(p.shape, scale, p.dtype), params)
+
+
+def init_state(tx: Any, params: Any) -> Any:
+  """``tx.init`` as one jitted program (eagerly it compiles a small program per leaf shape)."""
+  return jax.jit(tx.init)(params)
 
 
 def optimizer_contender(lib: Any, tx: Any, make_params: Callable[[], Any]) -> Contender:
+  """The user's step for ``tx`` on fresh params, compiled and run once."""
   params = make_params()
   grads = gradients_like(params)
-  state = tx.init(params)
+  state = init_state(tx, params)
   fn = step_fn(lib, tx)
   params, state = jax.block_until_ready(fn(params, state, grads))  # trace, compile, first step
   return Contender(fn, params, state, grads)
@@ -214,9 +226,9 @@ def floor_one_buffer(param_bytes: int, state_bytes: int) -> Contender:
     return max(1, -(-nbytes // 1024)) * 256
 
   n_params = elements(param_bytes)
-  params = jnp.ones(n_params, jnp.float32)
-  state = jnp.ones(elements(state_bytes), jnp.float32)
-  return _floor_contender(params, state, jnp.full(n_params, 1e-3, jnp.float32))
+  params = filled((n_params,), 1.0, jnp.float32)
+  state = filled((elements(state_bytes),), 1.0, jnp.float32)
+  return _floor_contender(params, state, filled((n_params,), 1e-3, jnp.float32))
 
 
 def floor_same_leaves(contender: Contender) -> Contender:

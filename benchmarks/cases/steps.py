@@ -69,7 +69,8 @@ def big(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   progress.start("big", _ticks(sizes, columns))
 
   def make_params():
-    return {f"w{i}": jnp.ones(sizes.big_leaf_size, jnp.float32) for i in range(sizes.big_leaves)}
+    return {f"w{i}": harness.filled((sizes.big_leaf_size,), 1.0, jnp.float32)
+            for i in range(sizes.big_leaves)}
 
   row = compare(f"big: adamw, {sizes.big_leaves} x {sizes.big_leaf_size:,}", make_params, columns,
                 sizes, progress, same_leaves_floor=True)
@@ -102,7 +103,7 @@ def many_small(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   leaf_sizes = harness.small_leaf_sizes(sizes.small_leaves)
 
   def make_params():
-    return {f"p{i:04d}": jnp.ones(n, jnp.float32) for i, n in enumerate(leaf_sizes)}
+    return {f"p{i:04d}": harness.filled((n,), 1.0, jnp.float32) for i, n in enumerate(leaf_sizes)}
 
   column_sets = {name: harness.transformations(factory(optax), factory(steadax), fused=True)
                  for name, factory in MANY_SMALL_OPTIMIZERS.items()}
@@ -118,10 +119,10 @@ def mixed(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   large = sizes.big_leaf_size // 2
 
   def make_params():
-    params = {f"p{i:04d}": jnp.ones(n, (jnp.float32, jnp.bfloat16)[i % 2])
+    params = {f"p{i:04d}": harness.filled((n,), 1.0, (jnp.float32, jnp.bfloat16)[i % 2])
               for i, n in enumerate(leaf_sizes)}
-    params["large_f32"] = jnp.ones(large, jnp.float32)
-    params["large_bf16"] = jnp.ones(large, jnp.bfloat16)
+    params["large_f32"] = harness.filled((large,), 1.0, jnp.float32)
+    params["large_bf16"] = harness.filled((large,), 1.0, jnp.bfloat16)
     return params
 
   columns = harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3), fused=True)
