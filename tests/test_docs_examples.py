@@ -33,12 +33,25 @@ def _namespace():
 
 CASES = [(p, i, b) for p in DOCS for i, b in enumerate(_blocks(p))]
 
+# page -> (blocks already run, their namespace): a page's next block continues where the previous
+# test left off instead of running every earlier block again (tests of a page run in order).
+_PAGES: dict = {}
+
+
+def _namespace_before(path, index):
+  """A namespace in which blocks ``0 .. index - 1`` of the page have run, in order."""
+  done, namespace = _PAGES.pop(path, (0, None))  # popped: a failing block leaves nothing half-run
+  if namespace is None or done > index:
+    done, namespace = 0, _namespace()
+  for earlier in _blocks(path)[done:index]:
+    exec(compile(earlier, f"{path.name}[earlier]", "exec"), namespace)  # noqa: S102
+  return namespace
+
 
 @pytest.mark.x32_only
 @pytest.mark.parametrize("path,index,code", CASES, ids=[f"{p.name}-{i}" for p, i, _ in CASES])
 def test_markdown_python_blocks_run(path, index, code):
   # Blocks of one page share a namespace, in order, like a reader running them one after another.
-  namespace = _namespace()
-  for earlier in _blocks(path)[:index]:
-    exec(compile(earlier, f"{path.name}[earlier]", "exec"), namespace)  # noqa: S102
+  namespace = _namespace_before(path, index)
   exec(compile(code, f"{path.name}[{index}]", "exec"), namespace)  # noqa: S102
+  _PAGES[path] = (index + 1, namespace)
