@@ -373,12 +373,20 @@ def projection_l1_ball(tree: Any, scale: Any = 1) -> Any:
 def _l2(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   _check_scalar(owner, "scale", scale)
   leaves, treedef = _leaves(owner, "tree", tree, complex_ok=True)
-  rdt = real_dtype(_common_dtype(leaves))
-  sum_sq = _sum_sq(leaves, _common_dtype(leaves))
+  cdt = _common_dtype(leaves)
+  rdt = real_dtype(cdt)
+  # ||x|| = peak * ||x / peak||: squares of tiny entries (1e-38 in float32) underflow to zero and
+  # squares of huge ones overflow, so the norm is taken of the tree scaled by its largest modulus.
+  peak = jnp.zeros([], rdt)
+  for x in leaves:
+    if np.size(x):
+      peak = jnp.maximum(peak, jnp.max(jnp.abs(cast(x, cdt))).astype(rdt))
+  unit = jnp.where(peak > 0, peak, jnp.ones_like(peak))
+  norm = unit * jnp.sqrt(_sum_sq([cast(x, cdt) / cast(unit, cdt) for x in leaves], cdt))
   radius = hyper(scale, rdt)
   # The ball keeps the tree when ||x|| <= scale; the sphere divides by ||x|| (NaN for a zero tree,
   # whose projection onto the sphere is not unique).
-  factor = radius / jnp.sqrt(jnp.maximum(sum_sq, radius * radius) if ball else sum_sq)
+  factor = radius / (jnp.maximum(norm, radius) if ball else norm)
   out = []
   for x in leaves:
     out_dtype = _out_dtype(x)
