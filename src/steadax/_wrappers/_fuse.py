@@ -32,6 +32,7 @@ from .._core._base import (
     fusion_blocker,
     with_extra_args_support,
 )
+from .._core._leafwise import _path as leaf_path
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str, promote_types
 from .._core._roles import INNER, OTHER, state_roles
@@ -143,7 +144,7 @@ class FusedLayout:
         if leaf is None or np.shape(leaf) != shape or not jnp.issubdtype(leaf.dtype, jnp.inexact):
           got = "None" if leaf is None else f"{np.dtype(leaf.dtype).name}{list(np.shape(leaf))}"
           raise ValueError(
-              f"{owner}: the {what} at {self._path(i)} is {got}; the fused buffer '{key}' holds a "
+              f"{owner}: the {what} at {leaf_path(self.treedef, i)} is {got}; the fused buffer '{key}' holds a "
               f"floating leaf of shape {list(shape)} there."
           )
         parts.append(leaf)
@@ -175,10 +176,6 @@ class FusedLayout:
     for key, i in self.singles:
       out[i] = packed[key]
     return treedef.unflatten(out)
-
-  def _path(self, index: int) -> str:
-    dummy = self.treedef.unflatten(list(range(self.treedef.num_leaves)))
-    return key_path_str(jax.tree_util.tree_flatten_with_path(dummy)[0][index][0])
 
   def is_packed(self, x: Any) -> bool:
     return isinstance(x, dict) and frozenset(x.keys()) == self.keys
