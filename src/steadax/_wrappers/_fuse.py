@@ -12,10 +12,10 @@ update is elementwise or reduces over the whole tree (``Transformation.elementwi
 second moment (Adafactor), a per-leaf norm (LARS, block RMS clipping), a mask or a matrix optimizer
 (Muon, Shampoo) is refused at construction, naming the piece.
 
-Measured on a 2-core CPU (docs/performance.md): AdamW over 400 leaves of 64..4096 float32 runs in
-about half of the per-leaf time and compiles about twice as fast; large leaves gain nothing
-(they already run at memory bandwidth; a copy into a buffer would cost more than it saves) and are
-left as leaves.
+Measured on a 2-core CPU (docs/performance.md): AdamW over 400 float32 leaves of 64..4096
+elements ran at 0.75-0.90 of Optax's step time (per leaf: 0.86-1.07) and its first step compiled
+3-4x faster; around 100 small leaves fusing does not pay, and large leaves (which already run at
+memory bandwidth) are left as leaves.
 """
 
 from __future__ import annotations
