@@ -286,6 +286,22 @@ def test_muon_sharded_iteration_needs_a_constant_number_of_collectives():
   assert many > few, result["optax_control"]
 
 
+@pytest.mark.slow
+@pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass (it pops JAX_ENABLE_X64)
+def test_kronecker_optimizers_run_on_sharded_weights():
+  """SOAP, Shampoo and GaLore gather a sharded matrix before contracting it (under explicit mesh axes
+  a contraction over a sharded axis is a type error), give the unsharded results through three
+  steps of lax.scan, and return parameters with their sharding (same subprocess as above; kept
+  next to it so that one worker usually runs both and the subprocess once)."""
+  result = _sharding_results()
+  cases = {k: v for k, v in result.items() if k.endswith(("/soap", "/shampoo", "/galore"))}
+  assert len(cases) == 9
+  for name, case in cases.items():
+    assert case["max_diff"] < 1e-4, (name, case)
+    if name.startswith("Explicit"):
+      assert case["spec"] == case["param_spec"], (name, case)
+
+
 # --------------------------------------------------------------------------------------------------
 # GaLore
 
@@ -394,20 +410,6 @@ def test_galore_converges_on_a_low_rank_regression():
   initial = float(loss(params))
   final = float(loss(run(params)))
   assert final < 1e-2 * initial, (initial, final)
-
-
-@pytest.mark.slow
-def test_kronecker_optimizers_run_on_sharded_weights():
-  """SOAP, Shampoo and GaLore gather a sharded matrix before contracting it (under explicit mesh axes
-  a contraction over a sharded axis is a type error), give the unsharded results through three
-  steps of lax.scan, and return parameters with their sharding (same subprocess as above)."""
-  result = _sharding_results()
-  cases = {k: v for k, v in result.items() if k.endswith(("/soap", "/shampoo", "/galore"))}
-  assert len(cases) == 9
-  for name, case in cases.items():
-    assert case["max_diff"] < 1e-4, (name, case)
-    if name.startswith("Explicit"):
-      assert case["spec"] == case["param_spec"], (name, case)
 
 
 @pytest.mark.parametrize("make, changes, match", [
