@@ -15,7 +15,9 @@ from steadax import projections as P
 
 SHAPES = {"a": (3,), "b": (2, 2), "c": ()}
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
-finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False, width=32)
+# No subnormals: XLA on CPU flushes them to zero (denormals-are-zero), so a subnormal input
+# compares unequal to its own projection; that is the backend's arithmetic, not the projection's.
+finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=32)
 radius = st.floats(0.0625, 20.0, allow_nan=False, width=32)
 
 
@@ -128,12 +130,15 @@ def test_spheres(tree, scale):
 
 
 @SETTINGS
-@given(trees(), trees(), trees(), st.floats(-20, 20, width=32))
+@given(trees(), trees(), trees(), st.floats(-20, 20, allow_subnormal=False, width=32))
 def test_box_and_orthant(tree, low, width, seed_shift):
   upper = {k: low[k] + jnp.abs(width[k]) for k in SHAPES}
   p = JIT["projection_box"](tree, low, upper)
   for k in SHAPES:
-    assert np.all(np.asarray(p[k]) >= np.asarray(low[k])) and np.all(np.asarray(p[k]) <= np.asarray(upper[k]))
+    # low + |width| can still cancel to a subnormal bound, which the backend reads as zero.
+    tiny = np.finfo(np.float32).tiny
+    assert np.all(np.asarray(p[k]) >= np.asarray(low[k]) - tiny)
+    assert np.all(np.asarray(p[k]) <= np.asarray(upper[k]) + tiny)
   check_idempotent("projection_box", p, low, upper, tol=0)
   # The box is a product of intervals: the projection is the closest point coordinate-wise.
   x, v = flat(tree).real, flat(p).real
