@@ -31,6 +31,7 @@ from ._core._base import (
 from ._core._combine import chain as chain, named_chain as named_chain
 from ._core._config import is_strict as is_strict, set_strict as set_strict, strict_mode as strict_mode
 from ._core._contract import ContractError as ContractError
+from ._core._deprecations import deprecation_getattr as _deprecation_getattr
 from ._core._module import (
     Fn as Fn,
     Module as Module,
@@ -349,6 +350,27 @@ from .losses import (
     softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels,
     squared_error as squared_error,
 )
+
+# Optax 0.2.8's deprecated top-level names (served by its module __getattr__, with a
+# DeprecationWarning, or an AttributeError for a name whose deprecation was accelerated).
+_deprecations = {
+    "differentially_private_aggregate": (
+        "steadax.differentially_private_aggregate is deprecated: use "
+        "steadax.contrib.differentially_private_aggregate (as optax's since optax v0.1.8).",
+        lambda: contrib.differentially_private_aggregate,
+    ),
+    "DifferentiallyPrivateAggregateState": (
+        "steadax.DifferentiallyPrivateAggregateState is deprecated: use "
+        "steadax.contrib.DifferentiallyPrivateAggregateState (as optax's since optax v0.1.8).",
+        lambda: contrib.DifferentiallyPrivateAggregateState,
+    ),
+    "dpsgd": (
+        "steadax.dpsgd is deprecated: use steadax.contrib.dpsgd (as optax's since optax v0.1.8).",
+        lambda: contrib.dpsgd,
+    ),
+    "monte_carlo": ("steadax.monte_carlo is removed, as optax.monte_carlo (optax v0.2.7 or newer).", None),
+}
+__getattr__ = _deprecation_getattr(__name__, _deprecations)
 
 safe_int32_increment = safe_increment
 

@@ -1,4 +1,12 @@
-"""Optax's ``optax.tree_utils``: the functions of ``steadax.tree`` under their ``tree_*`` names."""
+"""Optax's ``optax.tree_utils``: the functions of ``steadax.tree`` under their ``tree_*`` names.
+
+Optax 0.2.8's deprecated names of this module (``tree_scalar_mul``, ``tree_add_scalar_mul``,
+``tree_l1_norm``, ``tree_l2_norm``, ``tree_linf_norm``) resolve too, with Optax's
+``DeprecationWarning``: each is the current function it names (``tree_scale``, ``tree_add_scale``)
+or ``tree_norm`` with the matching ``ord``.
+"""
+
+import functools as _functools
 
 from ..transforms._moments import (
     bias_correction as tree_bias_correction,
@@ -58,3 +66,37 @@ __all__ = [
     "tree_update_infinity_moment", "tree_update_moment", "tree_update_moment_per_elem_norm", "tree_vdot",
     "tree_where", "tree_zeros_like",
 ]
+
+_deprecations = {
+    # Optax deprecated these in 0.2.5 and still serves them in 0.2.8.
+    "tree_scalar_mul": (
+        "steadax.tree_utils.tree_scalar_mul is deprecated: use steadax.tree_utils.tree_scale "
+        "(as optax.tree_utils.tree_scalar_mul since optax v0.2.5).",
+        lambda: tree_scale,
+    ),
+    "tree_add_scalar_mul": (
+        "steadax.tree_utils.tree_add_scalar_mul is deprecated: use steadax.tree_utils.tree_add_scale "
+        "(as optax.tree_utils.tree_add_scalar_mul since optax v0.2.5).",
+        lambda: tree_add_scale,
+    ),
+    "tree_l1_norm": (
+        "steadax.tree_utils.tree_l1_norm is deprecated: use steadax.tree_utils.tree_norm(..., ord=1) "
+        "(as optax.tree_utils.tree_l1_norm since optax v0.2.5).",
+        lambda: _functools.partial(tree_norm, ord=1),
+    ),
+    "tree_l2_norm": (
+        "steadax.tree_utils.tree_l2_norm is deprecated: use steadax.tree_utils.tree_norm "
+        "(as optax.tree_utils.tree_l2_norm since optax v0.2.5).",
+        lambda: _functools.partial(tree_norm, ord=2),
+    ),
+    "tree_linf_norm": (
+        "steadax.tree_utils.tree_linf_norm is deprecated: use "
+        "steadax.tree_utils.tree_norm(..., ord=jnp.inf) (as optax.tree_utils.tree_linf_norm since "
+        "optax v0.2.5).",
+        lambda: _functools.partial(tree_norm, ord="inf"),
+    ),
+}
+
+from .._core._deprecations import deprecation_getattr as _deprecation_getattr  # noqa: E402
+
+__getattr__ = _deprecation_getattr(__name__, _deprecations)
