@@ -1,0 +1,140 @@
+"""Every name Optax 0.2.8 resolves resolves in steadax, and warns iff Optax warns.
+
+The walk covers each public package of Optax (found with ``pkgutil``, so a namespace added by a
+later Optax is walked too) and, in each, the names of ``dir()`` plus those served only by the
+module's ``__getattr__`` deprecation table (Optax keeps it in ``_deprecations``). Reading a name
+in Optax either gives an object silently, gives one with a ``DeprecationWarning``, or raises
+``AttributeError`` (a deprecation Optax accelerated, ``optax.monte_carlo``); steadax does the same.
+Modules Optax merely imports (``functools``, ``typing`` in ``optax.tree_utils``) are not its names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import steadax
+
+
+def _walk(module, prefix=""):
+  names = {n for n in dir(module) if not n.startswith("_")}
+  names |= set(getattr(module, "_deprecations", {}))
+  found = []
+  for name in sorted(names):
+    if name in dir(module):
+      obj = getattr(module, name)
+      if inspect.ismodule(obj) and not obj.__name__.startswith("optax."):
+        continue  # a module Optax imports for itself
+    found.append(prefix + name)
+  for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
+    if not info.name.startswith("_") and not info.name.endswith("_test"):
+      sub = importlib.import_module(f"{module.__name__}.{info.name}")
+      found.extend(_walk(sub, f"{prefix}{info.name}."))
+  return found
+
+
+def _resolve(root, dotted):
+  """``('ok' | 'warns' | 'raises', object or message, warning messages)``."""
+  obj = root
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+      for part in dotted.split("."):
+        obj = getattr(obj, part)
+    except AttributeError as e:
+      return "raises", str(e), []
+  messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+  return ("warns" if messages else "ok"), obj, messages
+
+
+with warnings.catch_warnings():
+  warnings.simplefilter("ignore")
+  OPTAX_NAMES = _walk(optax)
+DEPRECATED = [n for n in OPTAX_NAMES if _resolve(optax, n)[0] != "ok"]
+
+
+def test_the_walk_sees_optax_deprecation_tables():
+  # The walk must reach names that only a module __getattr__ serves, or the test below is vacuous.
+  assert len(OPTAX_NAMES) > 400
+  assert {"dpsgd", "differentially_private_aggregate", "DifferentiallyPrivateAggregateState",
+          "monte_carlo", "tree_utils.tree_l2_norm", "tree_utils.tree_scalar_mul",
+          "tree_utils.tree_add_scalar_mul", "tree_utils.tree_l1_norm",
+          "tree_utils.tree_linf_norm"} <= set(DEPRECATED)
+
+
+def test_every_optax_name_resolves_and_warns_iff_optax_warns():
+  problems = []
+  for name in OPTAX_NAMES:
+    theirs, ours = _resolve(optax, name), _resolve(steadax, name)
+    if theirs[0] != ours[0]:
+      problems.append(f"{name}: optax {theirs[0]}, steadax {ours[0]} ({ours[1] if ours[0] == 'raises' else ''})")
+    elif ours[0] == "warns":
+      # The message names the name and its replacement, which resolves silently. (Optax's message
+      # for tree_add_scalar_mul names tree_scalar_mul and tree_scale, a copy-paste slip steadax
+      # does not copy.)
+      message = ours[2][0]
+      replacement = message.split("use ", 1)[1].split(" ", 1)[0].split("(", 1)[0]
+      if not message.startswith(f"steadax.{name} is deprecated") or not replacement.startswith("steadax."):
+        problems.append(f"{name}: steadax's warning {message!r} does not name it and its replacement")
+      elif _resolve(steadax, replacement.removeprefix("steadax."))[0] != "ok":
+        problems.append(f"{name}: the replacement {replacement} does not resolve silently")
+  assert not problems, "\n".join(problems)
+
+
+def test_deprecated_names_warn_with_pytest():
+  with pytest.deprecated_call(match="steadax.contrib.dpsgd"):
+    dpsgd = steadax.dpsgd
+  assert dpsgd is steadax.contrib.dpsgd
+  with pytest.deprecated_call(match="tree_norm"):
+    steadax.tree_utils.tree_l2_norm  # noqa: B018
+  with pytest.raises(AttributeError, match="monte_carlo"):
+    steadax.monte_carlo  # noqa: B018
+  with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+    steadax.tree_utils.not_a_name  # noqa: B018
+  # Not listed by dir(), as in Optax.
+  assert "dpsgd" not in dir(steadax) and "tree_l2_norm" not in dir(steadax.tree_utils)
+
+
+TREE_X = {"a": jnp.array([3.0, -4.0]), "b": jnp.array(-12.0)}
+TREE_Y = {"a": jnp.array([1.0, 2.0]), "b": jnp.array(0.5)}
+# name -> call on the resolved object; the alias computes what Optax's computes.
+TREE_CALLS = {
+    "tree_scalar_mul": lambda f: f(2.0, TREE_X),
+    "tree_add_scalar_mul": lambda f: f(TREE_X, 0.5, TREE_Y),
+    "tree_l1_norm": lambda f: f(TREE_X),
+    "tree_l2_norm": lambda f: f(TREE_X),
+    "tree_linf_norm": lambda f: f(TREE_X),
+}
+
+
+@pytest.mark.x32_only
+@pytest.mark.parametrize("name", sorted(TREE_CALLS))
+def test_tree_utils_aliases_compute_what_optax_computes(name):
+  call = TREE_CALLS[name]
+  with pytest.deprecated_call():
+    theirs = call(getattr(optax.tree_utils, name))
+  with pytest.deprecated_call():
+    ours = call(getattr(steadax.tree_utils, name))
+  for a, b in zip(np.atleast_1d(theirs) if not isinstance(theirs, dict) else theirs.values(),
+                  np.atleast_1d(ours) if not isinstance(ours, dict) else ours.values()):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6)
+
+
+@pytest.mark.x32_only
+def test_deprecated_dpsgd_trains_like_contrib_dpsgd():
+  import jax
+  params = {"w": jnp.array([1.0, -2.0])}
+  grads = {"w": jnp.array([[0.5, 0.5], [1.0, -1.0]])}  # per-example gradients
+  with pytest.deprecated_call():
+    tx = steadax.dpsgd(0.1, l2_norm_clip=1.0, noise_multiplier=0.0, seed=0)
+  reference = steadax.contrib.dpsgd(0.1, l2_norm_clip=1.0, noise_multiplier=0.0, seed=0)
+  ours, _ = tx.update(grads, tx.init(params), params)
+  expected, _ = reference.update(grads, reference.init(params), params)
+  np.testing.assert_array_equal(np.asarray(ours["w"]), np.asarray(expected["w"]))
