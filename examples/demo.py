@@ -1,7 +1,9 @@
 """steadax demo: a small MLP on scikit-learn's digits with five steadax optimizers.
 
 Run with ``make demo``. Prints a table (optimizer, final loss, test accuracy, ms/step) and writes the
-loss curves to ``docs/assets/demo_loss.png`` (and the table to ``docs/assets/demo_table.md``).
+table and the loss curves to ``examples/out/`` (git-ignored: ``demo_table.md``, ``demo_loss.png``;
+``--out DIR`` elsewhere). It never rewrites tracked files: README.md shows a committed copy of one
+run's table and curves (``docs/assets/demo_loss.png``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tqdm import tqdm
 import steadax as optax  # the drop-in promise: Optax code runs unchanged
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ASSETS = os.path.join(HERE, "..", "docs", "assets")
+OUT = os.path.join(HERE, "out")
 
 
 def load_data(seed: int = 0):
@@ -110,6 +112,7 @@ def main(argv=None):
   parser.add_argument("--batch-size", type=int, default=128)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--no-plot", action="store_true")
+  parser.add_argument("--out", default=OUT, help="directory for demo_table.md and demo_loss.png")
   args = parser.parse_args(argv)
 
   data = load_data(args.seed)
@@ -127,8 +130,8 @@ def main(argv=None):
   table = "\n".join([header, *rows])
   print()
   print(table)
-  os.makedirs(ASSETS, exist_ok=True)
-  with open(os.path.join(ASSETS, "demo_table.md"), "w") as f:
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "demo_table.md"), "w") as f:
     f.write(table + "\n")
 
   if not args.no_plot:
@@ -147,7 +150,7 @@ def main(argv=None):
     ax.set_title("steadax optimizers: MLP on scikit-learn digits")
     ax.legend()
     fig.tight_layout()
-    path = os.path.join(ASSETS, "demo_loss.png")
+    path = os.path.join(args.out, "demo_loss.png")
     fig.savefig(path, dpi=120)
     print(f"loss curves written to {os.path.relpath(path)}")
 
