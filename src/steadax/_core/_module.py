@@ -25,7 +25,15 @@ values pass through untouched:
 * ``hyper_field(check=...)`` validates concrete values (``b1=1.5`` raises from the factory, the class
   and ``.replace`` alike) and skips tracers and non-numeric values.
 
-Equality is identity, as for Optax's transformations built from closures.
+Equality is by value: two Modules are equal when they have the same class, equal static fields
+(unhashable static values, such as a mask tree, by identity; callables by their own ``==``, which
+is identity for a function) and equal leaves (same shape and value, compared with NaN equal to NaN;
+a Python float and a 0-d array of the same value are equal, so ``adam(1e-3) == adam(1e-3)`` and a
+restored hyperparameter array equals the code's float). Children (inner transformations, schedule
+Modules, tuples of them) compare recursively. A traced leaf (inside ``jit``) equals only itself,
+because its value is unknown. The hash is the tree structure's (the class and static fields of
+every node), which equal Modules share: hashing never reads a leaf, so it works under tracing, and
+a Module can be a dictionary key or a ``static_argnums`` argument.
 """
 
 from __future__ import annotations
@@ -169,6 +177,26 @@ class _Aux:
     return f"_Aux({self.values!r})"
 
 
+def _leaf_equal(a: Any, b: Any) -> bool:
+  """Leaf values equal: same shape and values (NaN equals NaN); tracers only to themselves."""
+  if a is b:
+    return True
+  if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+    return False
+  try:
+    x, y = np.asarray(a), np.asarray(b)
+  except Exception:  # pragma: no cover - a leaf numpy cannot read
+    return _static_equal(a, b)
+  if x.dtype == object or y.dtype == object:
+    return _static_equal(a, b)
+  if x.shape != y.shape:
+    return False
+  try:
+    return bool(np.array_equal(x, y, equal_nan=True))
+  except TypeError:  # equal_nan on dtypes without NaN (ints, bools, keys)
+    return bool(np.array_equal(x, y))
+
+
 def _is_plain_callable(x: Any) -> bool:
   return (
       callable(x)
@@ -272,6 +300,22 @@ class Module:
       return obj
 
     jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+
+  def __eq__(self, other: object) -> bool:
+    if self is other:
+      return True
+    if type(other) is not type(self):
+      return NotImplemented if not isinstance(other, Module) else False
+    leaves_a, def_a = jax.tree_util.tree_flatten(self)
+    leaves_b, def_b = jax.tree_util.tree_flatten(other)
+    return def_a == def_b and all(_leaf_equal(a, b) for a, b in zip(leaves_a, leaves_b))
+
+  def __ne__(self, other: object) -> bool:
+    equal = self.__eq__(other)
+    return equal if equal is NotImplemented else not equal
+
+  def __hash__(self) -> int:
+    return hash(jax.tree_util.tree_structure(self))
 
   def replace(self, **changes: Any):
     """A copy with some fields changed (``dataclasses.replace``: converted and checked again)."""
