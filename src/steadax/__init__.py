@@ -107,6 +107,14 @@ from ._optimizers._sign import (
 )
 from ._optimizers._soap import soap as soap
 from ._optimizers._trust_ratio import lamb as lamb, lars as lars
+from ._solvers import (
+    MinimizeInfo as MinimizeInfo,
+    ScaleByLBFGSBState as ScaleByLBFGSBState,
+    StopReason as StopReason,
+    lbfgsb as lbfgsb,
+    minimize as minimize,
+    stop_reason_message as stop_reason_message,
+)
 from . import schedules as schedules
 from .schedules._composite import (
     warmup_constant_schedule as warmup_constant_schedule,
