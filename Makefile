@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo test test-x64 test-fast bench clean mutate
+.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -28,11 +28,21 @@ $(VENV)/.examples: $(VENV)/.created pyproject.toml
 demo: $(VENV)/.examples
 	$(PY) examples/demo.py
 
+# The documentation site (mkdocs.yml): pages from docs/, API pages from the docstrings. Strict:
+# broken links, missing cross-references and docstring warnings fail the build. Output in site/
+# (git-ignored).
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+# pyright in basic mode on src/ ([tool.pyright] in pyproject.toml).
+typecheck: $(VENV)/.dev
+	$(VENV)/bin/pyright --pythonpath $(PY)
+
 # The whole suite, in both x64 modes (x64 runs as a second pytest process). XLA compilation is most
 # of the suite's time: both passes and all workers share one persistent compilation cache, in a
 # temporary directory removed afterwards (a program with the same HLO is compiled once; about half
 # of the x64 pass's programs are the x64-off pass's).
-test: $(VENV)/.dev
+test: $(VENV)/.dev docs
 	@cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
 	export JAX_COMPILATION_CACHE_DIR="$$cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
 	  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0 && \
