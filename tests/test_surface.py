@@ -224,6 +224,8 @@ EXTENSIONS = {
         "skip_spikes", "SkipSpikesState", "groups", "group_labels", "dotted_path",
         "reset_partition_state", "state_get", "state_set",
         "sweep", "fuse", "Fused", "FusedState",
+        # The contract checker for user transformations (docs/testing.md).
+        "testing",
         # State records Optax defines but does not export.
         "ScaleByRmsWithCountState", "ScaleByRStdDevWithCountState", "ScaleByDistanceOverGradientsState",
         "ScaleByOptimisticGradientState", "WeightDecaySchedule", "BacktrackingLinesearchInfo",
@@ -240,7 +242,8 @@ INTERNAL_LAYERS = ["_optimizers", "_wrappers", "_linesearch"]
 LAYER_RANKS = {
     "_core": 0, "tree": 1, "_linalg": 2, "_utils": 3, "schedules": 3, "losses": 3, "projections": 3,
     "second_order": 3, "assignment": 3, "perturbations": 3, "microbatching": 3, "experimental": 3,
-    "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "": 7,
+    "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "testing": 6,
+    "": 7,
 }
 # (module, imported module) pairs that still point up; each must be removed from this table when
 # the import goes (test_imports_point_down_the_layers fails on a stale entry).

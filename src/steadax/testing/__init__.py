@@ -1,0 +1,39 @@
+"""Check any transformation, your own included, against steadax's type-stability contract.
+
+``check_transformation(tx, params)`` runs the checks of steadax's own conformance suite (which is
+built on it) and returns a ``ConformanceReport`` listing every violation with the check that failed,
+the configuration (x64 mode, mixed precision) and the tree path. See ``docs/testing.md``.
+
+Example:
+  >>> import jax.numpy as jnp, steadax
+  >>> from steadax.testing import check_transformation
+  >>> report = check_transformation(steadax.sgd(0.1, momentum=0.9), {"w": jnp.ones(3)})
+  >>> report.ok, report.violations
+  (True, ())
+"""
+
+from ._check import (
+    CHECKS as CHECKS,
+    check_transformation as check_transformation,
+    default_grads as default_grads,
+    perturb_hyperparameters as perturb_hyperparameters,
+    type_signature as type_signature,
+)
+from ._pytest import parametrize_transformations as parametrize_transformations
+from ._report import (
+    ConformanceError as ConformanceError,
+    ConformanceReport as ConformanceReport,
+    Violation as Violation,
+)
+
+__all__ = [
+    "CHECKS",
+    "ConformanceError",
+    "ConformanceReport",
+    "Violation",
+    "check_transformation",
+    "default_grads",
+    "parametrize_transformations",
+    "perturb_hyperparameters",
+    "type_signature",
+]
