@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import dataclasses
+import functools
+import inspect
 from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from ._contract import conform_init, conform_state, conform_updates
+from ._contract import ContractError, conform_init, conform_state, conform_updates
 from ._leafwise import leafwise
 from ._roles import check_roles, init_from_roles, roles_of
 from ._module import _CHILD, _KIND, Module, child_field, static_field
-from ._policy import check_float_params, promote_types
+from ._policy import check_float_params, key_path_str, promote_types
 from ._tree import array_leaf, tree_map
 from ._types import OptState, Params, Updates
 
@@ -28,6 +30,7 @@ __all__ = [
     "stateless",
     "stateless_with_tree_map",
     "with_extra_args_support",
+    "as_inner",
     "apply_updates",
     "incremental_update",
     "periodic_update",
@@ -180,22 +183,89 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
   """Wrap ``tx`` so its ``update`` accepts (and ignores) keyword extras.
 
   Args:
-    tx: any transformation.
+    tx: any transformation (an Optax ``(init, update)`` pair included).
 
   Returns:
     ``tx`` itself when it already accepts extras, else a wrapper.
+
+  Raises:
+    TypeError: when ``tx`` is not a transformation (see ``as_inner``).
 
   Example:
     >>> import steadax
     >>> steadax.with_extra_args_support(steadax.identity()) is not None
     True
   """
+  return as_inner(tx, "with_extra_args_support", "tx")
+
+
+def _factory_call_example(fn: Any) -> str:
+  """``adam(learning_rate)``: how to call a factory, from its required parameters."""
+  name = getattr(getattr(fn, "func", fn), "__name__", None) or type(fn).__name__
+  try:
+    signature = inspect.signature(fn)
+  except (TypeError, ValueError):
+    return f"{name}(...)"
+  required = [
+      p.name for p in signature.parameters.values()
+      if p.default is inspect.Parameter.empty
+      and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+  ]
+  return f"{name}({', '.join(required)})"
+
+
+def as_inner(tx: Any, owner: str, argument: str) -> GradientTransformationExtraArgs:
+  """``tx`` as a transformation that accepts keyword extras, or a TypeError naming the misuse.
+
+  The one check of every transformation handed to ``chain``, ``partition``, ``masked`` and every
+  wrapper: a factory passed without calling it (``chain(clip(1.0), adam)``), a schedule, a number or
+  anything else that is not an ``(init, update)`` pair is reported at construction with the
+  wrapper's name and the argument, instead of failing later inside ``init``.
+
+  Args:
+    tx: a steadax transformation, an Optax one (any object with callable ``init`` and ``update``)
+      or an ``(init, update)`` pair of callables.
+    owner: the wrapper's name, for the message.
+    argument: the argument that received ``tx`` (``"inner"``, ``"transforms['adam']"``...).
+
+  Returns:
+    ``tx`` itself when it is a steadax transformation accepting extras, else a wrapper.
+
+  Raises:
+    TypeError: when ``tx`` is not a transformation.
+
+  Example:
+    >>> import steadax
+    >>> as_inner(steadax.adam, "chain", "argument 1")
+    Traceback (most recent call last):
+    ...
+    TypeError: chain: argument 1 is the function `adam`, not a transformation: it builds one; call it, e.g. `adam(learning_rate)`.
+  """
   if isinstance(tx, GradientTransformationExtraArgs):
     return tx
   if isinstance(tx, GradientTransformation):
     return _WithExtraArgs(tx)
-  init, update = tx  # any (init, update) pair, e.g. an Optax transformation
-  return _WithExtraArgs(_FunctionTransformation(init, update))
+  init, update = getattr(tx, "init", None), getattr(tx, "update", None)
+  if callable(init) and callable(update):  # an Optax transformation (a NamedTuple of the pair)
+    return _WithExtraArgs(_FunctionTransformation(init, update))
+  if isinstance(tx, (tuple, list)) and len(tx) == 2 and all(callable(f) for f in tx):
+    return _WithExtraArgs(_FunctionTransformation(*tx))
+  if isinstance(tx, type) or inspect.isroutine(tx) or isinstance(tx, functools.partial):
+    kind = "class" if isinstance(tx, type) else "function"
+    name = getattr(getattr(tx, "func", tx), "__name__", None) or type(tx).__name__
+    raise TypeError(
+        f"{owner}: {argument} is the {kind} `{name}`, not a transformation: it builds one; call it, "
+        f"e.g. `{_factory_call_example(tx)}`."
+    )
+  raise TypeError(
+      f"{owner}: {argument} must be a transformation (an object with `init` and `update`, such as "
+      f"`steadax.adam(1e-3)`), got {type(tx).__name__} {_short_repr(tx)}."
+  )
+
+
+def _short_repr(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Transformation(GradientTransformationExtraArgs):
@@ -257,8 +327,9 @@ class Transformation(GradientTransformationExtraArgs):
 
   def init(self, params: Params) -> OptState:
     # Read array-like leaves through their arrays (Flax's hijax Variables have no dtype of their
-    # own once traced), so every init_fn and the role check see shapes, dtypes and shardings.
-    params = tree_map(array_leaf, params)
+    # own once traced), so every init_fn and the role check see shapes, dtypes and shardings;
+    # Python numbers become strong arrays of their default dtype (Optax accepts `{"w": 1.0}`).
+    params = tree_map(_param_array, params)
     if self.requires_float:
       check_float_params(self.owner, params)
     state = self.init_fn(params)
@@ -284,11 +355,146 @@ class Transformation(GradientTransformationExtraArgs):
     return leafwise(self.owner, fn, updates, *states, params=params, reads=reads, scalars=scalars)
 
   def update(self, updates: Updates, state: OptState, params: Params | None = None, **extra_args):
-    new_updates, new_state = self.update_fn(updates, state, params, **extra_args)
+    updates = _python_numbers_as_arrays(updates)
+    params = _python_numbers_as_arrays(params)
+    _check_state_type(self, state)
+    try:
+      new_updates, new_state = self.update_fn(updates, state, params, **extra_args)
+    except InputMismatchError as error:
+      raise error.within(self.owner) from error.__cause__
+    except (ValueError, TypeError) as error:
+      if isinstance(error, ContractError) or not _is_tree_mismatch(error):
+        raise
+      message = _diagnose_structures(self.owner, updates, state, params)
+      if message is None:
+        raise
+      raise InputMismatchError(message) from error
     new_state = conform_state(self.owner, state, new_state)
     if self.updates_follow_params:
       new_updates = conform_updates(self.owner, updates, params, new_updates)
     return new_updates, new_state
+
+
+class InputMismatchError(TypeError, ValueError):
+  """The arguments of ``update`` do not belong together: a state from another transformation's
+  ``init``, or updates, params and state with different tree structures.
+
+  The message names the transformation (and the wrappers around it, outermost first), the trees
+  involved and the paths where they differ.
+  """
+
+  def within(self, owner: str) -> InputMismatchError:
+    """The same error with ``owner`` (an enclosing transformation) named in front."""
+    return InputMismatchError(f"{owner} > {self.args[0]}")
+
+
+_PYTHON_NUMBERS = (bool, int, float, complex)
+
+
+def _number_as_array(x: Any) -> Any:
+  """A Python number as a strong array of its default dtype (float32, or float64 under x64)."""
+  return jnp.asarray(x, jax.dtypes.canonicalize_dtype(type(x)))
+
+
+def _param_array(x: Any) -> Any:
+  x = array_leaf(x)
+  return _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x
+
+
+def _python_numbers_as_arrays(tree: Any) -> Any:
+  """``tree`` with its Python number leaves as strong arrays (the tree itself when it has none)."""
+  if tree is None or not any(isinstance(x, _PYTHON_NUMBERS) for x in jax.tree_util.tree_leaves(tree)):
+    return tree
+  return jax.tree_util.tree_map(lambda x: _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x, tree)
+
+
+def _expected_state_type(tx: Transformation) -> type | None:
+  state_cls = getattr(type(tx), "State", None)
+  if state_cls is not None:
+    return state_cls
+  if type(tx).init_fn is Transformation.init_fn:
+    return EmptyState
+  return None
+
+
+def _check_state_type(tx: Transformation, state: Any) -> None:
+  """A state record of another class than the one ``tx.init`` makes: another optimizer's state."""
+  expected = _expected_state_type(tx)
+  if expected is None or isinstance(state, expected):
+    return
+  if expected is EmptyState and isinstance(state, tuple) and not state:
+    return  # `()` or Optax's EmptyState: the same empty node
+  if (isinstance(state, tuple) and type(state).__name__ == expected.__name__
+      and getattr(state, "_fields", None) == getattr(expected, "_fields", ())):
+    return  # the same record from Optax (a state made by Optax's init, kept across the switch)
+  what = type(state).__name__
+  hint = ""
+  if isinstance(state, tuple) and hasattr(state, "_fields"):
+    hint = " (the state record of another transformation)"
+  raise InputMismatchError(
+      f"{tx.owner}: update was given a {what}{hint}, but {tx.owner}'s init makes a "
+      f"{expected.__name__}: this state is not {tx.owner}'s state. Pass the state that this "
+      "transformation's init returned (was the optimizer changed after the state was made?)."
+  )
+
+
+_TREE_MISMATCH_TEXT = (
+    "Dict key mismatch", "Custom node type mismatch", "Tuple arity mismatch", "List arity mismatch",
+    "Expected tuple", "Expected list", "Expected dict", "Expected named tuple", "Expected None",
+    "tree structure", "Mismatch custom node data", "None arity", "Node arity mismatch",
+)
+
+
+def _is_tree_mismatch(error: Exception) -> bool:
+  text = str(error)
+  return any(fragment in text for fragment in _TREE_MISMATCH_TEXT)
+
+
+def _leaf_paths(tree: Any) -> list[str]:
+  return [key_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str:
+  a_paths, b_paths = _leaf_paths(a), _leaf_paths(b)
+  only_a = [p for p in a_paths if p not in set(b_paths)]
+  only_b = [p for p in b_paths if p not in set(a_paths)]
+  parts = []
+  if only_a:
+    parts.append(f"only in {a_name}: {', '.join(only_a[:8])}" + (" ..." if len(only_a) > 8 else ""))
+  if only_b:
+    parts.append(f"only in {b_name}: {', '.join(only_b[:8])}" + (" ..." if len(only_b) > 8 else ""))
+  if not parts:
+    parts.append(f"{a_name} is {jax.tree_util.tree_structure(a)}, {b_name} is "
+                 f"{jax.tree_util.tree_structure(b)}")
+  return f"{owner}: {a_name} and {b_name} have different tree structures; " + "; ".join(parts) + "."
+
+
+def _state_subtrees(state: Any, path: str = "state"):
+  """``(path, subtree)`` of the containers in a state record (NamedTuple fields, tuple entries)."""
+  if isinstance(state, tuple) and hasattr(state, "_fields"):
+    for name in state._fields:
+      value = getattr(state, name)
+      yield f"{path}.{name}", value
+      yield from _state_subtrees(value, f"{path}.{name}")
+  elif isinstance(state, (tuple, list)):
+    for i, value in enumerate(state):
+      yield f"{path}[{i}]", value
+      yield from _state_subtrees(value, f"{path}[{i}]")
+
+
+def _diagnose_structures(owner: str, updates: Any, state: Any, params: Any) -> str | None:
+  """Which of the trees given to ``update`` differ, and where; None when none is found."""
+  structure = jax.tree_util.tree_structure(updates)
+  if params is not None and jax.tree_util.tree_structure(params) != structure:
+    return _difference(owner, "the updates (gradients)", updates, "the params", params)
+  for path, subtree in _state_subtrees(state):
+    if type(subtree) is type(updates) and not isinstance(updates, (tuple, list)) or (
+        isinstance(updates, (tuple, list)) and type(subtree) is type(updates)
+        and not hasattr(subtree, "_fields")):
+      if jax.tree_util.tree_structure(subtree) != structure:
+        return _difference(owner, "the updates (gradients)", updates, path, subtree) + (
+            " The state was made by init for other parameters: call init with these parameters.")
+  return None
 
 
 def child_transformations(tx: Any) -> list:

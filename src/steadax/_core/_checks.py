@@ -8,8 +8,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._base import GradientTransformation
+
 __all__ = [
     "check_range", "check_positive", "check_nonnegative", "check_decay", "check_schedule_or_scalar",
+    "check_schedule_output",
 ]
 
 
@@ -56,10 +59,16 @@ def check_decay(owner: str, name: str, value: Any) -> None:
 
 
 def check_schedule_or_scalar(owner: str, name: str, value: Any) -> None:
-  """A learning rate must be a real scalar or a callable; NaN/inf are rejected."""
+  """A learning rate must be a real scalar or a schedule returning one; NaN/inf are rejected.
+
+  A schedule is traced once on an abstract int32 step (``jax.eval_shape``, no computation): one that
+  returns an array is rejected here instead of being broadcast against the parameters. A schedule
+  that cannot be traced abstractly (Python control flow on the step) is checked when it runs.
+  """
   if value is None:
     raise ValueError(f"{owner}: {name} is required.")
   if callable(value):
+    check_schedule_output(owner, name, value)
     return
   if isinstance(value, (str, bytes)):
     raise TypeError(f"{owner}: {name} must be a number or a schedule, got {value!r}.")
@@ -69,3 +78,21 @@ def check_schedule_or_scalar(owner: str, name: str, value: Any) -> None:
   v = _concrete(value)
   if v is not None and not math.isfinite(v):
     raise ValueError(f"{owner}: {name} must be finite, got {value!r}.")
+
+
+def check_schedule_output(owner: str, name: str, schedule: Any) -> None:
+  """Raise ValueError if ``schedule(step)`` is not a scalar (traced abstractly; untraceable passes)."""
+  if isinstance(schedule, GradientTransformation) or isinstance(schedule, type):
+    raise TypeError(
+        f"{owner}: {name} must be a number or a schedule (a function of the step count), got "
+        f"{getattr(schedule, '__name__', type(schedule).__name__)}.")
+  try:
+    out = jax.eval_shape(schedule, jax.ShapeDtypeStruct((), np.int32))
+  except Exception:  # noqa: BLE001 - a schedule that needs a concrete step is checked at run time
+    return
+  shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(out)]
+  if len(shapes) != 1 or shapes[0] != ():
+    got = f"shape {shapes[0]}" if len(shapes) == 1 else f"{type(out).__name__} {out}"
+    raise ValueError(
+        f"{owner}: the schedule given as {name} returned {got}; a schedule must return a scalar "
+        "(one value for every parameter; an array is not broadcast per column).")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import GradientTransformation, Transformation, with_extra_args_support
+from ._base import GradientTransformation, Transformation, as_inner
 from ._module import child_field, static_field
 
 __all__ = ["chain", "named_chain", "Chain", "NamedChain"]
@@ -48,7 +48,7 @@ def chain(*args: GradientTransformation) -> Chain:
     >>> tx.update(jnp.array([3.0]), tx.init(jnp.zeros(1)))[0]
     Array([-0.1], dtype=float32)
   """
-  return Chain(tuple(with_extra_args_support(t) for t in args))
+  return Chain(tuple(as_inner(t, "chain", f"argument {i + 1}") for i, t in enumerate(args)))
 
 
 class NamedChain(Transformation):
@@ -90,5 +90,5 @@ def named_chain(*transforms: tuple[str, GradientTransformation]) -> NamedChain:
     ['clip', 'sgd']
   """
   names = tuple(n for n, _ in transforms)
-  txs = tuple(with_extra_args_support(t) for _, t in transforms)
+  txs = tuple(as_inner(t, "named_chain", f"the transformation named {n!r}") for n, t in transforms)
   return NamedChain(names, txs)

@@ -33,6 +33,12 @@ per-dtype scalars computed once, and returns the update and its new state leaves
 
 It is also the single place where leaves could be grouped (by dtype and sharding) for fused
 multi-tensor execution: every optimizer written on it gets such a strategy without changes.
+
+**Layout.** ``place_like(reference, value)`` puts a value computed for a parameter back in that
+parameter's sharding: the constructors of parameter-shaped state (``zeros_mirroring``) and the
+matrix optimizers (after a gathered Newton-Schulz iteration, eigendecomposition or projection) go
+through it. Elementwise leaf functions need nothing: the partitioner propagates their inputs'
+layout to their outputs (docs/sharding.md).
 """
 
 from __future__ import annotations
@@ -43,12 +49,71 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.shard_alike import shard_alike
 
 from ._config import is_strict
 from ._contract import ContractError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
 
-__all__ = ["Scalars", "leafwise", "tree_reduce"]
+__all__ = ["Scalars", "leafwise", "place_like", "tree_reduce"]
+
+
+def _axis_kinds(sharding: Any) -> set:
+  """The kinds (``AxisType`` names) of the mesh axes of a traced value's sharding; empty when the
+  value is not on a mesh (single device, or automatic axes under ``jit`` without ``set_mesh``)."""
+  mesh = getattr(sharding, "mesh", None)
+  if mesh is None or getattr(mesh, "empty", True):
+    return set()
+  return {getattr(t, "name", str(t)) for t in getattr(mesh, "axis_types", ())}
+
+
+def place_like(reference: Any, value: Any) -> Any:
+  """``value`` with the sharding of ``reference`` (an array of the same shape: the parameter).
+
+  The one way steadax puts a parameter-shaped result (fresh state, an update computed on a gathered
+  matrix) in its parameter's layout, whatever kind of mesh holds it:
+
+  * **Explicit mesh axes** (the sharding is in the traced type): ``reshard`` when the types differ;
+    nothing is emitted when they agree.
+  * **Automatic axes under ``jit``** (the layout is the compiler's choice, unknown while tracing):
+    ``shard_alike`` ties the two values into one sharding group, so the partitioner gives the
+    result the parameter's sharding (a local slice of a replicated result, no collective) and a
+    fresh zero, which depends on nothing, is not left replicated or on one device. On one device
+    the group is dropped at compile time.
+  * **Manual axes** (inside ``shard_map``): values are per-device blocks already; unchanged.
+  * **Concrete arrays** (no tracing): ``device_put`` to the reference's sharding when it differs.
+
+  Args:
+    reference: the parameter (a jax Array, tracer or ShapeDtypeStruct), or None.
+    value: an array of the same shape.
+
+  Returns:
+    ``value`` placed like ``reference`` (``value`` itself when there is nothing to do).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> place_like(jnp.ones(3), jnp.zeros(3))
+    Array([0., 0., 0.], dtype=float32)
+  """
+  if reference is None or value is None or np.shape(reference) != np.shape(value):
+    return value
+  if isinstance(value, jax.core.Tracer) or isinstance(reference, jax.core.Tracer):
+    want = getattr(jax.typeof(reference), "sharding", None)
+    have = getattr(jax.typeof(value), "sharding", None)
+    kinds = _axis_kinds(want)
+    if "Manual" in kinds:
+      return value
+    if "Explicit" in kinds and have is not None and want.spec != have.spec:
+      value = jax.sharding.reshard(value, want)
+    if (not kinds or "Auto" in kinds) and isinstance(reference, jax.core.Tracer):
+      value = shard_alike(reference, value)[1]
+    return value
+  want = getattr(reference, "sharding", None)
+  have = getattr(value, "sharding", None)
+  if (isinstance(value, jax.Array) and isinstance(want, jax.sharding.Sharding) and have is not None
+      and not have.is_equivalent_to(want, np.ndim(value))):
+    value = jax.device_put(value, want)
+  return value
 
 class Scalars:
   """A record of per-dtype scalars for a leaf function (``k.b1``, ``k.eps``, ...).
@@ -89,8 +154,15 @@ def _scalar(value: Any, dtype: np.dtype) -> Any:
   return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
-def _as_weak_record(record: Any, dtype: np.dtype) -> Scalars:
+def _as_weak_record(record: Any, dtype: np.dtype, owner: str = "leafwise") -> Scalars:
   items = record.items() if isinstance(record, (dict, Scalars)) else record._asdict().items()
+  for name, value in items:
+    if value is not None and not isinstance(value, (bool, int, float, complex)) and np.shape(value) != ():
+      # A hyperparameter or a schedule's value that is an array would broadcast against every
+      # parameter (per column, or fail on some shapes): a scalar is the only meaning it can have.
+      raise ValueError(
+          f"{owner}: the hyperparameter {name!r} has shape {np.shape(value)}; hyperparameters and "
+          "the values schedules return must be scalars (an array is not broadcast per column).")
   return Scalars(**{name: _scalar(value, dtype) for name, value in items})
 
 
@@ -179,7 +251,7 @@ def leafwise(
       k = None
     else:
       if rdt not in records:
-        records[rdt] = _as_weak_record(scalars(rdt), rdt)
+        records[rdt] = _as_weak_record(scalars(rdt), rdt, owner)
       k = records[rdt]
     cast_in = [None if x is None else cast(x, _target(x.dtype, cdt)) for x in inputs]
     # Inside the leaf function every array is already in the compute dtype (complex or its real

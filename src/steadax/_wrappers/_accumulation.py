@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._checks import check_schedule_output
 from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
@@ -34,6 +35,21 @@ __all__ = [
     "ApplyEvery",
     "apply_every",
 ]
+
+
+def _concrete_or_none(schedule: Callable, step: int) -> Any:
+  """``schedule(step)`` computed eagerly, or None when it cannot be (it needs a traced step)."""
+  try:
+    return np.asarray(schedule(jnp.asarray(step, COUNTER_DTYPE)))
+  except Exception:  # noqa: BLE001 - checked when it runs instead
+    return None
+
+
+def _check_k(what: str, k: Any) -> None:
+  if k is not None and np.ndim(k) == 0 and np.asarray(k) < 1:
+    raise ValueError(
+        f"{what} returned {np.asarray(k).item()}; the number of mini-steps per update must be at "
+        "least 1.")
 
 
 class ShouldSkipUpdateFunction(Protocol):
@@ -151,7 +167,10 @@ class MultiSteps(Transformation):
   Args:
     opt: the inner optimizer.
     every_k_schedule: mini-steps per update, an int, or a schedule ``fn(gradient_step) -> k``
-      (varying the effective batch size over training).
+      (varying the effective batch size over training). ``k`` must be at least 1: an int below 1,
+      a schedule returning a non-scalar or a value below 1 at step 0, and a value below 1 seen
+      outside ``jit`` raise a ValueError; inside ``jit``, where a traced value cannot raise, a
+      value below 1 counts as 1 (every mini-step updates).
     use_grad_mean: average the accumulated gradients (the default) instead of summing them.
     should_skip_update_fn: a ``ShouldSkipUpdateFunction`` (``skip_not_finite``,
       ``skip_large_updates``); a skipped mini-step changes nothing but ``skip_state`` and returns
@@ -198,12 +217,14 @@ class MultiSteps(Transformation):
       k, schedule = int(every_k_schedule), None
     elif callable(every_k_schedule):
       k, schedule = None, every_k_schedule
+      check_schedule_output("MultiSteps", "every_k_schedule", schedule)
+      _check_k("MultiSteps: every_k_schedule(0)", _concrete_or_none(schedule, 0))
     else:
       raise TypeError(
           "MultiSteps: every_k_schedule must be an int or a callable of the gradient step, got "
           f"{type(every_k_schedule).__name__}.")
     set_ = object.__setattr__
-    set_(self, "opt", with_extra_args_support(opt))
+    set_(self, "opt", as_inner(opt, "MultiSteps", "opt"))
     set_(self, "schedule", schedule)
     set_(self, "k", k)
     set_(self, "use_grad_mean", bool(use_grad_mean))
@@ -233,7 +254,10 @@ class MultiSteps(Transformation):
     k = jnp.asarray(self.schedule(gradient_step))
     if k.shape != ():
       raise ValueError(f"MultiSteps: every_k_schedule must return a scalar, got shape {k.shape}.")
-    return hyper(k, COUNTER_DTYPE)
+    if not isinstance(k, jax.core.Tracer):
+      _check_k("MultiSteps: every_k_schedule(gradient_step)", k)
+    # Inside jit a value below 1 cannot raise: it counts as 1 (documented in the docstring).
+    return jnp.maximum(hyper(k, COUNTER_DTYPE), jnp.asarray(1, COUNTER_DTYPE))
 
   def _skip_fn(self) -> Callable:
     return self.should_skip_update_fn if self.should_skip_update_fn is not None else _no_skip

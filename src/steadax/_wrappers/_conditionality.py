@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
@@ -128,7 +128,8 @@ def conditionally_transform(
     (Array([1.], dtype=float32), Array([10.], dtype=float32))
   """
   return _ConditionallyTransform(
-      with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args))
+      as_inner(inner, "conditionally_transform", "inner"), should_transform_fn,
+      bool(forward_extra_args))
 
 
 def conditionally_mask(
@@ -157,7 +158,7 @@ def conditionally_mask(
     (Array([0.], dtype=float32), Array([-1.], dtype=float32))
   """
   return _ConditionallyMask(
-      with_extra_args_support(inner), should_transform_fn, bool(forward_extra_args))
+      as_inner(inner, "conditionally_mask", "inner"), should_transform_fn, bool(forward_extra_args))
 
 
 @state_roles(notfinite_count=COUNTER, last_finite=OTHER, total_notfinite=COUNTER, inner_state=INNER)
@@ -239,7 +240,7 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
   if isinstance(max_consecutive_errors, (int, np.integer)) and max_consecutive_errors < 0:
     raise ValueError(
         f"apply_if_finite: max_consecutive_errors must be >= 0, got {max_consecutive_errors}.")
-  return _ApplyIfFinite(with_extra_args_support(inner), max_consecutive_errors)
+  return _ApplyIfFinite(as_inner(inner, "apply_if_finite", "inner"), max_consecutive_errors)
 
 
 @state_roles(found_nan=OTHER)  # bool scalars per parameter: not shaped like them

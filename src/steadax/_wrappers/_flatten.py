@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._policy import promote_types
 from .._core._module import child_field
 
@@ -91,4 +91,4 @@ def flatten(inner: GradientTransformation) -> Flatten:
     >>> tx.init(params)[0].mu.shape
     (7,)
   """
-  return Flatten(with_extra_args_support(inner))
+  return Flatten(as_inner(inner, "flatten", "inner"))

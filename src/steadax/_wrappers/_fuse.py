@@ -26,12 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import (
-    GradientTransformation,
-    Transformation,
-    fusion_blocker,
-    with_extra_args_support,
-)
+from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
 from .._core._leafwise import _path as leaf_path
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str, promote_types
@@ -326,4 +321,4 @@ def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF
     NVIDIA Apex, "multi_tensor_apply" (fused optimizers over lists of tensors).
     PyTorch, ``torch.optim.AdamW(foreach=True)`` / ``fused=True``.
   """
-  return Fused(with_extra_args_support(inner), max_leaf_size)
+  return Fused(as_inner(inner, "fuse", "inner"), max_leaf_size)

@@ -21,7 +21,7 @@ from typing import Any
 
 import jax
 
-from .._core._base import GradientTransformation, with_extra_args_support
+from .._core._base import GradientTransformation, as_inner
 from .._core._policy import key_path_str
 from ._partition import Partition
 
@@ -139,7 +139,7 @@ def groups(transforms: Mapping[str, GradientTransformation]) -> Groups:
   _check_patterns(patterns)
   return Groups(
       labels=patterns,
-      transforms=tuple(with_extra_args_support(t) for _, t in items),
+      transforms=tuple(as_inner(t, "groups", f"the transformation for {k!r}") for k, t in items),
       param_labels=_GroupLabels(patterns),
   )
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_range
 from .._core._contract import conform_updates
 from .._core._leafwise import Scalars
@@ -155,5 +155,6 @@ def lookahead(
   """
   check_range("lookahead", "sync_period", sync_period, 1, math.inf)
   return Lookahead(
-      with_extra_args_support(fast_optimizer), sync_period, slow_step_size, reset_state=reset_state
+      as_inner(fast_optimizer, "lookahead", "fast_optimizer"), sync_period, slow_step_size,
+      reset_state=reset_state
   )

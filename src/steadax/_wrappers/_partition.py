@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import GradientTransformation, Transformation, set_to_zero, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner, set_to_zero
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
@@ -148,7 +148,7 @@ def partition(
   items = list(transforms.items())
   return Partition(
       labels=tuple(k for k, _ in items),
-      transforms=tuple(with_extra_args_support(t) for _, t in items),
+      transforms=tuple(as_inner(t, "partition", f"transforms[{k!r}]") for k, t in items),
       param_labels=param_labels,
       mask_compatible_extra_args=mask_compatible_extra_args,
   )

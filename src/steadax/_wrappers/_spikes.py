@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, SCALAR, state_roles
@@ -194,5 +194,5 @@ def skip_spikes(
   if isinstance(decay, float) and not 0.0 <= decay < 1.0:
     raise ValueError(f"skip_spikes: decay must be in [0, 1), got {decay}.")
   return _SkipSpikes(
-      with_extra_args_support(inner), factor, num_std, decay, warmup_steps, max_consecutive_skips,
-      watch=watch)
+      as_inner(inner, "skip_spikes", "inner"), factor, num_std, decay, warmup_steps,
+      max_consecutive_skips, watch=watch)

@@ -99,6 +99,13 @@ def _in_partition(path: tuple, label: Any) -> bool:
   return False
 
 
+class StateKeyError(KeyError):
+  """A KeyError whose message prints as written (KeyError quotes it, showing newlines as ``\\n``)."""
+
+  def __str__(self) -> str:
+    return str(self.args[0]) if self.args else ""
+
+
 def _matches(state: Any, name: Any, label: Any) -> list[tuple[tuple, Any]]:
   found = tree_get_all_with_path(state, name)
   if label is not None:
@@ -141,14 +148,14 @@ def state_get(state: Any, name: Any, *, label: Any = None, default: Any = _RAISE
   """
   found = _matches(state, name, label)
   if len(found) > 1:
-    paths = [key_path_str(p) for p, _ in found]
-    raise KeyError(
-        f"state_get: {len(found)} entries are named {name!r}{_where(label)}: {paths}; pass `label` "
-        f"to choose a partition."
+    paths = "".join(f"\n  {key_path_str(p)}" for p, _ in found)
+    raise StateKeyError(
+        f"state_get: {len(found)} entries are named {name!r}{_where(label)}; pass `label` to choose "
+        f"a partition. They are at:{paths}"
     )
   if not found:
     if default is _RAISE:
-      raise KeyError(f"state_get: no entry is named {name!r}{_where(label)}.")
+      raise StateKeyError(f"state_get: no entry is named {name!r}{_where(label)}.")
     return default
   return found[0][1]
 
@@ -212,7 +219,7 @@ def state_set(state: Any, name: str, value: Any, *, label: Any = None) -> Any:
   """
   found = _matches(state, name, label)
   if not found:
-    raise KeyError(f"state_set: no entry is named {name!r}{_where(label)}.")
+    raise StateKeyError(f"state_set: no entry is named {name!r}{_where(label)}.")
   for path, old in found:
     state = tree_set(state, lambda p, _, path=path: p == path, **{name: _cast_like(path, old, value)})
   return state

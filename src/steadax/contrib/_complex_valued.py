@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field
 from .._core._roles import INNER, state_roles
 
@@ -89,4 +89,4 @@ def split_real_and_imaginary(inner: GradientTransformation) -> Transformation:
     >>> opt.update(z, opt.init(z), z)[0]  # the sign of each part
     Array([-1.+1.j], dtype=complex64)
   """
-  return SplitRealAndImaginary(with_extra_args_support(inner))
+  return SplitRealAndImaginary(as_inner(inner, "split_real_and_imaginary", "inner"))

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import child_field, hyper_field, static_field
 from .._core._leafwise import Scalars, tree_reduce
@@ -170,5 +170,5 @@ def mechanize(
     raise ValueError("mechanize: base_optimizer is required.")
   if isinstance(num_betas, bool) or not isinstance(num_betas, (int, np.integer)) or num_betas < 1:
     raise ValueError(f"mechanize: num_betas must be a positive integer, got {num_betas!r}.")
-  return Mechanize(with_extra_args_support(base_optimizer), weight_decay, eps, s_init,
-                   num_betas=int(num_betas))
+  return Mechanize(as_inner(base_optimizer, "mechanize", "base_optimizer"), weight_decay, eps,
+                   s_init, num_betas=int(num_betas))

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import EmptyState, GradientTransformation, Transformation, apply_updates, with_extra_args_support
+from .._core._base import EmptyState, GradientTransformation, Transformation, apply_updates, as_inner
 from .._core._leafwise import Scalars
 from .._core._module import child_field, static_field
 from .._core._policy import COUNTER_DTYPE, zero_count
@@ -198,5 +198,6 @@ def sam(
   """
   if isinstance(sync_period, bool) or not isinstance(sync_period, (int, np.integer)) or sync_period < 1:
     raise ValueError(f"sam: sync_period must be an integer >= 1, got {sync_period!r}.")
-  return SAM(with_extra_args_support(optimizer), with_extra_args_support(adv_optimizer), sync_period=int(sync_period),
+  return SAM(as_inner(optimizer, "sam", "optimizer"), as_inner(adv_optimizer, "sam", "adv_optimizer"),
+             sync_period=int(sync_period),
              reset_state=reset_state, opaque_mode=opaque_mode, batch_axis_name=batch_axis_name)

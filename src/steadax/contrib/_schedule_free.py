@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars, leafwise
@@ -151,8 +151,8 @@ def schedule_free(
     >>> steadax.contrib.schedule_free_eval_params(s, p)
     Array([0.], dtype=float32)
   """
-  return ScheduleFree(with_extra_args_support(base_optimizer), learning_rate, b1, weight_lr_power,
-                      state_dtype=state_dtype)
+  return ScheduleFree(as_inner(base_optimizer, "schedule_free", "base_optimizer"), learning_rate,
+                      b1, weight_lr_power, state_dtype=state_dtype)
 
 
 def _warmup(learning_rate, warmup_steps):

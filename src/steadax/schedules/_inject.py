@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, fusion_blocker, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
@@ -174,7 +174,9 @@ class InjectHyperparams(Transformation):
   def _inner(self, hyperparams: dict) -> GradientTransformation:
     arguments = {**dict(self.static_items), **hyperparams}
     args = [arguments.pop(name) for name in self.positional_names]
-    return with_extra_args_support(self.inner_factory(*args, **arguments))
+    factory = getattr(self.inner_factory, "__name__", "inner_factory")
+    return as_inner(self.inner_factory(*args, **arguments), self.owner,
+                    f"the value {factory}(...) returned")
 
   def init_fn(self, params):
     schedule_states = {n: s.init() for n, s in zip(self.schedule_names, self.schedules)}
@@ -286,6 +288,10 @@ def inject_hyperparams(
     Array([-0.5, -0.5], dtype=float32)
   """
   owner = "inject_hyperparams"
+  if isinstance(inner_factory, GradientTransformation):
+    raise TypeError(
+        f"{owner}: inner_factory must be the factory (e.g. `steadax.adam`), got a transformation it "
+        f"built ({type(inner_factory).__name__}): write `{owner}(steadax.adam)(learning_rate=...)`.")
   if not callable(inner_factory):
     raise TypeError(f"{owner}: inner_factory must be callable, got {type(inner_factory).__name__}.")
   static_names = {static_args} if isinstance(static_args, str) else set(static_args)

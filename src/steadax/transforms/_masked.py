@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
@@ -196,4 +196,4 @@ def masked(
     >>> tx.update(g, tx.init(g))[0]
     {'b': Array([1.], dtype=float32), 'w': Array([0.], dtype=float32)}
   """
-  return Masked(with_extra_args_support(inner), mask, mask_compatible_extra_args)
+  return Masked(as_inner(inner, "masked", "inner"), mask, mask_compatible_extra_args)
