@@ -229,6 +229,8 @@ EXTENSIONS = {
         # State records Optax defines but does not export.
         "ScaleByRmsWithCountState", "ScaleByRStdDevWithCountState", "ScaleByDistanceOverGradientsState",
         "ScaleByOptimisticGradientState", "WeightDecaySchedule", "BacktrackingLinesearchInfo",
+        # Checkpoints of states (docs/checkpointing.md).
+        "checkpoint",
     },
     "tree": {"NamedTupleKey"},
     "contrib": {"scale_by_dog", "scale_by_dowg"},
@@ -242,6 +244,7 @@ INTERNAL_LAYERS = ["_optimizers", "_wrappers", "_linesearch"]
 LAYER_RANKS = {
     "_core": 0, "tree": 1, "_linalg": 2, "_utils": 3, "schedules": 3, "losses": 3, "projections": 3,
     "second_order": 3, "assignment": 3, "perturbations": 3, "microbatching": 3, "experimental": 3,
+    "checkpoint": 3,
     "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "testing": 6,
     "": 7,
 }

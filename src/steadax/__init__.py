@@ -335,6 +335,7 @@ from ._utils._multi_normal import multi_normal as multi_normal
 from . import projections as projections
 from . import second_order as second_order
 from . import experimental as experimental
+from . import checkpoint as checkpoint
 # The contract checker for any transformation (docs/testing.md).
 from . import testing as testing
 from .tree_utils import tree_map_params as tree_map_params
