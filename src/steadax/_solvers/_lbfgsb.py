@@ -86,7 +86,7 @@ def compact_form(s_mem: jax.Array, y_mem: jax.Array, num_pairs: jax.Array):
   they drop out of every product."""
   m = s_mem.shape[0]
   dtype = s_mem.dtype
-  used = jnp.arange(m) >= m - num_pairs
+  used = jnp.arange(m, dtype=jnp.int32) >= m - num_pairs
   sy = _dot(s_mem, y_mem.T)  # sy[i, j] = s_i^T y_j
   ss = _dot(s_mem, s_mem.T)
   newest_sy = sy[-1, -1]
@@ -157,7 +157,7 @@ def subspace_step(x, g, x_cp, free, lower, upper, theta, w_t, middle):
   c = _dot(w_t, z)
   reduced = g + theta * z - _dot(w_t.T, _dot(middle, c))  # the model's gradient at x_cp
   reduced = jnp.where(free, reduced, jnp.zeros_like(reduced))
-  w_free = w_t * free.astype(dtype)
+  w_free = w_t * free.astype(dtype)[None, :]
   v = _dot(middle, _dot(w_t, reduced))
   n_mat = jnp.eye(two_m, dtype=dtype) - _dot(middle, _dot(w_free, w_t.T)) / theta
   v = jnp.linalg.solve(n_mat, v)
