@@ -10,6 +10,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._contract import ContractError, conform_init, conform_state, conform_updates
 from ._leafwise import leafwise
@@ -31,6 +32,7 @@ __all__ = [
     "stateless_with_tree_map",
     "with_extra_args_support",
     "as_inner",
+    "InputMismatchError",
     "apply_updates",
     "incremental_update",
     "periodic_update",
@@ -330,6 +332,7 @@ class Transformation(GradientTransformationExtraArgs):
     # own once traced), so every init_fn and the role check see shapes, dtypes and shardings;
     # Python numbers become strong arrays of their default dtype (Optax accepts `{"w": 1.0}`).
     params = tree_map(_param_array, params)
+    _check_param_leaves(self.owner, params)
     if self.requires_float:
       check_float_params(self.owner, params)
     state = self.init_fn(params)
@@ -384,8 +387,17 @@ class InputMismatchError(TypeError, ValueError):
   """
 
   def within(self, owner: str) -> InputMismatchError:
-    """The same error with ``owner`` (an enclosing transformation) named in front."""
-    return InputMismatchError(f"{owner} > {self.args[0]}")
+    """The same error with ``owner`` (an enclosing transformation) named in front.
+
+    An error that ``owner``'s own ``update_fn`` raised (its message starts with ``owner``) is
+    returned as it is, once.
+    """
+    if not getattr(self, "_named", False) and str(self.args[0]).startswith(f"{owner}:"):
+      self._named = True
+      return self
+    error = InputMismatchError(f"{owner} > {self.args[0]}")
+    error._named = True
+    return error
 
 
 _PYTHON_NUMBERS = (bool, int, float, complex)
@@ -399,6 +411,16 @@ def _number_as_array(x: Any) -> Any:
 def _param_array(x: Any) -> Any:
   x = array_leaf(x)
   return _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x
+
+
+def _check_param_leaves(owner: str, params: Any) -> None:
+  """A parameter leaf that is neither an array nor a number (a string, an object) has no dtype."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if not hasattr(leaf, "dtype"):
+      raise TypeError(
+          f"{owner}: the parameter at {key_path_str(path)} is a {type(leaf).__name__} "
+          f"({_short_repr(leaf)}); parameters must be arrays or numbers (keep other values out of "
+          "the params tree, or give them to init as None).")
 
 
 def _python_numbers_as_arrays(tree: Any) -> Any:
@@ -438,7 +460,9 @@ def _check_state_type(tx: Transformation, state: Any) -> None:
   )
 
 
-_TREE_MISMATCH_TEXT = (
+_SHAPE_MISMATCH_TEXT = ("incompatible shapes", "shapes must be equal", "Incompatible shapes")
+
+_TREE_MISMATCH_TEXT = _SHAPE_MISMATCH_TEXT + (
     "Dict key mismatch", "Custom node type mismatch", "Tuple arity mismatch", "List arity mismatch",
     "Expected tuple", "Expected list", "Expected dict", "Expected named tuple", "Expected None",
     "tree structure", "Mismatch custom node data", "None arity", "Node arity mismatch",
@@ -482,18 +506,41 @@ def _state_subtrees(state: Any, path: str = "state"):
       yield from _state_subtrees(value, f"{path}[{i}]")
 
 
+def _shape_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str | None:
+  """The first leaf where two trees of one structure differ in shape, as a message (or None)."""
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
+    if hasattr(x, "shape") and hasattr(y, "shape") and np.shape(x) != np.shape(y):
+      return (f"{owner}: {a_name} at {key_path_str(path)} has shape {np.shape(x)}, {b_name} "
+              f"{np.shape(y)}.")
+  return None
+
+
+def _mirrors(subtree: Any) -> bool:
+  """Whether a state subtree may mirror the parameters: a container that is not a state record."""
+  if isinstance(subtree, tuple) and (hasattr(subtree, "_fields") or not subtree):
+    return False
+  return not hasattr(subtree, "dtype") and bool(jax.tree_util.tree_leaves(subtree))
+
+
 def _diagnose_structures(owner: str, updates: Any, state: Any, params: Any) -> str | None:
   """Which of the trees given to ``update`` differ, and where; None when none is found."""
   structure = jax.tree_util.tree_structure(updates)
-  if params is not None and jax.tree_util.tree_structure(params) != structure:
-    return _difference(owner, "the updates (gradients)", updates, "the params", params)
+  updates_name = "the updates (gradients)"
+  if params is not None:
+    if jax.tree_util.tree_structure(params) != structure:
+      return _difference(owner, updates_name, updates, "the params", params)
+    message = _shape_difference(owner, updates_name, updates, "the params", params)
+    if message is not None:
+      return message
+  hint = " The state was made by init for other parameters: call init with these parameters."
   for path, subtree in _state_subtrees(state):
-    if type(subtree) is type(updates) and not isinstance(updates, (tuple, list)) or (
-        isinstance(updates, (tuple, list)) and type(subtree) is type(updates)
-        and not hasattr(subtree, "_fields")):
-      if jax.tree_util.tree_structure(subtree) != structure:
-        return _difference(owner, "the updates (gradients)", updates, path, subtree) + (
-            " The state was made by init for other parameters: call init with these parameters.")
+    if not _mirrors(subtree):
+      continue
+    if jax.tree_util.tree_structure(subtree) != structure:
+      return _difference(owner, updates_name, updates, path, subtree) + hint
+    message = _shape_difference(owner, updates_name, updates, path, subtree)
+    if message is not None:
+      return message + hint
   return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -86,6 +87,14 @@ def check_schedule_output(owner: str, name: str, schedule: Any) -> None:
     raise TypeError(
         f"{owner}: {name} must be a number or a schedule (a function of the step count), got "
         f"{getattr(schedule, '__name__', type(schedule).__name__)}.")
+  try:
+    inspect.signature(schedule).bind(0)
+  except TypeError:
+    raise TypeError(
+        f"{owner}: the schedule given as {name} must take one argument, the step count "
+        f"(`lambda count: ...`); its signature is {inspect.signature(schedule)}.") from None
+  except ValueError:  # no signature to read (a builtin): checked when it runs
+    pass
   try:
     out = jax.eval_shape(schedule, jax.ShapeDtypeStruct((), np.int32))
   except Exception:  # noqa: BLE001 - a schedule that needs a concrete step is checked at run time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import GradientTransformation, Transformation, as_inner
+from ._base import GradientTransformation, InputMismatchError, Transformation, as_inner
 from ._module import child_field, static_field
 
 __all__ = ["chain", "named_chain", "Chain", "NamedChain"]
@@ -22,9 +22,13 @@ class Chain(Transformation):
     return tuple(t.init(params) for t in self.transforms)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    if len(state) != len(self.transforms):
-      raise ValueError(
-          f"chain: the state holds {len(state)} entries for {len(self.transforms)} transformations."
+    if type(state) is not tuple or len(state) != len(self.transforms):
+      held = (f"a tuple of {len(state)} states" if type(state) is tuple
+              else f"a {type(state).__name__}")
+      raise InputMismatchError(
+          f"chain: update was given {held} as the state, but this chain's init makes a tuple of "
+          f"{len(self.transforms)} states (one per transformation): this state is not this "
+          "chain's state. Pass the state init returned (were the state and the params swapped?)."
       )
     new_state = []
     for t, s in zip(self.transforms, state):
@@ -68,6 +72,12 @@ class NamedChain(Transformation):
     return {n: t.init(params) for n, t in zip(self.names, self.transforms)}
 
   def update_fn(self, updates, state, params=None, **extra_args):
+    if not isinstance(state, dict) or set(state) != set(self.names):
+      held = f"states named {sorted(state)}" if isinstance(state, dict) else f"a {type(state).__name__}"
+      raise InputMismatchError(
+          f"named_chain: update was given {held} as the state, but this chain's init makes a dict "
+          f"of states named {list(self.names)}: this state is not this chain's state."
+      )
     new_state = {}
     for n, t in zip(self.names, self.transforms):
       updates, new_state[n] = t.update(updates, state[n], params, **extra_args)
@@ -89,6 +99,11 @@ def named_chain(*transforms: tuple[str, GradientTransformation]) -> NamedChain:
     >>> sorted(tx.init(jnp.zeros(1)))
     ['clip', 'sgd']
   """
+  for i, pair in enumerate(transforms):
+    if not (isinstance(pair, tuple) and len(pair) == 2):
+      raise TypeError(
+          f"named_chain: argument {i + 1} must be a (name, transformation) pair, e.g. "
+          f"('adam', steadax.adam(1e-3)), got {type(pair).__name__}.")
   names = tuple(n for n, _ in transforms)
   txs = tuple(as_inner(t, "named_chain", f"the transformation named {n!r}") for n, t in transforms)
   return NamedChain(names, txs)

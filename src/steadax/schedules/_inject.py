@@ -308,7 +308,12 @@ def inject_hyperparams(
 
   @functools.wraps(inner_factory)
   def wrapped(*args: Any, **kwargs: Any) -> InjectHyperparams:
-    bound = signature.bind(*args, **kwargs)
+    try:
+      bound = signature.bind(*args, **kwargs)
+    except TypeError as error:
+      factory = getattr(inner_factory, "__name__", "inner_factory")
+      raise TypeError(
+          f"{owner}({factory}): {error}; {factory} takes {list(parameters)}.") from None
     bound.apply_defaults()
     arguments: dict[str, Any] = {}
     for name, value in bound.arguments.items():
