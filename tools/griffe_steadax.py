@@ -1,13 +1,18 @@
-"""Griffe extension for the API pages: steadax docstrings head their doctests ``Example:``.
+"""Griffe extensions for the API pages (mkdocs.yml loads both).
 
-Griffe's Google-style parser reads only ``Examples:`` as an examples section (rendered as code) and
-turns ``Example:`` into an admonition of plain Markdown, where ``x[0]["w"]`` reads as a reference
-link. This extension renames the heading before the docstring is parsed, so every doctest renders
-as a Python code block.
+* ``ExampleSections``: steadax docstrings head their doctests ``Example:``. Griffe's Google-style
+  parser reads only ``Examples:`` as an examples section (rendered as code) and turns ``Example:``
+  into an admonition of plain Markdown, where ``x[0]["w"]`` reads as a reference link. The heading
+  is renamed before the docstring is parsed, so every doctest renders as a Python code block.
+* ``RedundantAliasesArePublic``: a package without ``__all__`` (the top-level ``steadax``) declares
+  its public names by redundant aliases, ``from ._x import A as A`` (the convention type checkers
+  read too); griffe treats imported names as private unless listed in ``__all__``, so these are
+  marked public.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -22,3 +27,16 @@ class ExampleSections(griffe.Extension):
   def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
     if obj.docstring is not None:
       obj.docstring.value = _HEADING.sub(r"\1Examples:", obj.docstring.value)
+
+
+class RedundantAliasesArePublic(griffe.Extension):
+  """Marks ``from m import A as A`` in a module without ``__all__`` as a public name."""
+
+  def on_module_members(self, *, node: Any, mod: griffe.Module, **kwargs: Any) -> None:
+    if not isinstance(node, ast.Module) or "__all__" in mod.members:
+      return
+    for statement in node.body:
+      if isinstance(statement, ast.ImportFrom):
+        for name in statement.names:
+          if name.asname is not None and name.asname == name.name and name.asname in mod.members:
+            mod.members[name.asname].public = True
