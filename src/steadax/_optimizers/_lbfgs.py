@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
 from .._core._base import GradientTransformation, Transformation, identity
 from .._core._checks import check_schedule_or_scalar
@@ -55,6 +56,20 @@ class ScaleByLBFGSState(NamedTuple):
   diff_params_memory: Any
   diff_updates_memory: Any
   weights_memory: jax.Array
+
+
+def _stacked_sharding(p: Any) -> NamedSharding | None:
+  """The sharding of a ``[memory_size, *p.shape]`` memory of a sharded parameter: the memory axis
+  replicated, the parameter's axes split as the parameter's are (so each device holds the
+  curvature pairs of its own shard and the two-loop recursion needs no gathering). None where the
+  parameter has no named sharding (a tracer, one device): the compiler places it."""
+  try:
+    sharding = getattr(p, "sharding", None)
+  except Exception:  # a tracer without a sharding in its type
+    return None
+  if not isinstance(sharding, NamedSharding):
+    return None
+  return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
 
 
 def _slot(memory: Any, index: jax.Array) -> Any:
@@ -105,7 +120,9 @@ class ScaleByLBFGS(Transformation):
 
   def init_fn(self, params):
     def stacked(p):
-      return jnp.zeros((self.memory_size, *jnp.shape(p)), accumulator_dtype(p.dtype))
+      shape, dtype = (self.memory_size, *jnp.shape(p)), accumulator_dtype(p.dtype)
+      sharding = _stacked_sharding(p)
+      return jnp.zeros(shape, dtype) if sharding is None else jnp.zeros(shape, dtype, device=sharding)
 
     memory = tree_map(stacked, params)
     return ScaleByLBFGSState(
