@@ -248,7 +248,7 @@ def as_inner(tx: Any, owner: str, argument: str) -> GradientTransformationExtraA
   if isinstance(tx, GradientTransformation):
     return _WithExtraArgs(tx)
   init, update = getattr(tx, "init", None), getattr(tx, "update", None)
-  if callable(init) and callable(update):  # an Optax transformation (a NamedTuple of the pair)
+  if callable(init) and callable(update) and not isinstance(tx, type):  # an Optax transformation (a NamedTuple of the pair)
     return _WithExtraArgs(_FunctionTransformation(init, update))
   if isinstance(tx, (tuple, list)) and len(tx) == 2 and all(callable(f) for f in tx):
     return _WithExtraArgs(_FunctionTransformation(*tx))
