@@ -254,14 +254,17 @@ def minimize(
 
 def _scalar(owner, fun, params, args, has_aux, stat):
   out = fun(params, *args)
-  value = out[0] if has_aux else out
-  value = jnp.asarray(value)
+  if isinstance(out, tuple) and not has_aux:
+    raise TypeError(f"{owner}: `fun` returned a tuple of {len(out)}; pass has_aux=True for a "
+                    "function returning (value, aux).")
+  if has_aux and not (isinstance(out, (tuple, list)) and len(out) == 2):
+    raise TypeError(f"{owner}: with has_aux=True, `fun` must return a pair (value, aux), got "
+                    f"{type(out).__name__}.")
+  value = jnp.asarray(out[0] if has_aux else out)
   if value.shape != () or not jnp.issubdtype(value.dtype, jnp.floating):
     raise TypeError(
         f"{owner}: `fun` must return a real floating scalar{' as its first output' if has_aux else ''}, "
-        f"got shape {value.shape} and dtype {value.dtype}" + (
-            "; pass has_aux=True for a function returning (value, aux)" if isinstance(out, tuple) and
-            not has_aux else "") + ".")
+        f"got shape {value.shape} and dtype {value.dtype}.")
   return value.astype(stat)
 
 
