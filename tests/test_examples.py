@@ -1,0 +1,52 @@
+"""The integration examples (examples/flax_nnx.py, flax_linen.py, equinox_loop.py) run and train.
+
+Each example's ``main()`` runs in this process, under the suite's strict configuration (strict
+dtype promotion, rank promotion raising, steadax's strict contract mode), prints its table and
+returns its rows; an example exits with a message when a loss does not fall, a frozen or integer
+parameter moves, or a new learning rate retraces a step. The assertions below repeat the checks on
+the returned rows, so a failure names the row. The demo (``make demo``) and examples/sweep.py have
+their own tests or are too slow for the suite.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+import jax.numpy as jnp
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def _main(name):
+  return runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=name)["main"]
+
+
+@pytest.mark.x32_only
+def test_flax_nnx_example_trains_every_optimizer(capsys):
+  rows = _main("flax_nnx")()
+  assert "| contrib.muon (matrices) |" in capsys.readouterr().out
+  assert len(rows) == 5
+  for name, row in rows.items():
+    assert row["final"] < 0.5 * row["first"], name
+  assert rows["inject_hyperparams(adamw)"]["lr"] == "1e-03"   # lowered halfway through
+
+
+@pytest.mark.x32_only
+def test_flax_linen_example_keeps_the_integer_leaf_and_the_frozen_layer(capsys):
+  rows = _main("flax_linen")()
+  assert "| MultiSteps(adamw, 2) |" in capsys.readouterr().out
+  for name, row in rows.items():
+    assert row["final"] < 0.7 * row["first"], name
+    assert row["version"].dtype == jnp.int32 and int(row["version"]) == 3, name
+    assert row["hidden_moved"] != name.startswith("partition"), name
+
+
+@pytest.mark.x32_only
+def test_equinox_example_traces_once_for_three_learning_rates(capsys):
+  rows = _main("equinox_loop")()
+  assert "| chain(clip, lion) |" in capsys.readouterr().out
+  for name, first, final, _ in rows:
+    assert final < 0.5 * first, name
+  assert [traces for name, _, _, traces in rows if name.startswith("adamw, lr")] == [1, 0, 0]
