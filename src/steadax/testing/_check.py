@@ -402,7 +402,7 @@ class _Config:
     # jitted function's own trace cache (the one a real call uses) with jax.eval_shape.
     if is_module:
       jitted = jax.jit(step)
-      changed = perturb_hyperparameters(self.tx)
+      changed = self.run.changed if self.run.changed is not None else perturb_hyperparameters(self.tx)
       calls = [(lambda p, s, t=t: jax.eval_shape(jitted, t, p, s)) for t in (self.tx, changed, self.tx)]
     else:  # the transformation cannot be an argument (an Optax NamedTuple of closures)
       jitted = jax.jit(lambda p, s: step(self.tx, p, s))
@@ -430,7 +430,7 @@ class _Config:
     if not is_module:
       self.skip("recompile", "not a steadax Module: its hyperparameters are not pytree leaves "
                              "(a new value is a new transformation, hence a new program)")
-    elif not _has_float_leaves(self.tx):
+    elif self.run.changed is None and not _has_float_leaves(self.tx):
       self.skip("recompile", "no floating hyperparameter leaves to change")
     elif problems:
       self.skip("recompile", "the jitted step changed types (a retrace would follow from that)")
@@ -537,8 +537,9 @@ class _Config:
 
 
 class _Run:
-  def __init__(self, tx: Any, extra_fn: Callable | None, steps: int):
+  def __init__(self, tx: Any, extra_fn: Callable | None, steps: int, changed: Any):
     self.tx = tx
+    self.changed = changed
     self.extra_fn = extra_fn
     self.steps = steps
     self.violations: list[Violation] = []
@@ -604,6 +605,7 @@ def check_transformation(
     steps: int = 3,
     x64: str = "both",
     mixed_precision: bool = True,
+    new_hyperparameters: Any = None,
     strict: bool = True,
     name: str | None = None,
     raise_on_failure: bool = False,
@@ -622,8 +624,8 @@ def check_transformation(
   * ``eager``: one un-jitted update on the concrete state keeps the types.
   * ``jit``: a jitted step keeps the types of the state, the params and the updates (each update
     in its parameter's dtype) over three calls.
-  * ``recompile``: for a steadax ``Module``, new hyperparameter values (every floating leaf scaled
-    by 0.9) reuse the jitted step's trace (trace count 1).
+  * ``recompile``: for a steadax ``Module``, new hyperparameter values reuse the jitted step's
+    trace (trace count 1): ``new_hyperparameters``, or ``tx`` with every floating leaf scaled by 0.9.
   * ``scan``, ``cond``, ``while_loop``: the step inside ``lax.scan`` (``steps`` steps), both
     branches of ``lax.cond`` (the update, or zero updates and the unchanged state) and
     ``lax.while_loop`` (2 steps), which reject any carry whose type changes.
@@ -656,6 +658,9 @@ def check_transformation(
     steps: steps of ``lax.scan`` and of the ``finite`` check.
     x64: ``"both"`` (also check with x64 flipped) or ``"current"`` (the process's mode only).
     mixed_precision: also check the mixed-precision and other-gradient-dtype configurations.
+    new_hyperparameters: the same transformation built with other hyperparameter values (say
+      ``my_optimizer(learning_rate=0.2)``), for the ``recompile`` check; it also catches a
+      hyperparameter held as static data, which scaling the leaves of ``tx`` cannot change.
     strict: run inside ``steadax.strict_mode(strict)`` (steadax's contract raises on dtype drift
       instead of casting it back; the violation names the transformation and path).
     name: the name the report uses (default: the transformation's).
@@ -695,7 +700,7 @@ def check_transformation(
     fixed_extra = dict(extra_args)
     extra_fn = lambda params, grads: fixed_extra
 
-  run = _Run(tx, extra_fn, steps)
+  run = _Run(tx, extra_fn, steps, new_hyperparameters)
   params = _strong_params(params)
   grads_fn = _grads_function(grads)
   type_checks = tuple(c for c in selected if c in _TYPE_CHECKS)
