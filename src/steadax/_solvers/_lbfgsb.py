@@ -172,6 +172,33 @@ def subspace_step(x, g, x_cp, free, lower, upper, theta, w_t, middle):
   return jnp.where(descent, projected, x_cp + alpha * du)
 
 
+@jax.jit
+def _direction(x, g, lower, upper, s_mem, y_mem, num_pairs, count):
+  """The search direction ``x_bar - x``, the largest step and the first trial of the line search
+  (one compiled program, also when ``update`` runs eagerly)."""
+  stat = x.dtype
+  theta, w_t, middle = compact_form(s_mem, y_mem, num_pairs)
+  x_cp, free = cauchy_point(x, g, lower, upper, theta, w_t, middle)
+  x_bar = subspace_step(x, g, x_cp, free, lower, upper, theta, w_t, middle)
+  d = x_bar - x
+
+  # The step range and first trial of L-BFGS-B's lnsrlb: up to the box along d (1 on the first
+  # step of a constrained problem); the first trial is 1 / |d| when no pair scales d yet.
+  constrained = jnp.any(jnp.isfinite(lower)) | jnp.any(jnp.isfinite(upper))
+  boxed = jnp.all(jnp.isfinite(lower)) & jnp.all(jnp.isfinite(upper))
+  safe_d = jnp.where(d == 0, jnp.ones_like(d), d)
+  room = jnp.where(d > 0, (upper - x) / safe_d, jnp.where(d < 0, (lower - x) / safe_d, _MAX_STEP))
+  feasible = jnp.minimum(jnp.min(room, initial=_MAX_STEP), _MAX_STEP)
+  first = count == 0
+  cap = jnp.where(constrained, jnp.where(first, 1.0, feasible), _MAX_STEP).astype(stat)
+  cap = jnp.maximum(cap, jnp.asarray(np.finfo(stat).tiny, stat))
+  d_norm = jnp.sqrt(jnp.sum(d * d))
+  unit = jnp.ones([], stat)
+  inverse_norm = unit / jnp.where(d_norm > 0, d_norm, unit)
+  guess = jnp.where(first & ~boxed & (d_norm > 0), jnp.minimum(inverse_norm, cap), jnp.minimum(unit, cap))
+  return d, cap, guess
+
+
 class LBFGSB(Transformation):
   name = "lbfgsb"
   requires_float = True
@@ -211,26 +238,8 @@ class LBFGSB(Transformation):
     x = jnp.clip(_bounds.flatten(params, stat), lower, upper)
     g = _bounds.flatten(updates, stat)
 
-    theta, w_t, middle = compact_form(state.diff_params_memory, state.diff_updates_memory,
-                                      state.num_pairs)
-    x_cp, free = cauchy_point(x, g, lower, upper, theta, w_t, middle)
-    x_bar = subspace_step(x, g, x_cp, free, lower, upper, theta, w_t, middle)
-    d = x_bar - x
-
-    # The step range and first trial of L-BFGS-B's lnsrlb: up to the box along d (1 on the first
-    # step of a constrained problem); the first trial is 1 / |d| when no pair scales d yet.
-    constrained = jnp.any(jnp.isfinite(lower)) | jnp.any(jnp.isfinite(upper))
-    boxed = jnp.all(jnp.isfinite(lower)) & jnp.all(jnp.isfinite(upper))
-    safe_d = jnp.where(d == 0, jnp.ones_like(d), d)
-    room = jnp.where(d > 0, (upper - x) / safe_d, jnp.where(d < 0, (lower - x) / safe_d, _MAX_STEP))
-    feasible = jnp.minimum(jnp.min(room, initial=_MAX_STEP), _MAX_STEP)
-    first = state.count == 0
-    cap = jnp.where(constrained, jnp.where(first, 1.0, feasible), _MAX_STEP).astype(stat)
-    cap = jnp.maximum(cap, jnp.asarray(np.finfo(stat).tiny, stat))
-    d_norm = jnp.sqrt(jnp.sum(d * d))
-    unit = jnp.ones([], stat)
-    guess = jnp.where(first & ~boxed & (d_norm > 0), jnp.minimum(unit / jnp.where(d_norm > 0, d_norm, unit), cap),
-                      jnp.minimum(unit, cap))
+    d, cap, guess = _direction(x, g, lower, upper, state.diff_params_memory,
+                               state.diff_updates_memory, state.num_pairs, state.count)
 
     search = dataclasses.replace(self.linesearch, max_learning_rate=cap)
     direction = _bounds.unflatten(d, params)
