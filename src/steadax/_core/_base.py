@@ -6,7 +6,7 @@ from collections.abc import Callable
 import dataclasses
 import functools
 import inspect
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Self
 
 import jax
 import jax.numpy as jnp
@@ -74,11 +74,12 @@ class GradientTransformation(Module):
     Array([1., 1.], dtype=float32)
   """
 
-  def __new__(cls, *args: Any, **kwargs: Any):
+  def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+    # Both function-pair classes subclass the class called, so the result is an instance of `cls`.
     if cls is GradientTransformation:
-      return object.__new__(_FunctionTransformation)
+      return object.__new__(_FunctionTransformation)  # pyright: ignore[reportReturnType]
     if cls is GradientTransformationExtraArgs:
-      return object.__new__(_FunctionTransformationExtraArgs)
+      return object.__new__(_FunctionTransformationExtraArgs)  # pyright: ignore[reportReturnType]
     return object.__new__(cls)
 
   # The abstract interface; concrete subclasses override both.

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, dataclass_transform
 
 import jax
 import numpy as np
@@ -224,6 +224,10 @@ def _is_concrete(value: Any) -> bool:
   return not any(isinstance(l, jax.core.Tracer) for l in jax.tree_util.tree_leaves(value))
 
 
+# For type checkers: subclasses are frozen dataclasses whose fields are declared by these specifiers
+# (``__init_subclass__`` applies ``dataclasses.dataclass`` at run time).
+@dataclass_transform(frozen_default=True, eq_default=False,
+                     field_specifiers=(hyper_field, child_field, static_field, dataclasses.field))
 class Module:
   """Base class: subclasses become frozen dataclasses registered as JAX pytrees.
 
