@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
 
 from ._base import GradientTransformation

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any, dataclass_transform
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
 
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]

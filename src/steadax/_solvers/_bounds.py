@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
