@@ -497,7 +497,7 @@ def _difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str:
 def _state_subtrees(state: Any, path: str = "state"):
   """``(path, subtree)`` of the containers in a state record (NamedTuple fields, tuple entries)."""
   if isinstance(state, tuple) and hasattr(state, "_fields"):
-    for name in state._fields:
+    for name in getattr(state, "_fields"):
       value = getattr(state, name)
       yield f"{path}.{name}", value
       yield from _state_subtrees(value, f"{path}.{name}")

@@ -13,7 +13,7 @@ at trace time, and cost nothing per step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,7 @@ def is_weak(x: Any) -> bool:
   return bool(getattr(x, "weak_type", False))
 
 
-def _is_array_like(x: Any) -> bool:
+def _is_array_like(x: Any) -> TypeGuard[Any]:  # narrows a union with Python scalars to Any
   return hasattr(x, "dtype") and hasattr(x, "shape")
 
 

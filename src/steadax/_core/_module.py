@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, dataclass_transform
+from typing import Any, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
@@ -262,7 +262,7 @@ class Module:
             "static_field(...); steadax never decides a field's kind from its value."
         )
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
@@ -324,7 +324,7 @@ class Module:
 
   def replace(self, **changes: Any):
     """A copy with some fields changed (``dataclasses.replace``: converted and checked again)."""
-    return dataclasses.replace(self, **changes)
+    return dataclasses.replace(cast(Any, self), **changes)
 
 
 class Fn(Module):

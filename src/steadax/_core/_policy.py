@@ -154,8 +154,8 @@ def hyper(value: Any, dtype: Any) -> Any:
   if isinstance(value, (int, float, complex, np.number, np.ndarray)) and not isinstance(value, bool):
     arr = np.asarray(value)
     if np.iscomplexobj(arr) and not jnp.issubdtype(dtype, jnp.complexfloating):
-      if np.all(arr.imag == 0):
-        arr = arr.real
+      if np.all(np.imag(arr) == 0):
+        arr = np.real(arr)
       else:
         dtype = complex_of(dtype)
     return arr.astype(dtype)

@@ -135,6 +135,14 @@ def roles_of(cls: Any) -> dict | None:
   return getattr(cls, "__state_roles__", None)
 
 
+def declared_roles(cls: Any) -> dict:
+  """The declared roles of a state class; a ``TypeError`` names a class that declares none."""
+  roles = roles_of(cls)
+  if roles is None:
+    raise TypeError(f"{getattr(cls, '__qualname__', cls)} declares no state roles (use @state_roles).")
+  return roles
+
+
 def role_zeros(params: Any, role: Role, tx: Any) -> Any:
   """Zeros mirroring ``params`` (shape and sharding), each leaf in the dtype ``role`` gives it.
 
@@ -159,7 +167,7 @@ def init_from_roles(state_cls: Any, tx: Any, params: Any) -> Any:
   Returns:
     An instance of ``state_cls``.
   """
-  roles = roles_of(state_cls)
+  roles = declared_roles(state_cls)
   values = {}
   for name in state_cls._fields:
     role = roles[name]

@@ -175,6 +175,7 @@ def _static_power(mat: jax.Array, p: int, precision: Any) -> jax.Array:
     p >>= 1
     if p:
       base = jnp.matmul(base, base, precision=precision)
+  assert result is not None  # p >= 1: the loop multiplied at least once
   return result
 
 

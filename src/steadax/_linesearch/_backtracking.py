@@ -110,6 +110,7 @@ class ScaleByBacktrackingLinesearch(Transformation):
   def update_fn(self, updates, state, params=None, *, value=None, grad=None, value_fn=None,
                 **extra_args):
     check_extra_args(self.owner, params, value, grad, value_fn)
+    assert value_fn is not None  # check_extra_args raised otherwise
     check_same_structure(self.owner, "grad", grad, updates)
     stat = state.learning_rate.dtype
     fn_kwargs = value_fn_kwargs(value_fn, extra_args)

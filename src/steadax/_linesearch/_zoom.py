@@ -161,6 +161,7 @@ class ScaleByZoomLinesearch(Transformation):
   def update_fn(self, updates, state, params=None, *, value=None, grad=None, value_fn=None,
                 **extra_args):
     check_extra_args(self.owner, params, value, grad, value_fn)
+    assert value_fn is not None  # check_extra_args raised otherwise
     check_same_structure(self.owner, "grad", grad, updates)
     stat = state.learning_rate.dtype
     value_init = as_stat(self.owner, "value", value, stat)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +63,7 @@ class _Conditional(Transformation):
 
   requires_float = False
   zero_when_skipped = False  # ClassVar: zero updates (mask) or the updates unchanged (transform)
+  State: ClassVar[Any]  # the subclass's state record
   inner: Any = child_field()
   should_transform_fn: Any = static_field()
   forward_extra_args: bool = static_field(default=False)

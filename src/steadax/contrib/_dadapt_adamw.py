@@ -27,7 +27,7 @@ from .._core._checks import check_nonnegative, check_positive, check_schedule_or
 from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
-from .._core._roles import COUNTER, SCALAR, accumulator, role_zeros, roles_of, state_roles
+from .._core._roles import COUNTER, SCALAR, accumulator, declared_roles, role_zeros, state_roles
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
@@ -88,7 +88,7 @@ class DAdaptAdamW(Transformation):
   def init_fn(self, params):
     # estim_lr starts at estim_lr0 (not zero): built here, checked against the roles.
     stat = scalar_stat_dtype(params)
-    roles = roles_of(DAdaptAdamWState)
+    roles = declared_roles(DAdaptAdamWState)
     return DAdaptAdamWState(
         exp_avg=role_zeros(params, roles["exp_avg"], self),
         exp_avg_sq=role_zeros(params, roles["exp_avg_sq"], self),

@@ -22,7 +22,7 @@ from .._core._checks import check_nonnegative, check_positive, check_range, chec
 from .._core._module import hyper_field, static_field
 from .._core._leafwise import Scalars, tree_reduce
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
-from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, role_zeros, roles_of, state_roles
+from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, declared_roles, role_zeros, state_roles
 from .._core._tree import copy_like
 from .._core._types import ScalarOrSchedule
 from ..transforms._moments import abs_sq
@@ -83,7 +83,7 @@ class Prodigy(Transformation):
     # params0 is a copy of the parameters and estim_lr starts at estim_lr0: built here, checked
     # against the roles.
     stat = scalar_stat_dtype(params)
-    roles = roles_of(ProdigyState)
+    roles = declared_roles(ProdigyState)
     return ProdigyState(
         exp_avg=role_zeros(params, roles["exp_avg"], self),
         exp_avg_sq=role_zeros(params, roles["exp_avg_sq"], self),

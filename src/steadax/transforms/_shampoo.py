@@ -29,7 +29,7 @@ from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
-from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, roles_of, state_roles
+from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._docs import shared_args
 from ._adam import one_minus_pow
@@ -135,7 +135,7 @@ class ScaleByShampoo(Transformation):
     return tuple(eye(b) if p else jnp.zeros((0, 0), pdt) for b, p in zip(sizes, axes))
 
   def init_fn(self, params):
-    roles = roles_of(ScaleByShampooState)
+    roles = declared_roles(ScaleByShampooState)
     per_param = lambda fn: jax.tree_util.tree_map(lambda x: None if x is None else fn(x), params,
                                                   is_leaf=is_none)
     return ScaleByShampooState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),

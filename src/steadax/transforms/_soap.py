@@ -34,7 +34,7 @@ from .._core._checks import check_nonnegative, check_range
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increment, zero_count
-from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, roles_of, state_roles
+from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
 from .._core._tree import is_none
 from ._adam import one_minus_pow
 from ._matrix import (
@@ -128,7 +128,7 @@ class ScaleBySoap(Transformation):
     return tuple(jnp.eye(d, dtype=edt) if p else jnp.zeros((0, 0), edt) for d, p in zip(x.shape, axes))
 
   def init_fn(self, params):
-    roles = roles_of(ScaleBySoapState)
+    roles = declared_roles(ScaleBySoapState)
     per_param = lambda fn: jax.tree_util.tree_map(lambda x: None if x is None else fn(x), params,
                                                   is_leaf=is_none)
     return ScaleBySoapState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),
