@@ -181,6 +181,12 @@ def _direction(x, g, lower, upper, s_mem, y_mem, num_pairs, count):
   x_cp, free = cauchy_point(x, g, lower, upper, theta, w_t, middle)
   x_bar = subspace_step(x, g, x_cp, free, lower, upper, theta, w_t, middle)
   d = x_bar - x
+  # With B positive definite, d is a descent direction (the model decreases from x to x_bar); in
+  # finite precision an ill-conditioned B can break that. Then the Cauchy step, always a descent
+  # direction, is taken and the memory is cleared (L-BFGS-B restarts the same way, Zhu et al.
+  # 1997, Sec. 3: "the BFGS matrix is reset to the identity").
+  restart = ~(jnp.sum(d * g) < 0) | ~jnp.all(jnp.isfinite(d))
+  d = jnp.where(restart, x_cp - x, d)
 
   # The step range and first trial of L-BFGS-B's lnsrlb: up to the box along d (1 on the first
   # step of a constrained problem); the first trial is 1 / |d| when no pair scales d yet.
@@ -196,7 +202,7 @@ def _direction(x, g, lower, upper, s_mem, y_mem, num_pairs, count):
   unit = jnp.ones([], stat)
   inverse_norm = unit / jnp.where(d_norm > 0, d_norm, unit)
   guess = jnp.where(first & ~boxed & (d_norm > 0), jnp.minimum(inverse_norm, cap), jnp.minimum(unit, cap))
-  return d, cap, guess
+  return d, cap, guess, restart
 
 
 class LBFGSB(Transformation):
@@ -238,7 +244,7 @@ class LBFGSB(Transformation):
     x = jnp.clip(_bounds.flatten(params, stat), lower, upper)
     g = _bounds.flatten(updates, stat)
 
-    d, cap, guess = _direction(x, g, lower, upper, state.diff_params_memory,
+    d, cap, guess, restart = _direction(x, g, lower, upper, state.diff_params_memory,
                                state.diff_updates_memory, state.num_pairs, state.count)
 
     search = dataclasses.replace(self.linesearch, max_learning_rate=cap)
@@ -253,17 +259,21 @@ class LBFGSB(Transformation):
     sy, yy = jnp.sum(s * y), jnp.sum(y * y)
     # BLNZ Sec. 6: the pair is kept only with enough positive curvature, so B stays positive definite.
     valid = (sy > jnp.finfo(stat).eps * yy) & jnp.isfinite(sy) & jnp.isfinite(yy)
+    # After a restart or a failed search the memory is cleared (and the next update starts from
+    # the gradient, as L-BFGS-B retries a failed search); minimize stops on a second failure.
+    clear = restart | (ls_state.info.decrease_error > 0)
+    valid = valid & ~clear
 
     def push(memory, row):
       shifted = jnp.concatenate([memory[1:], row[None]], axis=0)
-      return jnp.where(valid, shifted, memory)
+      return jnp.where(valid, shifted, jnp.where(clear, jnp.zeros_like(memory), memory))
 
     new_state = ScaleByLBFGSBState(
         count=safe_increment(state.count),
         diff_params_memory=push(state.diff_params_memory, s),
         diff_updates_memory=push(state.diff_updates_memory, y),
         num_pairs=jnp.where(valid, jnp.minimum(state.num_pairs + 1, self.memory_size),
-                            state.num_pairs).astype(state.num_pairs.dtype),
+                            jnp.where(clear, 0, state.num_pairs)).astype(state.num_pairs.dtype),
         linesearch=ls_state)
     return _bounds.unflatten(x_new - _bounds.flatten(params, stat), params), new_state
 

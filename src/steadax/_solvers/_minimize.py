@@ -133,6 +133,7 @@ class _Carry(NamedTuple):
   fun_evals: jax.Array
   grad_evals: jax.Array
   reason: jax.Array
+  failed: jax.Array  # the last line search failed
 
 
 def _default_tol(stat: Any) -> float:
@@ -302,6 +303,7 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
   state = tx.init(x0)
   reuse = _reuses_search(tx, state) and (isinstance(_last(tx), LBFGSB) or not bounded)
   searches = _find_fields(state, "num_linesearch_steps")
+  retries = isinstance(_last(tx), LBFGSB)
   value, grad = evaluate(x0)
   norm = grad_norm(x0, grad)
   one = jnp.ones([], jnp.int32)
@@ -316,8 +318,9 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
          int(StopReason.MAX_STEPS)], 0).astype(jnp.int32)
 
   zero = jnp.zeros([], jnp.int32)
+  false = jnp.zeros([], bool)
   start = _Carry(x0, state, value, grad, norm, zero, one, one,
-                 reason_after(value, norm, zero, jnp.zeros([], bool)))
+                 reason_after(value, norm, zero, false), false)
 
   def body(c: _Carry) -> _Carry:
     updates, state = tx.update(c.grad, c.state, c.params, value=c.value, grad=c.grad,
@@ -337,9 +340,15 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
     for err in _find_fields(state, "decrease_error"):
       # A search that missed sufficient decrease and did not lower the objective: no progress.
       failed = failed | ((err > 0) & ~(value < c.value))
+    if retries:
+      # L-BFGS-B cleared its memory after the failure and retries from the gradient: only a
+      # second failure in a row stops (L-BFGS-B's own rule).
+      failed_now, failed = failed, failed & c.failed
+    else:
+      failed_now = failed
     step = c.step + one
     new = _Carry(params, state, value, grad, norm, step, fun_evals, grad_evals,
-                 reason_after(value, norm, step, failed))
+                 reason_after(value, norm, step, failed), failed_now)
     if callback is not None:
       jax.lax.cond((step % callback_every == 0) | (new.reason != 0),
                    lambda: jax.debug.callback(callback, _info(new, None)), lambda: None)
