@@ -224,6 +224,8 @@ EXTENSIONS = {
         "skip_spikes", "SkipSpikesState", "groups", "group_labels", "dotted_path",
         "reset_partition_state", "state_get", "state_set",
         "sweep", "fuse", "Fused", "FusedState",
+        # Deterministic solvers (docs/deterministic.md).
+        "minimize", "MinimizeInfo", "StopReason", "stop_reason_message", "lbfgsb", "ScaleByLBFGSBState",
         # The contract checker for user transformations (docs/testing.md).
         "testing",
         # State records Optax defines but does not export.
@@ -237,7 +239,7 @@ EXTENSIONS = {
 }
 # Packages that are layers of the code base, not namespaces: what they define is re-exported at the
 # top level or, for Optax's transforms-only names, in steadax.transforms.
-INTERNAL_LAYERS = ["_optimizers", "_wrappers", "_linesearch"]
+INTERNAL_LAYERS = ["_optimizers", "_wrappers", "_linesearch", "_solvers"]
 # Imports point down the layers (core, then transforms, then optimizers and wrappers, then the
 # public surfaces); packages of one rank may import each other. Package __init__ files are the
 # public surfaces and may import from any layer.
@@ -245,7 +247,7 @@ LAYER_RANKS = {
     "_core": 0, "tree": 1, "_linalg": 2, "_utils": 3, "schedules": 3, "losses": 3, "projections": 3,
     "second_order": 3, "assignment": 3, "perturbations": 3, "microbatching": 3, "experimental": 3,
     "checkpoint": 3,
-    "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "testing": 6,
+    "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "testing": 6, "_solvers": 6,
     "": 7,
 }
 # (module, imported module) pairs that still point up; each must be removed from this table when
