@@ -182,7 +182,7 @@ def _running_mean() -> Accumulator:
 
 def _merged_sharding(x: jax.Array) -> dict:
   """``out_sharding`` for merging the two leading axes of ``x`` under an explicit mesh."""
-  sharding = getattr(jax.typeof(x), "sharding", None)
+  sharding: Any = getattr(jax.typeof(x), "sharding", None)
   mesh = getattr(sharding, "mesh", None)
   if mesh is None or not getattr(mesh, "are_all_axes_explicit", False):
     return {}
@@ -274,7 +274,7 @@ def reshape_batch_axis(tree: Any, microbatch_size: int, axis: int = 0) -> Any:
   """
   def leaf(x):
     shape = (*x.shape[:axis], -1, microbatch_size, *x.shape[axis + 1:])
-    sharding = getattr(jax.typeof(x), "sharding", None)
+    sharding: Any = getattr(jax.typeof(x), "sharding", None)
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or not getattr(mesh, "are_all_axes_explicit", False):
       return x.reshape(shape, order="F")

@@ -8,7 +8,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._core._checks import check_positive
-from .._core._module import Module
+from .._core._types import Schedule
 from ._common import cast, static_steps, value_dtype
 from ._join import JoinedSchedule, join_schedules
 from ._schedule import (
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-def warmup_constant_schedule(init_value: Any, peak_value: Any, warmup_steps: int) -> Module:
+def warmup_constant_schedule(init_value: Any, peak_value: Any, warmup_steps: int) -> Schedule:
   """Linear warmup from ``init_value`` to ``peak_value``, then constant at ``peak_value``.
 
   Args:
@@ -62,8 +62,8 @@ def _end_over_peak(end_value: Any, peak_value: Any) -> Any:
 def warmup_cosine_decay_schedule(
     init_value: Any,
     peak_value: Any,
-    warmup_steps: int,
-    decay_steps: int,
+    warmup_steps: int | float,
+    decay_steps: int | float,
     end_value: Any = 0.0,
     exponent: Any = 1.0,
 ) -> JoinedSchedule:
@@ -114,7 +114,7 @@ def warmup_cosine_decay_schedule(
 def warmup_exponential_decay_schedule(
     init_value: Any,
     peak_value: Any,
-    warmup_steps: int,
+    warmup_steps: int | float,
     transition_steps: int,
     decay_rate: Any,
     transition_begin: int = 0,

@@ -139,10 +139,10 @@ class InjectHyperparams(Transformation):
   requires_float = False  # the inner transformation checks its parameters
   inner_factory: Callable = static_field()
   numeric_names: tuple = static_field(default=())
-  numeric_values: tuple = hyper_field(())
+  numeric_values: tuple = hyper_field(default=())
   numeric_dtypes: tuple = static_field(default=())
   schedule_names: tuple = static_field(default=())
-  schedules: tuple = hyper_field(())
+  schedules: tuple = hyper_field(default=())
   static_items: tuple = static_field(default=())
   positional_names: tuple = static_field(default=())
   hyperparam_dtype: Any = static_field(default=None)

@@ -34,7 +34,8 @@ class JoinedSchedule(Module):
     return value
 
 
-def join_schedules(schedules: Sequence[Callable[[Any], Any]], boundaries: Sequence[int]) -> JoinedSchedule:
+def join_schedules(schedules: Sequence[Callable[[Any], Any]],
+                   boundaries: Sequence[int | float]) -> JoinedSchedule:
   """Runs ``schedules`` in sequence, switching at ``boundaries``.
 
   Schedule ``i > 0`` is evaluated at ``count - boundaries[i - 1]`` (it starts from 0 at its

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._module import Module, hyper_field, static_field
+from .._core._types import Schedule
 from ._common import as_count, cast, concrete_number, declared_dtype, static_steps, value_dtype
 
 __all__ = [
@@ -82,9 +83,9 @@ def polynomial_schedule(
     init_value: Any,
     end_value: Any,
     power: Any,
-    transition_steps: int,
-    transition_begin: int = 0,
-) -> Module:
+    transition_steps: int | float,
+    transition_begin: int | float = 0,
+) -> Schedule:
   """Polynomial transition from ``init_value`` to ``end_value``.
 
   With ``t = clip(count - transition_begin, 0, transition_steps)`` the value is
@@ -121,9 +122,9 @@ def polynomial_schedule(
 def linear_schedule(
     init_value: Any,
     end_value: Any,
-    transition_steps: int,
-    transition_begin: int = 0,
-) -> Module:
+    transition_steps: int | float,
+    transition_begin: int | float = 0,
+) -> Schedule:
   """Linear transition from ``init_value`` to ``end_value`` (``polynomial_schedule`` with power 1).
 
   Args:
@@ -171,12 +172,12 @@ class ExponentialDecay(Module):
 
 def exponential_decay(
     init_value: Any,
-    transition_steps: int,
+    transition_steps: int | float,
     decay_rate: float,
-    transition_begin: int = 0,
+    transition_begin: int | float = 0,
     staircase: bool = False,
     end_value: Any | None = None,
-) -> Module:
+) -> Schedule:
   """Exponential decay: ``init_value * decay_rate ** ((count - transition_begin) / transition_steps)``.
 
   The value is ``init_value`` up to ``transition_begin``. With ``staircase`` the exponent is floored,
@@ -244,7 +245,7 @@ class CosineDecay(Module):
 
 def cosine_decay_schedule(
     init_value: Any,
-    decay_steps: int,
+    decay_steps: int | float,
     alpha: Any = 0.0,
     exponent: Any = 1.0,
 ) -> CosineDecay:

@@ -253,12 +253,14 @@ def _other_dtype(dtype: Any) -> np.dtype:
 def _x64(value: bool):
   """JAX's x64 flag for this thread (the process-wide flag is left alone): the flag is part of
   every trace and compilation cache key, so programs of both modes never mix."""
-  state = getattr(jax, "enable_x64", None)
+  state: Any = getattr(jax, "enable_x64", None)
   if callable(state):
-    with state(value):
+    context: Any = state(value)
+    with context:
       yield
   else:  # older JAX
-    from jax.experimental import disable_x64, enable_x64  # pylint: disable=g-import-not-at-top
+    from jax.experimental import (  # pylint: disable=g-import-not-at-top
+        disable_x64, enable_x64)  # pyright: ignore[reportAttributeAccessIssue] (older JAX only)
 
     with (enable_x64() if value else disable_x64()):
       yield
@@ -704,7 +706,7 @@ def check_transformation(
   params = _strong_params(params)
   grads_fn = _grads_function(grads)
   type_checks = tuple(c for c in selected if c in _TYPE_CHECKS)
-  here = bool(jax.config.jax_enable_x64)
+  here = bool(jax.config.read("jax_enable_x64"))
   modes = [here] + ([not here] if x64 == "both" else [])
   with strict_mode(strict):
     for mode in modes:

@@ -38,7 +38,7 @@ class ScaleByLion(Transformation):
   b2: Any = hyper_field(0.99, check=check_decay)
   mu_dtype: Any = static_field(default=None)
   mode: str = static_field(default="hard")
-  smooth_beta: Any = hyper_field(1.0)
+  smooth_beta: Any = hyper_field(default=1.0)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     def leaf(k, g, m):

@@ -162,6 +162,7 @@ class ScaleByLearningRate(Transformation):
     return EmptyState()
 
   def update_fn(self, updates, state, params=None, **extra_args):
+    lr: Any
     if callable(self.learning_rate):
       lr = self.learning_rate(state.count)
       state = ScaleByScheduleState(count=safe_increment(state.count))
@@ -171,7 +172,7 @@ class ScaleByLearningRate(Transformation):
     return out, state
 
 
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule = None, *, flip_sign: bool = True):
+def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *, flip_sign: bool = True):
   """Scales updates by the learning rate, negated by default (gradient descent).
 
   Args:

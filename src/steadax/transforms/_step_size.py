@@ -133,7 +133,7 @@ class ScaleByDistanceOverGradients(Transformation):
   reps_rel: Any = hyper_field(1e-06, check=check_positive)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   param_dtype: Any = static_field(default=jnp.float32)
-  global_scale: Any = hyper_field(1.0)
+  global_scale: Any = hyper_field(default=1.0)
 
   def init_fn(self, params):  # non-zero statistics and a copy of the parameters: by hand
     def initial_distance(p):

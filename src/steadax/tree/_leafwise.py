@@ -40,7 +40,7 @@ def arith_dtype(dtype: Any) -> np.dtype:
   return dtype
 
 
-def as_array(x: Any) -> jax.Array:
+def as_array(x: Any) -> jax.Array | np.ndarray:
   return x if isinstance(x, (jax.Array, np.ndarray)) else jnp.asarray(x)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._leafwise import flatten_like
@@ -99,7 +100,7 @@ def tree_unwrap_random_key_data(input_tree: Any) -> Any:
     dtype('uint32')
   """
   def unwrap(x):
-    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
       return jax.random.key_data(x)
     return x
 

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def _leaves(tree: Any) -> list[jax.Array]:
+def _leaves(tree: Any) -> list[jax.Array | np.ndarray]:
   return [as_array(x) for x in jax.tree_util.tree_leaves(tree)]
 
 

@@ -114,7 +114,7 @@ class _FunctionAggregator(Aggregator):
 
 
 def _axes(axis: Any) -> tuple[int, ...]:
-  return (axis,) if isinstance(axis, (int, np.integer)) else tuple(int(a) for a in axis)
+  return (int(axis),) if isinstance(axis, (int, np.integer)) else tuple(int(a) for a in axis)
 
 
 def _check_axis(owner: str, per_elt_axis: Any) -> Any:
