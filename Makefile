@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate
+.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -50,6 +50,13 @@ test: $(VENV)/.dev docs
 	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --doctest-modules src tests && \
 	echo "JAX_ENABLE_X64=1 pytest -m 'not x32_only' tests" && \
 	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not x32_only" tests
+
+# The property tests (tests/property) with random (not derandomized) examples, STEADAX_FUZZ times as
+# many as make test's fixed handful, in both x64 modes.
+STEADAX_FUZZ ?= 20
+fuzz: $(VENV)/.dev
+	STEADAX_FUZZ=$(STEADAX_FUZZ) JAX_ENABLE_X64=0 $(PY) -m pytest -q -n 0 -p no:cacheprovider tests/property && \
+	STEADAX_FUZZ=$(STEADAX_FUZZ) JAX_ENABLE_X64=1 $(PY) -m pytest -q -n 0 -p no:cacheprovider tests/property
 
 # Mutation testing of the dtype policy on a temporary copy of src/ (tests/mutation/run.py): fails
 # when an injected dtype bug is not caught by its tests.
