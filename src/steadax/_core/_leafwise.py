@@ -55,7 +55,7 @@ from ._config import is_strict
 from ._contract import ContractError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
 
-__all__ = ["Scalars", "leafwise", "place_like", "tree_reduce"]
+__all__ = ["Scalars", "leafwise", "place_kept_axes", "place_like", "tree_reduce"]
 
 
 def _axis_kinds(sharding: Any) -> set:
@@ -97,6 +97,8 @@ def place_like(reference: Any, value: Any) -> Any:
   """
   if reference is None or value is None or np.shape(reference) != np.shape(value):
     return value
+  if any(jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.extended) for x in (reference, value)):
+    return value  # typed PRNG keys: no layout of their own to follow
   if isinstance(value, jax.core.Tracer) or isinstance(reference, jax.core.Tracer):
     want = getattr(jax.typeof(reference), "sharding", None)
     have = getattr(jax.typeof(value), "sharding", None)
@@ -114,6 +116,58 @@ def place_like(reference: Any, value: Any) -> Any:
       and not have.is_equivalent_to(want, np.ndim(value))):
     value = jax.device_put(value, want)
   return value
+
+def _named_sharding(x: Any) -> Any:
+  """The NamedSharding of an array, tracer or ShapeDtypeStruct (in its type when traced), or None."""
+  sharding = getattr(jax.typeof(x), "sharding", None) if isinstance(x, jax.core.Tracer) else getattr(
+      x, "sharding", None)
+  return sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
+
+
+def place_kept_axes(reference: Any, value: Any, kept: tuple[int, ...]) -> Any:
+  """``value``, a statistic of ``reference`` over all axes but ``kept`` (shape
+  ``reference.shape[kept]``), with the sharding of ``reference``'s ``kept`` axes.
+
+  Adafactor's row and column factors, SM3's covers and PSGD-Kron's diagonal factors live on one or
+  two axes of their parameter: each takes those axes' sharding (a factor of a ``P("data", "model")``
+  matrix over its columns is ``P("model")``), the layout their updates (a sum over the other axes,
+  all-reduced) produce, so init and every step agree. That layout is known under explicit mesh
+  axes and for concrete arrays; under automatic axes the compiler chooses it and the optimizer
+  keeps the incoming one from step to step (``place_like`` of the old value).
+
+  Args:
+    reference: the parameter.
+    value: the statistic.
+    kept: the axes of ``reference`` that ``value`` keeps, in order.
+
+  Returns:
+    ``value``, resharded or placed when its layout differs.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> place_kept_axes(jnp.ones((2, 3)), jnp.zeros(3), (1,)).shape
+    (3,)
+  """
+  if tuple(kept) == tuple(range(np.ndim(reference))):
+    return place_like(reference, value)
+  sharding = _named_sharding(reference)
+  if sharding is None or value is None:
+    return value
+  spec = tuple(sharding.spec) + (None,) * (np.ndim(reference) - len(tuple(sharding.spec)))
+  kept_spec = jax.sharding.PartitionSpec(*[spec[a] for a in kept])
+  if isinstance(value, jax.core.Tracer):
+    if "Explicit" not in _axis_kinds(sharding):
+      return value
+    have = getattr(jax.typeof(value), "sharding", None)
+    if have is None or have.spec != kept_spec:
+      value = jax.sharding.reshard(value, jax.sharding.NamedSharding(sharding.mesh, kept_spec))
+    return value
+  target = jax.sharding.NamedSharding(sharding.mesh, kept_spec)
+  if isinstance(sharding.mesh, jax.sharding.Mesh) and isinstance(value, jax.Array) and not (
+      value.sharding.is_equivalent_to(target, value.ndim)):
+    value = jax.device_put(value, target)
+  return value
+
 
 class Scalars:
   """A record of per-dtype scalars for a leaf function (``k.b1``, ``k.eps``, ...).
@@ -290,9 +344,30 @@ def leafwise(
             f"{owner}: the leaf function returned shape {np.shape(value)} at {_path(treedef, i)}, "
             f"expected {np.shape(inputs[0] if j == 0 else leaf_states[j - 1])}."
         )
-      written.append(cast(value, store))
+      written.append(saturating_cast(value, store))
     outs.append(tuple(written))
   return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(1 + n_states))
+
+
+def saturating_cast(value: jax.Array, store: Any) -> jax.Array:
+  """``value`` written in ``store``, saturating: a finite value beyond ``store``'s range is written
+  as its largest finite value instead of infinity.
+
+  A float16 second moment of a 6e4 gradient (3.6e6) or a float16 momentum summing two of them
+  exceeds float16's largest value (65504); written as infinity it is absorbing (every later step
+  divides by it or adds to it) and the optimizer stops for good, or turns it into NaN. Saturated,
+  the step is finite and the statistic recovers as the gradients shrink. Non-finite values (a NaN
+  or infinite gradient) stay non-finite, so finite guards still see them; a store at least as wide
+  as the compute dtype (float32 state, float32 maths) is a plain cast.
+  """
+  store = np.dtype(store)
+  value = jnp.asarray(value)
+  if (jnp.issubdtype(store, jnp.floating) and jnp.issubdtype(value.dtype, jnp.floating)
+      and jnp.finfo(store).max < jnp.finfo(value.dtype).max):
+    largest = float(jnp.finfo(store).max)
+    saturated = jnp.clip(value, -largest, largest)
+    value = jnp.where(jnp.isfinite(value), saturated, value)
+  return cast(value, store)
 
 
 def _path(treedef: Any, index: int) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_schedule_output
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, saturating_cast
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
@@ -320,7 +320,8 @@ class MultiSteps(Transformation):
     emit = n >= k - jnp.asarray(1, COUNTER_DTYPE)
 
     def emit_branch():
-      grads = cast_like(acc_grads, updates)
+      # A sum of k float16 gradients can exceed float16's range: saturated, not infinite.
+      grads = jax.tree_util.tree_map(lambda a, u: saturating_cast(a, u.dtype), acc_grads, updates)
       new_updates, inner_state = inner_step(grads)
       return new_updates, MultiStepsState(
           mini_step=zero_count(),
