@@ -157,3 +157,16 @@ def test_bad_input():
     steadax.minimize(lambda p: jnp.sum(p["w"] ** 2), {"w": jnp.ones(2), "n": jnp.asarray(1, jnp.int32)})
   with pytest.raises(ValueError, match="callback_every"):
     steadax.minimize(rosenbrock, jnp.ones(2, DTYPE), callback=print, callback_every=0)
+
+
+@pytest.mark.x32_only
+def test_optax_transformation():
+  import optax
+
+  # Optax's lbfgs gets value, grad and value_fn (its update takes keyword extras). It goes through
+  # steadax's contract like any function pair: outside strict mode (the default) the weakly typed
+  # counter in Optax's line-search state is made strong instead of raising.
+  with steadax.strict_mode(False):
+    x, info = steadax.minimize(rosenbrock, jnp.asarray([-1.2, 1.0], DTYPE), optax.lbfgs())
+  assert info.reason == StopReason.CONVERGED
+  np.testing.assert_allclose(np.asarray(x), 1.0, atol=1e-3)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -21,7 +22,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import Transformation, apply_updates
+from .._core._base import GradientTransformationExtraArgs, apply_updates, with_extra_args_support
 from .._core._combine import Chain
 from .._core._policy import key_path_str, scalar_stat_dtype
 from .._core._tree import cast_like
@@ -223,6 +224,7 @@ def minimize(
   x0 = jax.tree_util.tree_map(jnp.asarray, x0)
   if isinstance(callback_every, bool) or not isinstance(callback_every, int) or callback_every < 1:
     raise ValueError(f"{owner}: callback_every must be an int >= 1, got {callback_every!r}.")
+  lower = upper = None
   if bounds is not None:
     if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
       raise ValueError(f"{owner}: `bounds` must be a pair (lower, upper), got {type(bounds).__name__}.")
@@ -234,8 +236,8 @@ def minimize(
       tx = tx.replace(lower=lower, upper=upper)
   elif tx is None:
     tx = lbfgs()
-  else:
-    lower = upper = None
+  if not isinstance(tx, GradientTransformationExtraArgs):
+    tx = _with_extras(tx)
   if bounds is None and isinstance(tx, LBFGSB):
     lower, upper = tx.lower, tx.upper
     _bounds.check_bounds(owner, lower, upper, x0)
@@ -252,6 +254,19 @@ def minimize(
       raise ValueError(f"{owner}: the objective's {where} is not finite at the starting point "
                        f"(value {float(value)}).")
   return params, info
+
+
+def _with_extras(tx: Any) -> Any:
+  """A foreign ``(init, update)`` pair (an Optax transformation) as a steadax one: its ``update``
+  gets ``value``/``grad``/``value_fn`` when it takes keyword extras (Optax's line searches), else
+  they are dropped."""
+  init, update = tx
+  try:
+    takes_extras = any(p.kind is inspect.Parameter.VAR_KEYWORD
+                       for p in inspect.signature(update).parameters.values())
+  except (TypeError, ValueError):
+    takes_extras = False
+  return GradientTransformationExtraArgs(init, update) if takes_extras else with_extra_args_support(tx)
 
 
 def _scalar(owner, fun, params, args, has_aux, stat):
