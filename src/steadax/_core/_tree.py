@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._policy import accumulator_dtype, compute_dtype, real_dtype
+from ._leafwise import place_like
+from ._policy import accumulator_dtype, compute_dtype, hyper, real_dtype
 
 __all__ = [
     "tree_map",
@@ -17,6 +18,7 @@ __all__ = [
     "zeros_mirroring",
     "zeros_like",
     "full_like",
+    "filled_like",
     "copy_like",
     "cast_like",
     "tree_sum_of_squares",
@@ -64,9 +66,10 @@ def zeros_mirroring(x: Any, dtype: Any) -> jax.Array:
 
   The one constructor of parameter-shaped state. ``jnp.zeros_like`` keeps the sharding of a
   committed jax Array and of a ShapeDtypeStruct that has one; under ``jit``/``eval_shape`` the new
-  value takes the sharding in the tracer's type (explicit mesh axes), and with automatic axes the
-  compiler places it, as it places every value of the traced step. No ``device=`` argument, which
-  a tracer cannot take.
+  value takes the sharding in the tracer's type (explicit mesh axes), and with automatic axes
+  ``place_like`` ties it to the parameter's sharding (a zero depends on no input, so the compiler
+  would otherwise replicate it or leave it on one device). No ``device=`` argument, which a tracer
+  cannot take.
 
   Args:
     x: a jax Array, tracer, ShapeDtypeStruct, numpy array or Flax variable.
@@ -80,7 +83,8 @@ def zeros_mirroring(x: Any, dtype: Any) -> jax.Array:
     >>> zeros_mirroring(jax.ShapeDtypeStruct((2,), jnp.float32), jnp.bfloat16)
     Array([0, 0], dtype=bfloat16)
   """
-  return jnp.zeros_like(array_leaf(x), dtype=jax.dtypes.canonicalize_dtype(dtype))
+  x = array_leaf(x)
+  return place_like(x, jnp.zeros_like(x, dtype=jax.dtypes.canonicalize_dtype(dtype)))
 
 
 def zeros_like(tree: Any, dtype: Any = None, *, real: bool = False) -> Any:
@@ -118,7 +122,29 @@ def full_like(tree: Any, value: Any, dtype: Any = None) -> Any:
   def make(x):
     x = array_leaf(x)
     d = jax.dtypes.canonicalize_dtype(dtype if dtype is not None else x.dtype)
-    return jnp.full_like(x, value, dtype=d)
+    return place_like(x, jnp.full_like(x, value, dtype=d))
+
+  return tree_map(make, tree)
+
+
+def filled_like(tree: Any, value: Any, *, real: bool = False) -> Any:
+  """Accumulators mirroring ``tree`` (shape and sharding) holding ``value`` in each leaf's
+  accumulator dtype (its real part with ``real``); ``value`` may be traced (a hyperparameter leaf
+  under ``jit``). The fill is placed after it is computed: a constant tied to the parameter's
+  layout and then shifted would be folded into a fresh, unplaced constant.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> filled_like({"w": jnp.zeros(2, jnp.complex64)}, 0.1, real=True)["w"]
+    Array([0.1, 0.1], dtype=float32)
+  """
+  def make(x):
+    x = array_leaf(x)
+    dtype = accumulator_dtype(x.dtype, None, real=real)
+    zeros = jnp.zeros_like(x, dtype=dtype)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+      return place_like(x, zeros)
+    return place_like(x, zeros + hyper(value, dtype))
 
   return tree_map(make, tree)
 

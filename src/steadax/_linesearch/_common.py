@@ -83,10 +83,13 @@ def real_vdot(a: Any, b: Any, dtype: Any) -> jax.Array:
   total = jnp.zeros([], dtype)
   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
     cdt = compute_dtype(x.dtype, y.dtype)
-    # vdot conjugates its first argument: Re(sum(conj(x) y)) = sum(Re x Re y + Im x Im y).
-    dot = jnp.vdot(cast(x, cdt), cast(y, cdt), precision=jax.lax.Precision.HIGHEST)
+    x, y = cast(x, cdt), cast(y, cdt)
+    # Re(sum(conj(x) y)) = sum(Re x Re y + Im x Im y), as a product and a sum rather than a dot:
+    # a reduction over sharded axes is a partial sum and an all-reduce whatever the layout, where
+    # a contraction of sharded axes has no defined result sharding under explicit mesh axes.
+    product = jnp.real(x) * jnp.real(y) + jnp.imag(x) * jnp.imag(y) if jnp.iscomplexobj(x) else x * y
     # A whole-tree reduction: each leaf's product joins the total in the statistics dtype.
-    total = total + jnp.real(dot).astype(dtype)
+    total = total + jnp.sum(product).astype(dtype)
   return total
 
 

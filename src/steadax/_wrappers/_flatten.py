@@ -10,7 +10,9 @@ import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._policy import promote_types
+from .._core._leafwise import place_like
 from .._core._module import child_field
+from ..transforms._matrix import replicate_whole
 
 __all__ = ["flatten"]
 
@@ -29,8 +31,12 @@ def _ravel(tree: Any, dtype: np.dtype) -> jax.Array:
     return jnp.zeros((0,), dtype)
   # One vector holds every leaf, so they share one dtype (the promotion of theirs); a float0
   # gradient (of an integer parameter, from jax.grad(allow_int=True)) holds zeros there.
+  # The vector is not sharded like any leaf: sharded leaves are gathered into it (explicitly under
+  # explicit mesh axes, where a reshape cannot merge sharded axes), and each piece is put back in
+  # its parameter's layout by _unravel.
   return jnp.concatenate([
-      jnp.zeros(np.size(x), dtype) if x.dtype == jax.dtypes.float0 else jnp.ravel(x).astype(dtype)
+      jnp.zeros(np.size(x), dtype) if x.dtype == jax.dtypes.float0
+      else jnp.ravel(replicate_whole(x)[0][0]).astype(dtype)
       for x in leaves])
 
 
@@ -51,7 +57,8 @@ def _unravel(like: Any, flat: jax.Array, params: Any = None) -> Any:
     piece = flat[start:start + size].reshape(np.shape(leaf))
     if jnp.iscomplexobj(piece) and not jnp.issubdtype(leaf.dtype, jnp.complexfloating):
       piece = jnp.real(piece)
-    out.append(piece.astype(leaf.dtype))  # back from the vector's shared dtype to the leaf's own
+    # Back from the vector's shared dtype to the leaf's own, and to its parameter's layout.
+    out.append(place_like(p if p is not None else leaf, piece.astype(leaf.dtype)))
     start += size
   return treedef.unflatten(out)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
 from .._core._leafwise import _path as leaf_path
+from .._core._leafwise import place_like
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str, promote_types
 from .._core._roles import INNER, OTHER, state_roles
@@ -165,7 +166,9 @@ class FusedLayout:
         size = int(np.prod(shape))
         piece = vector[start:start + size].reshape(shape)
         if like_leaves is not None and like_leaves[i] is not None:
-          piece = piece.astype(like_leaves[i].dtype)
+          # A leaf that went into a buffer unsharded as far as tracing could tell (automatic mesh
+          # axes under jit) still comes back in its own layout.
+          piece = place_like(like_leaves[i], piece.astype(like_leaves[i].dtype))
         out[i] = piece
         start += size
     for key, i in self.singles:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import EmptyState, Transformation
-from .._core._leafwise import Scalars, leafwise
+from .._core._leafwise import Scalars, leafwise, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, cast, compute_dtype, hyper, key_path_str, real_dtype
 
@@ -57,7 +57,9 @@ def _unit_norm(owner: str, x: jax.Array, axis: Any) -> jax.Array:
   """Unit-wise l2 norm of ``x`` (already in its compute dtype), broadcast to ``x``'s shape."""
   axes = _default_axes(owner, x) if axis is None else axis
   sq = jnp.sum(_abs_sq(x), axis=axes, keepdims=True)
-  return jnp.broadcast_to(jnp.sqrt(sq), np.shape(x))
+  # Broadcast back in x's layout (under explicit mesh axes a broadcast of the reduced axes would be
+  # replicated there, and could not be selected against x).
+  return place_like(x, jnp.broadcast_to(jnp.sqrt(sq), np.shape(x)))
 
 
 def _clip_leaf(k: Scalars, grad: jax.Array, g_norm: jax.Array, max_norm: jax.Array) -> jax.Array:

@@ -25,9 +25,9 @@ from .._core._checks import check_nonnegative, check_positive, check_schedule_or
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper, real_dtype
+from .._core._policy import hyper
 from .._core._roles import OTHER, accumulator, state_roles
-from .._core._tree import copy_like, tree_map, zeros_like
+from .._core._tree import copy_like, filled_like, zeros_like
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
@@ -65,14 +65,10 @@ class ScaleByCOCOB(Transformation):
 
   def init_fn(self, params):
     # L starts at eps and x_0 is a copy of the parameters: built here, checked against the roles.
-    def scale(x):
-      dtype = real_dtype(x.dtype)
-      return jnp.full(jnp.shape(x), hyper(self.eps, dtype), dtype)
-
     return COCOBState(
         init_particles=copy_like(params),
         cumulative_gradients=zeros_like(params),
-        scale=tree_map(scale, params),
+        scale=filled_like(params, self.eps, real=True),
         subgradients=zeros_like(params, real=True),
         reward=zeros_like(params, real=True),
     )

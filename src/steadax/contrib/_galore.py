@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, place_like
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
@@ -170,7 +170,9 @@ class ScaleByGalore(Transformation):
           # Projectors are stored in the parameter's dtype, as in Optax.
           return (u[:, :r] if left else conj_t(vh[:r, :])).astype(dtype)
 
-        p = jax.lax.cond(refresh, fresh, lambda p=p: p)
+        # The projector keeps its layout (under automatic mesh axes the compiler would choose one
+        # for the cond's result).
+        p = place_like(p, jax.lax.cond(refresh, fresh, lambda p=p: p))
       pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
       # The base optimizer sees the projected gradient in the gradient's dtype, as its own
       # parameters (the low-rank proxies built at init) have it.
@@ -179,6 +181,9 @@ class ScaleByGalore(Transformation):
 
     low_updates, base_state = self.base_optimizer.update(
         treedef.unflatten(lows), state.base_optimizer_state, None)
+    # The base optimizer's state (moments of the low-rank projections, computed from the gathered
+    # matrices) keeps the layout it was created with.
+    base_state = jax.tree_util.tree_map(place_like, state.base_optimizer_state, base_state)
     low_updates = treedef.flatten_up_to(low_updates)
 
     @functools.cache  # once per real compute dtype, shared by the per-parameter calls below

@@ -29,12 +29,14 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
+from .._core._leafwise import place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import compute_dtype, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, state_roles
-from .._core._tree import tree_map
+from .._core._tree import tree_map, zeros_mirroring
 from .._core._docs import shared_args
 from ._adam import adam_scalars, adam_step, check_decay_below_one
+from ._matrix import replicate_whole
 
 __all__ = ["BlockQuantized", "ScaleByAdam8bitState", "scale_by_adam_8bit", "dynamic_quantization_map"]
 
@@ -217,7 +219,7 @@ class ScaleByAdam8bit(Transformation):
     def make(x, real):
       cdt = compute_dtype(x.dtype)
       if not self._quantized(x):
-        return jnp.zeros(np.shape(x), real_dtype(cdt) if real else cdt)
+        return zeros_mirroring(x, real_dtype(cdt) if real else cdt)
       n = math.prod(np.shape(x)) * (2 if jnp.issubdtype(cdt, jnp.complexfloating) and not real else 1)
       blocks = _layout(n, self.block_size)
       return BlockQuantized(codes=jnp.full((blocks, self.block_size), self._zero_code(not real), jnp.uint8),
@@ -250,10 +252,19 @@ class ScaleByAdam8bit(Transformation):
 
     scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
     (mu, mu_scale), (nu, nu_scale) = _split(state.mu), _split(state.nu)
-    out, mu, mu_scale, nu, nu_scale = self.leafwise(leaf, updates, mu, mu_scale, nu, nu_scale, params=params,
+    # Blocks run across the whole flattened tensor, not along its shards: a sharded gradient of a
+    # quantized tensor is gathered (the codes are replicated), and its update put back in the
+    # parameter's layout below; full-precision moments stay sharded like their parameters.
+    is_leaf = lambda x: x is None or isinstance(x, BlockQuantized)  # noqa: E731
+    whole = jax.tree_util.tree_map(
+        lambda q, g: replicate_whole(g)[0][0] if isinstance(q, BlockQuantized) and g is not None else g,
+        state.mu, updates, is_leaf=is_leaf)
+    out, mu, mu_scale, nu, nu_scale = self.leafwise(leaf, whole, mu, mu_scale, nu, nu_scale, params=params,
                                                     scalars=scalars)
-    return out, ScaleByAdam8bitState(count=count, mu=_join(state.mu, mu, mu_scale),
-                                     nu=_join(state.nu, nu, nu_scale))
+    out = tree_map(place_like, updates, out)
+    keep = lambda old, new: jax.tree_util.tree_map(place_like, old, new)  # noqa: E731
+    return out, ScaleByAdam8bitState(count=count, mu=keep(state.mu, _join(state.mu, mu, mu_scale)),
+                                     nu=keep(state.nu, _join(state.nu, nu, nu_scale)))
 
 
 @shared_args

@@ -27,7 +27,7 @@ from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._tree import tree_map, zeros_like
+from .._core._tree import filled_like, tree_map, zeros_like
 from .._core._docs import shared_args
 from ._adam import (ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, check_decay_below_one,
                     debiased_mu)
@@ -131,11 +131,6 @@ def scale_by_belief(
   return ScaleByBelief(b1, b2, eps, eps_root, nesterov=nesterov)
 
 
-def _filled(params: Any, value: Any, *, real: bool) -> Any:
-  """A state tree mirroring ``params`` (shape and sharding) filled with ``value``."""
-  return tree_map(lambda z: z + hyper(value, z.dtype), zeros_like(params, real=real))
-
-
 class ScaleByYogi(Transformation):
   name = "scale_by_yogi"
   elementwise = True
@@ -149,8 +144,8 @@ class ScaleByYogi(Transformation):
   def init_fn(self, params):  # non-zero initial moments: by hand (the roles still check it)
     return ScaleByAdamState(
         count=zero_count(),
-        mu=_filled(params, self.initial_accumulator_value, real=False),
-        nu=_filled(params, self.initial_accumulator_value, real=True),
+        mu=filled_like(params, self.initial_accumulator_value, real=False),
+        nu=filled_like(params, self.initial_accumulator_value, real=True),
     )
 
   def update_fn(self, updates, state, params=None, **extra_args):

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
@@ -216,7 +216,9 @@ class ScaleBySM3(Transformation):
       # A scalar is its own (single) cover set; Optax keeps no accumulator for it and fails.
       if np.ndim(p) == 0:
         return [jnp.zeros([], dtype)]
-      return [jnp.zeros((n,), dtype) for n in np.shape(p)]
+      # Cover i lives on axis i: it takes that axis' sharding (a vector's single cover is the
+      # parameter's own layout), which its update (a maximum over the other axes) has.
+      return [place_kept_axes(p, jnp.zeros((n,), dtype), (i,)) for i, n in enumerate(np.shape(p))]
 
     return ScaleBySM3State(mu=tree_map(covers, params), nu=role_zeros(params, accumulator(), self))
 
@@ -252,8 +254,9 @@ class ScaleBySM3(Transformation):
     is_leaf = lambda x: isinstance(x, list)  # noqa: E731
     nu_hat = tree_map(estimate, updates, state.mu)
     out, nu, nu_new = self.leafwise(leaf, updates, state.nu, nu_hat, params=params, scalars=scalars)
-    mu = jax.tree_util.tree_map(lambda covers, v: None if v is None else new_covers(v, covers),
-                                state.mu, nu_new, is_leaf=is_leaf)
+    mu = jax.tree_util.tree_map(
+        lambda covers, v: None if v is None else [place_like(c, n) for c, n in zip(covers, new_covers(v, covers))],
+        state.mu, nu_new, is_leaf=is_leaf)
     return out, ScaleBySM3State(mu=mu, nu=nu)
 
 

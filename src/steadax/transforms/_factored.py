@@ -22,11 +22,11 @@ import numpy as np
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, accumulator_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, state_roles
-from .._core._tree import tree_map
+from .._core._tree import tree_map, zeros_mirroring
 from ._moments import abs_sq
 
 __all__ = ["FactoredState", "scale_by_factored_rms"]
@@ -79,12 +79,10 @@ def factored_dims(shape: tuple[int, ...], factored: bool, min_dim_size_to_factor
 
 
 def _zeros_without_axis(x: Any, axis: int, dtype: Any) -> jax.Array:
-  shape = tuple(n for i, n in enumerate(np.shape(x)) if i != axis)
-  if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-    # Let a sharded parameter's statistics inherit the sharding of the reduction.
-    target = jax.eval_shape(lambda y: jnp.sum(y, axis=axis), x)
-    return jnp.zeros_like(target, dtype=dtype)
-  return jnp.zeros(shape, dtype)
+  """A factor of ``x`` (its mean over ``axis``): zeros with the sharding of ``x``'s other axes,
+  which is the layout the factor's update (a mean, all-reduced over ``axis``'s shards) has."""
+  kept = tuple(i for i in range(np.ndim(x)) if i != axis)
+  return place_kept_axes(x, jnp.zeros(tuple(np.shape(x)[i] for i in kept), dtype), kept)
 
 
 def _check_min_dim_size(owner: str, value: Any) -> None:
@@ -121,7 +119,7 @@ class ScaleByFactoredRms(Transformation):
       dtype = accumulator_dtype(p.dtype, real=True)
       dims = self._dims(p)
       if dims is None:
-        v = jnp.zeros_like(p, dtype=dtype) if isinstance(p, jax.Array) else jnp.zeros(np.shape(p), dtype)
+        v = zeros_mirroring(p, dtype)
         return placeholder(dtype), placeholder(dtype), v
       d1, d0 = dims
       return _zeros_without_axis(p, d0, dtype), _zeros_without_axis(p, d1, dtype), placeholder(dtype)
@@ -156,6 +154,9 @@ class ScaleByFactoredRms(Transformation):
     scalars = lambda dt: Scalars(decay=hyper(decay_t, dt), eps=hyper(self.epsilon, dt))
     out, v_row, v_col, v = self.leafwise(leaf, updates, state.v_row, state.v_col, state.v, params=params,
                                          scalars=scalars)
+    # The factors keep their layout from step to step (under automatic mesh axes the compiler
+    # would otherwise choose a new one for the reduced statistics: a recompilation at step 2).
+    v_row, v_col = (tree_map(place_like, old, new) for old, new in ((state.v_row, v_row), (state.v_col, v_col)))
     return out, FactoredState(count=safe_increment(state.count), v_row=v_row, v_col=v_col, v=v)
 
 

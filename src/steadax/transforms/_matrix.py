@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._leafwise import place_like
+
 __all__: list[str] = []
 
 
@@ -47,10 +49,15 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
 
   * No mesh (single device, or an unsharded value): nothing changes.
   * Explicit mesh axes (``jax.sharding.AxisType.Explicit``): ``reshard`` to a spec with ``None`` on
-    ``axes`` and back afterwards (the way back is a local slice, no collective).
+    ``axes``.
   * Auto mesh axes: a sharding constraint with ``None`` on ``axes`` and ``UNCONSTRAINED`` elsewhere;
     the partitioner propagates the rest. Meshes mixing both kinds get both.
   * Inside ``shard_map`` (manual axes) values are per-device blocks already: nothing changes.
+
+  The way back is ``place_like(x, result)`` (``_core._leafwise``): a ``reshard`` under explicit
+  axes, a sharding group with ``x`` under automatic ones (without it the partitioner leaves the
+  result replicated: every device would hold, and ``apply_updates`` reshard, the whole update).
+  Either way it is a local slice of the replicated result, no collective.
 
   Args:
     x: an array (or tracer).
@@ -64,20 +71,24 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
   sharding = getattr(aval, "sharding", None)
   mesh = getattr(sharding, "mesh", None)
   axis_type = getattr(jax.sharding, "AxisType", None)
+  original = x
+  restore = lambda y: place_like(original, y)  # noqa: E731
+  if not isinstance(x, jax.core.Tracer) and not isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding):
+    return x, restore
   if mesh is None or axis_type is None or getattr(mesh, "empty", True) or mesh.size <= 1:
-    return x, _identity
+    # Automatic axes under jit (no mesh in the type): the layout is the compiler's; the result
+    # is still tied to x's.
+    return x, restore
   types = tuple(getattr(mesh, "axis_types", ()))
   if any(t == axis_type.Manual for t in types):
     return x, _identity
   axes = {a % x.ndim for a in axes}
   named = jax.sharding.NamedSharding
   spec = tuple(sharding.spec) + (None,) * (x.ndim - len(tuple(sharding.spec)))
-  restore = _identity
   if any(t == axis_type.Explicit for t in types):
     new_spec = tuple(None if i in axes else s for i, s in enumerate(spec))
     if new_spec != spec:
       x = jax.sharding.reshard(x, named(mesh, jax.sharding.PartitionSpec(*new_spec)))
-      restore = lambda y: jax.sharding.reshard(y, sharding)
     spec = new_spec
   if any(t == axis_type.Auto for t in types):
     # Auto axes do not appear in the type: constrain the matrix axes to be whole and leave the
@@ -239,6 +250,9 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
     u, *rest = tx.leafwise(make_leaf(axes), g, *leaf_moments, *live, params=param_leaves[i],
                            scalars=scalars)
     new_moments, new_live = rest[:len(leaf_moments)], rest[len(leaf_moments):]
+    # Each matrix keeps the layout it came in with: computed from the gathered parameter, it
+    # would otherwise come out wherever the partitioner puts it (a different layout at each step).
+    new_live = [place_like(old, new) for old, new in zip(live, new_live)]
     new_matrices = [merge_matrices(mats, axes, new_live[j * len(axes):(j + 1) * len(axes)])
                     for j, mats in enumerate(leaf_matrices)]
     outs.append((back[0](u), *(b(x) for b, x in zip(back[1:], new_moments)), *new_matrices))

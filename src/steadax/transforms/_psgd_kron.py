@@ -31,11 +31,12 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import Module, hyper_field, static_field
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import global_norm, is_none
 from ._adam import one_minus_pow
+from ._matrix import replicate_whole
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._scaling import value_at
@@ -202,6 +203,12 @@ def _precondition(factors, dense, g):
   return g
 
 
+def _place_diagonal(param: Any, factor: jax.Array, axis: int) -> jax.Array:
+  """A diagonal factor of axis ``axis`` laid out as that axis of the parameter (a scalar's ``(1,)``
+  factor is not placed)."""
+  return place_kept_axes(param, factor, (axis,)) if np.ndim(param) else factor
+
+
 def _to(x: jax.Array, dtype: Any) -> jax.Array:
   """``x`` in ``dtype``: the cast in to, and out of, PSGD's per-parameter matrix part (see
   ``ScaleByPsgdKron.update_fn`` for why leafwise cannot do it there)."""
@@ -263,9 +270,12 @@ class ScaleByPsgdKron(Transformation):
       # the factors' declared dtype: preconditioner_dtype may be 16-bit).
       wide = compute_dtype(rdt)
       scale = hyper(self.preconditioner_init_scale, wide) ** (1.0 / len(shape))
+      # Dense factors are replicated (fitted on the gathered momentum); a diagonal factor lives on
+      # its axis and takes that axis' sharding (a vector's is the parameter's own layout).
       return tuple(
-          (scale * jnp.eye(d, dtype=wide)).astype(fdt) if is_dense else (scale * jnp.ones([d], wide)).astype(rdt)
-          for d, is_dense in zip(shape, self._dense(np.shape(x))))
+          (scale * jnp.eye(d, dtype=wide)).astype(fdt) if is_dense
+          else _place_diagonal(x, (scale * jnp.ones([d], wide)).astype(rdt), axis)
+          for axis, (d, is_dense) in enumerate(zip(shape, self._dense(np.shape(x)))))
 
     return ScaleByPsgdKronState(
         count=zero_count(), rng_key=_typed_key(self.name, self.key),
@@ -298,7 +308,7 @@ class ScaleByPsgdKron(Transformation):
     # whole-tree trust region below. So it casts in once (``_to``) to the compute dtype the
     # policy gives (the promotion of gradient, momentum and factors, at least float32) and runs
     # under standard promotion (real diagonals and step sizes on complex tensors), as leafwise does.
-    new_mus, momenta = list(mus), {}
+    new_mus, momenta, restores = list(mus), {}, {}
     with jax.numpy_dtype_promotion("standard"):
       for i in live:
         g, m = grads[i], mus[i]
@@ -306,7 +316,13 @@ class ScaleByPsgdKron(Transformation):
         k = scalars(real_dtype(cdt))
         m_new = k.b1 * _to(m, cdt) + (1 - k.b1) * _to(g, cdt)
         new_mus[i] = _to(m_new, m.dtype)
-        momenta[i] = (m_new / k.c1).reshape(np.shape(g) or (1,))
+        h = m_new / k.c1
+        if any(self._dense(np.shape(g))):
+          # A dense factor contracts its axis with the momentum in every product: the momentum is
+          # gathered once (one all-gather when sharded) and the preconditioned update put back
+          # in the parameter's layout afterwards (a local slice).
+          (h,), (restores[i],) = replicate_whole(h)
+        momenta[i] = h.reshape(np.shape(g) or (1,))
 
       def in_compute(fs, h):
         return tuple(_to(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
@@ -323,17 +339,23 @@ class ScaleByPsgdKron(Transformation):
           # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
           damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
           fitted = _fit_factors(fs, self._dense(np.shape(grads[i])), damped, probe, k.lr, k.tiny)
-          out[i] = tuple(_to(q, old.dtype) for q, old in zip(fitted, all_factors[i]))
+          # Each factor keeps its layout (both branches of the cond must agree on it).
+          out[i] = tuple(place_like(old, _to(q, old.dtype)) for q, old in zip(fitted, all_factors[i]))
         return out
 
-      factors = jax.lax.cond(do_update, fit, lambda fs: list(fs), list(factors))
+      fitted = jax.lax.cond(do_update, fit, lambda fs: list(fs), list(factors))
+      # The factors keep their layout from step to step (under automatic mesh axes the compiler
+      # would otherwise choose one for the cond's result).
+      factors = [fs if i not in momenta else tuple(place_like(o, n) for o, n in zip(fs, new))
+                 for i, (fs, new) in enumerate(zip(factors, fitted))]
 
       preconditioned = {}
       for i in live:
         h = momenta[i]
         fs = in_compute(factors[i], h)
         pre = _precondition(fs, self._dense(np.shape(grads[i])), h) if h.size else h
-        preconditioned[i] = pre.reshape(np.shape(grads[i]))
+        pre = pre.reshape(np.shape(grads[i]))
+        preconditioned[i] = restores[i](pre) if i in restores else pre
 
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
     # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,

@@ -21,7 +21,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._tree import tree_map, zeros_like
+from .._core._tree import filled_like, tree_map, zeros_like
 from ._moments import abs_sq
 
 __all__ = [
@@ -73,15 +73,6 @@ class ScaleByRssState(NamedTuple):
   """State of ``scale_by_rss``: the real running sum of squared updates."""
 
   sum_of_squares: Any
-
-
-def filled_like(params: Any, value: Any, *, real: bool) -> Any:
-  """Accumulators mirroring ``params`` (shape and sharding) holding ``value`` in each leaf's
-  accumulator dtype; ``value`` may be traced (a hyperparameter leaf under jit)."""
-  zeros = zeros_like(params, real=real)
-  if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
-    return zeros
-  return tree_map(lambda z: z + hyper(value, z.dtype), zeros)
 
 
 def _inverse_root(v: jax.Array, eps: Any, eps_in_sqrt: bool) -> jax.Array:

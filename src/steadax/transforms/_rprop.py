@@ -21,7 +21,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper, key_path_str
 from .._core._roles import accumulator, role_zeros, state_roles
-from .._core._tree import tree_map
+from .._core._tree import filled_like
 
 __all__ = ["ScaleByRpropState", "scale_by_rprop"]
 
@@ -66,9 +66,8 @@ class ScaleByRprop(Transformation):
 
   def init_fn(self, params):  # step sizes start at the learning rate: by hand (roles still check)
     _reject_complex(self.name, params)
-    zeros = lambda: role_zeros(params, accumulator(), self)  # noqa: E731
-    step_sizes = tree_map(lambda z: z + hyper(self.learning_rate, z.dtype), zeros())
-    return ScaleByRpropState(step_sizes=step_sizes, prev_updates=zeros())
+    return ScaleByRpropState(step_sizes=filled_like(params, self.learning_rate),
+                             prev_updates=role_zeros(params, accumulator(), self))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     def leaf(k, g, step, previous):
