@@ -84,13 +84,18 @@ class _SkipSpikes(Transformation):
     # The observed loss or norm, whatever its dtype, enters the statistics' dtype fixed at init.
     x = self._observe(updates, extra_args).astype(stat)
     finite = jnp.isfinite(x)
-    warm = state.count >= hyper(self.warmup_steps, COUNTER_DTYPE)
+    # Nothing is a spike before the first accepted value: the level is not defined yet (with
+    # warmup_steps=0 every first value was judged against a level of 0 and skipped).
+    warm = state.count >= jnp.maximum(hyper(self.warmup_steps, COUNTER_DTYPE),
+                                      jnp.asarray(1, COUNTER_DTYPE))
     level = state.mean + hyper(self.num_std, stat) * jnp.sqrt(state.variance)
     spike = jnp.logical_or(
         jnp.logical_not(finite), jnp.logical_and(warm, x > hyper(self.factor, stat) * level))
     # After too many skips in a row the level itself has moved: accept, let the statistics follow.
+    # A non-finite value says nothing about the level and would break the parameters: always
+    # skipped.
     give_up = state.consecutive_skips >= hyper(self.max_consecutive_skips, COUNTER_DTYPE)
-    skip = jnp.logical_and(spike, jnp.logical_not(give_up))
+    skip = jnp.logical_or(jnp.logical_not(finite), jnp.logical_and(spike, jnp.logical_not(give_up)))
 
     def apply():
       new_updates, new_state = self.inner.update(updates, state.inner_state, params, **extra_args)
@@ -148,8 +153,9 @@ def skip_spikes(
   running mean (for a quantity that stays positive: a loss bounded below by 0, a norm);
   ``factor=1, num_std=3`` skips anything above mean + 3 standard deviations (for any sign).
   Skipped values do not enter the statistics; after ``max_consecutive_skips`` skips in a row the
-  next step is accepted and its value does, so a lasting change of level is followed rather than
-  blocked.
+  next finite step is accepted and its value does, so a lasting change of level is followed rather
+  than blocked. A non-finite value is always skipped (the parameters stay finite), whatever the
+  count of skips before it; nothing is judged a spike before the first accepted value.
 
   Args:
     inner: the transformation to protect.
