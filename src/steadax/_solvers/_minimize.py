@@ -266,7 +266,9 @@ def _with_extras(tx: Any) -> Any:
                        for p in inspect.signature(update).parameters.values())
   except (TypeError, ValueError):
     takes_extras = False
-  return GradientTransformationExtraArgs(init, update) if takes_extras else with_extra_args_support(tx)
+  if takes_extras:
+    return GradientTransformationExtraArgs(init, update)  # pyright: ignore[reportCallIssue]
+  return with_extra_args_support(tx)
 
 
 def _scalar(owner, fun, params, args, has_aux, stat):
