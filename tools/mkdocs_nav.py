@@ -64,7 +64,7 @@ def _prune(items, docs_dir, named, generated):
     else:
       title, value = None, item
     if value == API:  # the API reference section
-      pages = sorted(generated, key=lambda uri: (not uri.endswith("index.md"), uri))
+      pages = list(generated)  # the index, then steadax, then its subpackages in order
       named.update(pages)
       kept.append({title or "API reference": [
           p if p.endswith("index.md") else {p[len(API):-3]: p} for p in pages]})
