@@ -660,7 +660,8 @@ class _StatelessTreeMap(Transformation):
     return jax.tree_util.tree_map(self.fn, updates, params), state
 
 
-def stateless_with_tree_map(f: Callable[[jax.Array, jax.Array | None], jax.Array]):
+def stateless_with_tree_map(
+    f: Callable[[jax.Array, jax.Array | None], jax.Array]) -> GradientTransformationExtraArgs:
   """A stateless transformation applying ``f(update, param)`` leaf by leaf.
 
   Args:
@@ -738,7 +739,8 @@ def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any)
   return jax.tree_util.tree_map(mix, new_tensors, old_tensors, is_leaf=lambda x: x is None)
 
 
-def periodic_update(new_tensors: Params, old_tensors: Params, steps: jax.Array, update_period: int):
+def periodic_update(new_tensors: Params, old_tensors: Params, steps: jax.Array,
+                    update_period: int) -> Params:
   """Takes ``new_tensors`` every ``update_period`` steps, else keeps ``old_tensors``.
 
   Args:

@@ -196,7 +196,7 @@ def matrix_inverse_pth_root(
     ridge_epsilon: Any = 1e-6,
     error_tolerance: Any = 1e-6,
     precision: lax.Precision = lax.Precision.HIGHEST,
-):
+) -> tuple[jax.Array, jax.Array]:
   """``matrix ** (-1/p)`` of a symmetric positive semi-definite matrix, by coupled Newton iterations.
 
   The matrix is first damped by ``ridge_epsilon`` times its largest eigenvalue (from

@@ -154,7 +154,8 @@ def bias_correction(moment: Any, decay: Any, count: jax.Array) -> Any:
   return corrected
 
 
-def safe_norm(x: jax.Array, min_norm: Any, ord: Any = None, axis: Any = None, keepdims: bool = False):
+def safe_norm(x: jax.Array, min_norm: Any, ord: Any = None, axis: Any = None,
+              keepdims: bool = False) -> jax.Array:
   """``max(norm(x), min_norm)`` with a gradient that is zero (not NaN) at ``x = 0``.
 
   Computed in at least float32 and returned in ``x``'s real dtype.

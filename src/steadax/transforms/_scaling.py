@@ -172,7 +172,8 @@ class ScaleByLearningRate(Transformation):
     return out, state
 
 
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *, flip_sign: bool = True):
+def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *,
+                           flip_sign: bool = True) -> Transformation:
   """Scales updates by the learning rate, negated by default (gradient descent).
 
   Args:

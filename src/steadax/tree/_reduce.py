@@ -219,7 +219,8 @@ def tree_size(tree: Any) -> int:
   return int(sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree)))
 
 
-def tree_allclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08, equal_nan: bool = False):
+def tree_allclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08,
+                  equal_nan: bool = False) -> jax.Array:
   """Whether two trees are equal leaf by leaf within ``atol + rtol * |b|`` (as ``jnp.allclose``).
 
   Args:

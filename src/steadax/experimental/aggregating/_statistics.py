@@ -295,7 +295,7 @@ def add_mean_variance_to_opt(
     ema_decay: Any = 0.9,
     per_elt_axis: int | list[int] = 0,
     accumulation_steps: int = 1,
-):
+) -> GradientTransformation | Aggregator:
   """Runs ``opt`` on the mean of per-element gradients and tracks their mean and variance.
 
   Equivalent to ``process(identity(), get_per_element_mean_and_sum_sq_diff_grads(per_elt_axis,
