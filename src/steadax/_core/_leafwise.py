@@ -44,7 +44,7 @@ layout to their outputs (docs/sharding.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -189,6 +189,10 @@ class Scalars:
 
   def __repr__(self) -> str:
     return f"Scalars({', '.join(sorted(self.__dict__))})"
+
+  if TYPE_CHECKING:  # the fields are the keyword arguments given: any name, any value
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
 
 
 def _scalar(value: Any, dtype: np.dtype) -> Any:
