@@ -24,7 +24,7 @@ from .._core._base import (
     _function_owner,
     apply_updates,
 )
-from .._core._config import strict_mode
+from .._core._config import is_strict, strict_mode
 from .._core._module import Module
 from .._core._policy import key_path_str
 from ._report import ConformanceReport, Violation, violation_from_exception
@@ -254,7 +254,9 @@ def _x64(value: bool):
   """JAX's x64 flag for this thread (the process-wide flag is left alone): the flag is part of
   every trace and compilation cache key, so programs of both modes never mix."""
   state: Any = getattr(jax, "enable_x64", None)
-  if callable(state):
+  if value == bool(jax.config.read("jax_enable_x64")):
+    yield  # the mode in force: no context (nothing about the traces or caches changes)
+  elif callable(state):
     context: Any = state(value)
     with context:
       yield
@@ -708,7 +710,7 @@ def check_transformation(
   type_checks = tuple(c for c in selected if c in _TYPE_CHECKS)
   here = bool(jax.config.read("jax_enable_x64"))
   modes = [here] + ([not here] if x64 == "both" else [])
-  with strict_mode(strict):
+  with strict_mode(strict) if is_strict() != strict else contextlib.nullcontext():
     for mode in modes:
       mode_label = "x64 on" if mode else "x64 off"
       with _x64(mode):
