@@ -24,6 +24,8 @@ __all__ = [
     "tree_sum_of_squares",
     "global_norm",
     "is_none",
+    "is_variable",
+    "unwrap_variables",
 ]
 
 
@@ -59,6 +61,37 @@ def array_leaf(x: Any) -> Any:
     return x
   get_value = getattr(x, "get_value", None)
   return get_value() if callable(get_value) else x
+
+
+def is_variable(x: Any) -> bool:
+  """Whether ``x`` is a variable wrapper node (a Flax NNX ``Variable``) holding one parameter.
+
+  The wrappers ``array_leaf`` reads through: a non-array object with a ``get_value`` method. As a
+  pytree node its key path adds an entry (``.value``) that the plain array does not have.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> is_variable(jnp.ones(1))
+    False
+  """
+  return (callable(getattr(x, "get_value", None))
+          and not isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)))
+
+
+def unwrap_variables(tree: Any) -> Any:
+  """``tree`` with each variable wrapper node replaced by the array it holds.
+
+  Flax's ``nnx.Optimizer`` gives ``init`` a state of ``Param`` variables (paths ``l1.bias.value``)
+  and ``update`` their plain arrays (``l1.bias``): a mask or label function called on the unwrapped
+  tree sees one path per parameter in both calls.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> unwrap_variables({"w": jnp.ones(1)})
+    {'w': Array([1.], dtype=float32)}
+  """
+  return jax.tree_util.tree_map(
+      lambda x: x.get_value() if is_variable(x) else x, tree, is_leaf=is_variable)
 
 
 def zeros_mirroring(x: Any, dtype: Any) -> jax.Array:

@@ -23,6 +23,7 @@ import jax
 
 from .._core._base import GradientTransformation, as_inner
 from .._core._policy import key_path_str
+from .._core._tree import is_variable
 from ._partition import Partition
 
 __all__ = ["dotted_path", "groups", "group_labels"]
@@ -90,7 +91,12 @@ class _GroupLabels:
     )
 
   def __call__(self, tree: Any) -> Any:
-    return jax.tree_util.tree_map_with_path(lambda path, _: self.label(path), tree)
+    # A variable wrapper (a Flax NNX ``Param``) is labelled as a whole, by the path of the
+    # parameter it holds: ``l1.bias``, not ``l1.bias.value``. Flax's ``nnx.Optimizer`` calls
+    # ``init`` on a state of such variables and ``update`` on their plain arrays; both calls then
+    # label every parameter alike (the label tree is a prefix of both trees).
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: self.label(path), tree, is_leaf=is_variable)
 
 
 class Groups(Partition):

@@ -12,7 +12,13 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import GradientTransformation, Transformation, as_inner, set_to_zero
+from .._core._base import (
+    GradientTransformation,
+    InputMismatchError,
+    Transformation,
+    as_inner,
+    set_to_zero,
+)
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
@@ -102,10 +108,30 @@ class Partition(Transformation):
           f"transformation {sorted(map(_describe, self.labels))}."
       )
     for label, inner in zip(self.labels, self.transforms):
-      updates, inner_states[label] = self._masked(labels, label, inner).update(
-          updates, inner_states[label], params, **extra_args
-      )
+      try:
+        updates, inner_states[label] = self._masked(labels, label, inner).update(
+            updates, inner_states[label], params, **extra_args
+        )
+      except (InputMismatchError, AttributeError, TypeError, ValueError) as error:
+        if not isinstance(error, InputMismatchError) and "MaskedNode" not in str(error):
+          raise
+        raise InputMismatchError(self._relabelled(label, labels, error)) from error
     return updates, PartitionState(inner_states)
+
+  def _relabelled(self, label: Any, labels: Any, error: Exception) -> str:
+    """The message for a label's state that does not fit the parameters labelled now."""
+    now = [
+        f"{key_path_str(path)} -> {_describe(value)}"
+        for path, value in jax.tree_util.tree_flatten_with_path(labels, is_leaf=_is_none)[0]
+    ]
+    return (
+        f"{self.owner}: the state of label {_describe(label)} does not fit the parameters that carry "
+        f"this label now ({error}). The parameters given to update are labelled differently from "
+        "those given to init: the labels must come out the same for a parameter in both calls (a "
+        "label function that reads the tree's form, e.g. a wrapper node such as a Flax Variable "
+        f"present in one call only, changes them). Labels at update: {', '.join(now[:12])}"
+        + (" ..." if len(now) > 12 else ".")
+    )
 
 
 def partition(

@@ -17,6 +17,7 @@ from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
 from .._core._state_tree import ParamsMarker
+from .._core._tree import unwrap_variables
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
 
@@ -111,8 +112,13 @@ def is_mask_callable(mask: Any) -> bool:
 
 
 def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
-  """A mask or label tree (or the result of calling it on ``tree``) aligned with ``tree``."""
-  value = spec(tree) if is_mask_callable(spec) else spec
+  """A mask or label tree (or the result of calling it on ``tree``) aligned with ``tree``.
+
+  A callable is called on ``tree`` with its variable wrappers (Flax NNX ``Param``) replaced by
+  their arrays, so it sees the same paths whether ``init`` got variables and ``update`` arrays
+  (as ``nnx.Optimizer`` calls them) or not; its result is then a prefix of both trees.
+  """
+  value = spec(unwrap_variables(tree)) if is_mask_callable(spec) else spec
   return align_prefix(owner, argname, value, tree)
 
 
