@@ -168,7 +168,7 @@ def test_gradients_with_other_keys_than_the_state_or_params():
       "(gradients): ['w']; only in the params: ['v']")):
     tx.update({"w": jnp.ones(2)}, state, {"v": jnp.ones(2)})
   with pytest.raises(InputMismatchError, match=re.escape(
-      "the updates (gradients) at ['w'] has shape (3,), state.mu (2,)")):
+      "at ['w'], the updates (gradients) have shape (3,), state.mu (2,)")):
     tx.update({"w": jnp.ones(3)}, state)
 
 

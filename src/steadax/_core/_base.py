@@ -511,7 +511,7 @@ def _shape_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> s
   """The first leaf where two trees of one structure differ in shape, as a message (or None)."""
   for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
     if hasattr(x, "shape") and hasattr(y, "shape") and np.shape(x) != np.shape(y):
-      return (f"{owner}: {a_name} at {key_path_str(path)} has shape {np.shape(x)}, {b_name} "
+      return (f"{owner}: at {key_path_str(path)}, {a_name} have shape {np.shape(x)}, {b_name} "
               f"{np.shape(y)}.")
   return None
 
