@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental.shard_alike import shard_alike
@@ -97,10 +98,10 @@ def place_like(reference: Any, value: Any) -> Any:
   """
   if reference is None or value is None or np.shape(reference) != np.shape(value):
     return value
-  if any(jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.extended) for x in (reference, value)):
+  if any(jnp.issubdtype(getattr(x, "dtype", None), jax.dtypes.extended) for x in (reference, value)):
     return value  # typed PRNG keys: no layout of their own to follow
   if isinstance(value, jax.core.Tracer) or isinstance(reference, jax.core.Tracer):
-    want = getattr(jax.typeof(reference), "sharding", None)
+    want: Any = getattr(jax.typeof(reference), "sharding", None)
     have = getattr(jax.typeof(value), "sharding", None)
     kinds = _axis_kinds(want)
     if "Manual" in kinds:
