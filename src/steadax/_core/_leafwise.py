@@ -98,7 +98,8 @@ def place_like(reference: Any, value: Any) -> Any:
   """
   if reference is None or value is None or np.shape(reference) != np.shape(value):
     return value
-  if any(jnp.issubdtype(getattr(x, "dtype", None), jax.dtypes.extended) for x in (reference, value)):
+  if any(hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.extended)
+         for x in (reference, value)):
     return value  # typed PRNG keys: no layout of their own to follow
   if isinstance(value, jax.core.Tracer) or isinstance(reference, jax.core.Tracer):
     want: Any = getattr(jax.typeof(reference), "sharding", None)
