@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
@@ -101,7 +102,7 @@ class FusedLayout:
     singles = []
     for i, (path, leaf) in enumerate(paths_leaves):
       small = leaf is not None and int(np.size(leaf)) <= max_leaf_size
-      if small and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
+      if small and leaf is not None and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
         by_dtype.setdefault(np.dtype(leaf.dtype).name, []).append(i)
       else:
         singles.append(i)

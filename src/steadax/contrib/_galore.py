@@ -109,7 +109,8 @@ class ScaleByGalore(Transformation):
     if isinstance(spec, GaLoreDimensionNumbers):
       return leaf_dims(self.owner, "weight_dimension_numbers", None, tree, GaLoreDimensionNumbers,
                        lambda x: spec if len(x.shape) >= 2 else None)
-    return leaf_dims(self.owner, "weight_dimension_numbers", spec, tree, GaLoreDimensionNumbers, None)
+    return leaf_dims(self.owner, "weight_dimension_numbers", spec, tree, GaLoreDimensionNumbers,
+                     lambda x: None)  # unused: spec is given
 
   def _views(self, tree: Any) -> list[Any]:
     leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_none)
@@ -260,7 +261,7 @@ def galore(
     update_proj_gap: int = 200,
     scale: Any = 1.0,
     base_optimizer: Any = None,
-    weight_decay: Any = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
     mask: Any = None,
     weight_dimension_numbers: Any = None,
 ) -> Transformation:

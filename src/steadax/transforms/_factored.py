@@ -96,10 +96,10 @@ class ScaleByFactoredRms(Transformation):
   name = "scale_by_factored_rms"
   State = FactoredState
   factored: bool = static_field(default=True)
-  decay_rate: Any = hyper_field(0.8)
-  step_offset: Any = hyper_field(0)
+  decay_rate: Any = hyper_field(default=0.8)
+  step_offset: Any = hyper_field(default=0)
   min_dim_size_to_factor: int = static_field(default=128)
-  epsilon: Any = hyper_field(1e-30, check=check_nonnegative)
+  epsilon: Any = hyper_field(default=1e-30, check=check_nonnegative)
   decay_rate_fn: Callable = static_field(default=_decay_rate_pow)
 
   def __post_init__(self):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
@@ -68,7 +69,7 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
   """
   typeof = getattr(jax, "typeof", None)
   aval = typeof(x) if typeof is not None else getattr(x, "aval", None)
-  sharding = getattr(aval, "sharding", None)
+  sharding: Any = getattr(aval, "sharding", None)
   mesh = getattr(sharding, "mesh", None)
   axis_type = getattr(jax.sharding, "AxisType", None)
   original = x
@@ -82,11 +83,11 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
   types = tuple(getattr(mesh, "axis_types", ()))
   if any(t == axis_type.Manual for t in types):
     return x, _identity
-  axes = {a % x.ndim for a in axes}
+  whole = {a % x.ndim for a in axes}
   named = jax.sharding.NamedSharding
   spec = tuple(sharding.spec) + (None,) * (x.ndim - len(tuple(sharding.spec)))
   if any(t == axis_type.Explicit for t in types):
-    new_spec = tuple(None if i in axes else s for i, s in enumerate(spec))
+    new_spec = tuple(None if i in whole else s for i, s in enumerate(spec))
     if new_spec != spec:
       x = jax.sharding.reshard(x, named(mesh, jax.sharding.PartitionSpec(*new_spec)))
     spec = new_spec
@@ -94,7 +95,7 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
     # Auto axes do not appear in the type: constrain the matrix axes to be whole and leave the
     # partitioner free elsewhere (a constraint may not name explicit axes).
     unconstrained = jax.sharding.PartitionSpec.UNCONSTRAINED
-    wanted = tuple(None if i in axes else unconstrained for i in range(x.ndim))
+    wanted = tuple(None if i in whole else unconstrained for i in range(x.ndim))
     x = jax.lax.with_sharding_constraint(x, named(mesh, jax.sharding.PartitionSpec(*wanted)))
   return x, restore
 
@@ -196,7 +197,7 @@ def split_matrices(matrices: tuple) -> tuple[tuple[int, ...], tuple]:
   return axes, tuple(matrices[axis] for axis in axes)
 
 
-def merge_matrices(matrices: tuple, axes: tuple[int, ...], new: tuple) -> tuple:
+def merge_matrices(matrices: tuple, axes: tuple[int, ...], new: Sequence[Any]) -> tuple:
   """``matrices`` with the entries of ``axes`` replaced by ``new`` (placeholders kept)."""
   out = list(matrices)
   for axis, x in zip(axes, new):

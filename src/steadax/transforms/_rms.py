@@ -104,7 +104,7 @@ class ScaleByRms(Transformation):
     return ScaleByRmsState(nu=nu)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    count = safe_increment(state.count) if self.bias_correction else None
+    count: Any = safe_increment(state.count) if self.bias_correction else None
 
     def leaf(k, g, v):
       v = k.decay * v + (1 - k.decay) * abs_sq(g)
@@ -173,7 +173,7 @@ class ScaleByStddev(Transformation):
     return ScaleByRStdDevState(mu=mu, nu=nu)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    count = safe_increment(state.count) if self.bias_correction else None
+    count: Any = safe_increment(state.count) if self.bias_correction else None
 
     def leaf(k, g, m, v):
       m = k.decay * m + (1 - k.decay) * g
