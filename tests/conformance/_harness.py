@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import steadax
+from steadax import testing
+from steadax.testing import _check
 
 X64 = bool(jax.config.jax_enable_x64)
 
@@ -56,24 +57,12 @@ def matrix_grads(params):
 
 def type_signature(tree):
   """(treedef, [(path, shape, dtype, weak_type)]) of a tree of arrays or abstract values."""
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
-  sig = []
-  for path, leaf in leaves:
-    aval = getattr(leaf, "aval", None)
-    weak = bool(getattr(aval, "weak_type", getattr(leaf, "weak_type", False)))
-    # leaf.dtype itself, not np.dtype(...): typed PRNG keys (add_noise's state) have no numpy dtype.
-    sig.append((jax.tree_util.keystr(path), tuple(np.shape(leaf)), leaf.dtype, weak))
-  return treedef, sig
+  return testing.type_signature(tree)
 
 
 def assert_same_types(expected, got, what: str):
-  exp_def, exp_sig = type_signature(expected)
-  got_def, got_sig = type_signature(got)
-  assert exp_def == got_def, f"{what}: structure changed\n{exp_def}\n{got_def}"
-  for e, g in zip(exp_sig, got_sig):
-    assert e == g, f"{what}: leaf {e[0]} changed from {e[1:]} to {g[1:]}"
-  weak = [s[0] for s in got_sig if s[3]]
-  assert not weak, f"{what}: weakly typed leaves {weak}"
+  problems = _check._compare(expected, got, what)
+  assert not problems, "\n".join(f"{path}: {message}" for path, message in problems)
 
 
 def assert_strongly_typed(tree, what: str):
@@ -83,21 +72,14 @@ def assert_strongly_typed(tree, what: str):
 
 
 def assert_updates_follow_params(params, updates, what: str):
-  p_leaves, p_def = jax.tree_util.tree_flatten(params)
-  u_leaves, u_def = jax.tree_util.tree_flatten(updates)
-  assert p_def == u_def, f"{what}: updates structure {u_def} differs from params {p_def}"
-  for p, u in zip(p_leaves, u_leaves):
-    assert u.dtype == p.dtype, f"{what}: update dtype {u.dtype} for a {p.dtype} parameter"
-    assert u.shape == p.shape
+  problems = _check._updates_follow_params(params, None, updates, what)
+  assert not problems, "\n".join(f"{path}: {message}" for path, message in problems)
 
 
 def assert_finite(tree, what: str):
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    if jnp.issubdtype(leaf.dtype, jnp.inexact):
-      # Under x64 float64 leaves are checked as float64: a finite value above float32's range is finite.
-      arr = np.asarray(leaf.astype(jnp.complex128 if jnp.iscomplexobj(leaf) else jnp.float64)) if X64 else np.asarray(
-          leaf.astype(jnp.complex64 if jnp.iscomplexobj(leaf) else jnp.float32))
-      assert np.all(np.isfinite(arr)), f"{what}: non-finite values at {jax.tree_util.keystr(path)}"
+  # Under x64 float64 leaves are checked as float64: a finite value above float32's range is finite.
+  problems = _check._non_finite(tree, what)
+  assert not problems, "\n".join(f"{what}: non-finite values at {path}" for path, _ in problems)
 
 
 def _feed(entry, params, loss_fn, grads_fn):
@@ -186,5 +168,17 @@ def run_jitted_steps(entry, tx, params, state, steps=3, loss_fn=matrix_loss, gra
 
 
 def perturb_hyperparameters(tx):
-  """The same transformation with every Python-float leaf scaled by 0.9 (new values, same types)."""
-  return jax.tree_util.tree_map(lambda x: x * 0.9 if isinstance(x, float) else x, tx)
+  """The same transformation with every floating leaf scaled by 0.9 (new values, same types)."""
+  return testing.perturb_hyperparameters(tx)
+
+
+def check_entry(entry, params, checks, steps=3, tx=None, name=None):
+  """``steadax.testing.check_transformation`` on a registry entry (its extra arguments fed from
+  ``matrix_loss``) in this process's x64 mode, on ``params`` as given; raises on any violation."""
+  extra = None
+  if entry.extra_args is not None:
+    extra = lambda params, grads: entry.extra_args(matrix_loss, params, grads)
+  return testing.check_transformation(
+      entry.factory() if tx is None else tx, params, grads=matrix_grads, extra_args=extra,
+      checks=checks, steps=steps, x64="current", mixed_precision=False, name=name or entry.name,
+      raise_on_failure=True)

@@ -1,17 +1,17 @@
 """The composition matrix: every registered entry inside every stateful wrapper (issue 4).
 
-One program per entry runs all wrapped variants through ``lax.scan`` (the strictest check of carry
-invariance) on the mixed-precision tree. Type stability is a trace-time property: the program is
-traced with ``jax.eval_shape`` (no XLA compilation, which would dominate the suite's time), the
-contract (strict mode) raises at trace time with the wrapper's name on any drift, ``lax.scan``
-rejects any carry whose type changes, and the assertions below check the resulting types. Numerical
-behaviour of the wrappers is tested in tests/wrappers and by their own registry entries.
+``steadax.testing.check_transformation`` runs each wrapped variant through ``lax.scan`` (4 steps; the
+strictest check of carry invariance) on the mixed-precision tree. Type stability is a trace-time
+property: the scan is traced with ``jax.eval_shape`` (no XLA compilation, which would dominate the
+suite's time), the contract (strict mode) raises at trace time with the wrapper's name on any drift,
+``lax.scan`` rejects any carry whose type changes, and the checker compares the resulting types of
+the state, the params and the updates. Numerical behaviour of the wrappers is tested in
+tests/wrappers and by their own registry entries.
 """
 
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 import steadax
@@ -56,26 +56,8 @@ _RESTRUCTURING = {"masked", "partition", "flatten"}
 @pytest.mark.parametrize("entry", ENTRIES, ids=entry_ids(ENTRIES))
 def test_entry_inside_every_wrapper(entry):
   params = h.mixed_params(entry.low_precision_ok)
-  txs = [(name, wrap(entry.factory)) for name, wrap in WRAPPERS
-         if not (entry.extra_args and name in _RESTRUCTURING)]
-  states = [tx.init(params) for _, tx in txs]
-  step = h.make_step(entry)
-
-  def run(txs_, params, states):
-    results = []
-    for tx, state in zip(txs_, states):
-      def body(carry, _, tx=tx):
-        p, s = carry
-        u, s = step(tx, p, s)
-        return (steadax.apply_updates(p, u), s), u
-
-      (p, s), us = jax.lax.scan(body, (params, state), None, length=4)
-      results.append((p, s, jax.tree_util.tree_map(lambda u: u[-1], us)))
-    return results
-
-  results = jax.eval_shape(run, [tx for _, tx in txs], params, states)
-  for (name, _), state, (p, s, u) in zip(txs, states, results):
-    what = f"{entry.name} inside {name}"
-    h.assert_same_types(state, s, f"{what}: state")
-    h.assert_same_types(params, p, f"{what}: params")
-    h.assert_updates_follow_params(params, u, f"{what}: updates")
+  for name, wrap in WRAPPERS:
+    if entry.extra_args and name in _RESTRUCTURING:
+      continue
+    h.check_entry(entry, params, ("init", "scan"), steps=4, tx=wrap(entry.factory),
+                  name=f"{entry.name} inside {name}")
