@@ -445,8 +445,9 @@ def _check_state_type(tx: Transformation, state: Any) -> None:
   expected = _expected_state_type(tx)
   if expected is None or isinstance(state, expected):
     return
-  if expected is EmptyState and isinstance(state, tuple) and not state:
-    return  # `()` or Optax's EmptyState: the same empty node
+  if isinstance(state, tuple) and not state and (
+      expected is EmptyState or type(tx).init_fn is not Transformation.init_fn):
+    return  # `()` or Optax's EmptyState: the same empty node (an init_fn may return it)
   if (isinstance(state, tuple) and type(state).__name__ == expected.__name__
       and getattr(state, "_fields", None) == getattr(expected, "_fields", ())):
     return  # the same record from Optax (a state made by Optax's init, kept across the switch)

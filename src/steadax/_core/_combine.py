@@ -23,12 +23,13 @@ class Chain(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     if type(state) is not tuple or len(state) != len(self.transforms):
-      held = (f"a tuple of {len(state)} states" if type(state) is tuple
-              else f"a {type(state).__name__}")
+      held = (f"the state holds {len(state)} entries for {len(self.transforms)} transformations"
+              if type(state) is tuple else
+              f"update was given a {type(state).__name__} as the state, but this chain's init "
+              f"makes a tuple of {len(self.transforms)} states (one per transformation)")
       raise InputMismatchError(
-          f"chain: update was given {held} as the state, but this chain's init makes a tuple of "
-          f"{len(self.transforms)} states (one per transformation): this state is not this "
-          "chain's state. Pass the state init returned (were the state and the params swapped?)."
+          f"chain: {held}: this state is not this chain's state. Pass the state init returned "
+          "(were the state and the params swapped?)."
       )
     new_state = []
     for t, s in zip(self.transforms, state):
