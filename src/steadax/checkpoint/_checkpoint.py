@@ -138,11 +138,13 @@ def _host_array(path: str, leaf: Any) -> tuple[np.ndarray, dict]:
   return data, record
 
 
-def state_to_arrays(state: Any) -> dict[str, np.ndarray]:
+def state_to_arrays(state: Any, *, skip_empty: bool = False) -> dict[str, np.ndarray]:
   """A state as a flat dict ``path -> numpy array`` (PRNG keys as their raw key data).
 
   Args:
     state: an optimizer state (any pytree of arrays).
+    skip_empty: leave out arrays with no elements (Orbax refuses to save them);
+      ``arrays_to_state`` rebuilds them from the template's shape and dtype, which is all they hold.
 
   Returns:
     The arrays keyed by ``leaf_path``, in tree order. Typed PRNG keys are stored as
@@ -156,7 +158,8 @@ def state_to_arrays(state: Any) -> dict[str, np.ndarray]:
     >>> {path: (a.shape, str(a.dtype)) for path, a in arrays.items()}
     {'0/trace/w': ((3,), 'float32')}
   """
-  return {path: _host_array(path, leaf)[0] for path, leaf in _flatten(state)}
+  arrays = {path: _host_array(path, leaf)[0] for path, leaf in _flatten(state)}
+  return {p: a for p, a in arrays.items() if a.size} if skip_empty else arrays
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -259,7 +262,9 @@ def arrays_to_state(arrays: Mapping[str, Any], like: Any, *, manifest: Mapping |
     manifest: the manifest saved with the arrays: it gives the key implementation of PRNG keys
       (otherwise the template's is used).
     missing: a template path absent from ``arrays``: ``"raise"`` (default), or ``"keep"`` the
-      template's leaf (it must be a concrete array, e.g. a new stage's fresh init).
+      template's leaf (it must be a concrete array, e.g. a new stage's fresh init). A template leaf
+      with no elements is rebuilt from its shape and dtype either way (see ``skip_empty`` of
+      ``state_to_arrays``).
     unused: a path of ``arrays`` absent from the template: ``"raise"`` (default) or ``"ignore"``
       (a removed stage's state).
 
@@ -295,6 +300,9 @@ def arrays_to_state(arrays: Mapping[str, Any], like: Any, *, manifest: Mapping |
   for path, leaf in pairs:
     shape, dtype = _template_leaf(leaf)
     if path not in arrays:
+      if not _is_key(leaf) and np.prod(shape, dtype=int) == 0:  # no data to lose: rebuild it
+        leaves.append(_place(np.zeros(shape, jnp.dtype(dtype)), leaf, None))
+        continue
       if missing == "keep" and isinstance(leaf, jax.Array):
         leaves.append(leaf)
         continue
