@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
