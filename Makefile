@@ -30,9 +30,9 @@ demo: $(VENV)/.examples
 
 # The documentation site (mkdocs.yml): pages from docs/, API pages from the docstrings. Strict:
 # broken links, missing cross-references and docstring warnings fail the build. Output in site/
-# (git-ignored).
+# (git-ignored). Not --quiet: it hides the warnings from strict mode, which then passes.
 docs: $(VENV)/.dev
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # pyright in basic mode on src/ ([tool.pyright] in pyproject.toml); clean, and part of make test
 # (about 20 CPU-s; the docs build about 15-20).
