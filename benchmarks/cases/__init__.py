@@ -3,7 +3,7 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, lbfgs, memory, steps, sweep
+from . import first_call, lbfgs, memory, solvers, steps, sweep
 
 CASES = {
     "big": steps.big,
@@ -12,5 +12,6 @@ CASES = {
     "first_call": first_call.run,
     "memory": memory.run,
     "lbfgs": lbfgs.run,
+    "solvers": solvers.run,
     "sweep": sweep.run,
 }

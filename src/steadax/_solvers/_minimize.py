@@ -135,6 +135,11 @@ class _Carry(NamedTuple):
   grad_evals: jax.Array
   reason: jax.Array
   failed: jax.Array  # the last line search failed
+  stalled: jax.Array  # steps in a row without progress (line-search transformations)
+  best_norm: jax.Array  # the smallest gradient norm so far
+
+
+_STALL_STEPS = 10
 
 
 def _default_tol(stat: Any) -> float:
@@ -221,7 +226,7 @@ def minimize(
     if not jnp.issubdtype(dtype, jnp.floating):
       raise TypeError(f"{owner}: `x0` at {key_path_str(path)} has dtype {np.dtype(dtype).name}; "
                       "minimize needs real floating parameters.")
-  x0 = jax.tree_util.tree_map(jnp.asarray, x0)
+  x0 = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), x0)
   if isinstance(callback_every, bool) or not isinstance(callback_every, int) or callback_every < 1:
     raise ValueError(f"{owner}: callback_every must be an int >= 1, got {callback_every!r}.")
   lower = upper = None
@@ -244,10 +249,13 @@ def minimize(
   bounded = bounds is not None or isinstance(tx, LBFGSB)
   stat = scalar_stat_dtype(x0)
   tol = _default_tol(stat) if tol is None else tol
-  params, info = _run(fun, tx, x0, args, jnp.asarray(tol, stat), jnp.asarray(max_steps, jnp.int32),
-                      (lower, upper) if bounded else None, has_aux, callback, callback_every)
+  # numpy scalars, not jnp: no eager conversion programs per call.
+  tol = tol if isinstance(tol, jax.Array) else np.asarray(tol, stat)
+  max_steps = max_steps if isinstance(max_steps, jax.Array) else np.asarray(max_steps, np.int32)
+  params, info = _run(fun, tx, x0, args, tol, max_steps, (lower, upper) if bounded else None, has_aux,
+                      callback, callback_every)
   if info.reason.ndim == 0 and not isinstance(info.reason, jax.core.Tracer):
-    if int(info.num_steps) == 0 and int(info.reason) == StopReason.NONFINITE:
+    if int(info.reason) == StopReason.NONFINITE and int(info.num_steps) == 0:
       value, grad = jax.value_and_grad(lambda p: _scalar(owner, fun, p, args, has_aux, stat))(
           _bounds.project(owner, x0, lower, upper) if bounded else x0)
       where = "value" if not np.isfinite(np.asarray(value)) else f"gradient at {_find_nonfinite(grad)}"
@@ -294,7 +302,8 @@ def _norm(tree: Any, stat: Any) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("fun", "has_aux", "callback", "callback_every"))
 def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_every):
   owner = "minimize"
-  stat = tol.dtype
+  stat = scalar_stat_dtype(x0)
+  tol, max_steps = jnp.asarray(tol).astype(stat), jnp.asarray(max_steps).astype(jnp.int32)
   value_fn = lambda p: _scalar(owner, fun, p, args, has_aux, stat)  # noqa: E731
   value_and_grad = jax.value_and_grad(value_fn)
   bounded = bounds is not None
@@ -337,7 +346,7 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
   zero = jnp.zeros([], jnp.int32)
   false = jnp.zeros([], bool)
   start = _Carry(x0, state, value, grad, norm, zero, one, one,
-                 reason_after(value, norm, zero, false), false)
+                 reason_after(value, norm, zero, false), false, zero, norm)
 
   def body(c: _Carry) -> _Carry:
     updates, state = tx.update(c.grad, c.state, c.params, value=c.value, grad=c.grad,
@@ -353,19 +362,34 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
       backtracking_values = search_evals  # trials of a search that stores no gradient
       fun_evals, grad_evals = c.fun_evals + one + backtracking_values, c.grad_evals + one
     norm = grad_norm(params, grad)
-    failed = jnp.zeros([], bool)
-    for err in _find_fields(state, "decrease_error"):
-      # A search that missed sufficient decrease and did not lower the objective: no progress.
-      failed = failed | ((err > 0) & ~(value < c.value))
+    # A search that missed one of its conditions (sufficient decrease, or the curvature condition
+    # when it gave up after its last trial) and did not lower the objective by more than its
+    # rounding: no progress is possible from here (at the precision floor a search returns the
+    # same value again and again).
+    missed = jnp.zeros([], bool)
+    for name in ("decrease_error", "curvature_error"):
+      for err in _find_fields(state, name):
+        missed = missed | (err > 0)
+    decreased = c.value - value > jnp.finfo(stat).eps * jnp.abs(c.value)
+    failed = missed & ~decreased
+    # A search can also succeed without decreasing (Hager-Zhang's approximate Wolfe condition
+    # accepts a value within its rounding). That is progress while the gradient keeps shrinking
+    # (in float32 a decrease can be below the value's resolution), but at the precision floor it
+    # repeats forever: _STALL_STEPS steps in a row that neither decrease the value nor reach a
+    # new smallest gradient norm stop the run too.
+    improved = decreased | (norm < c.best_norm)
+    stalled = jnp.where(improved, zero, c.stalled + one) if searches else zero
     if retries:
       # L-BFGS-B cleared its memory after the failure and retries from the gradient: only a
       # second failure in a row stops (L-BFGS-B's own rule).
       failed_now, failed = failed, failed & c.failed
     else:
       failed_now = failed
+    failed = failed | (stalled >= _STALL_STEPS)
     step = c.step + one
     new = _Carry(params, state, value, grad, norm, step, fun_evals, grad_evals,
-                 reason_after(value, norm, step, failed), failed_now)
+                 reason_after(value, norm, step, failed), failed_now, stalled,
+                 jnp.minimum(norm, c.best_norm))
     if callback is not None:
       jax.lax.cond((step % callback_every == 0) | (new.reason != 0),
                    lambda: jax.debug.callback(callback, _info(new, None)), lambda: None)
