@@ -170,3 +170,14 @@ def test_optax_transformation():
     x, info = steadax.minimize(rosenbrock, jnp.asarray([-1.2, 1.0], DTYPE), optax.lbfgs())
   assert info.reason == StopReason.CONVERGED
   np.testing.assert_allclose(np.asarray(x), 1.0, atol=1e-3)
+
+
+@pytest.mark.x32_only  # the float32 precision floor is the point
+def test_stalls_at_the_precision_floor():
+  # This start ends at 20-d Rosenbrock's local minimum (value 3.99), where float32 gradients keep
+  # ~5e-5 of rounding: the zoom search accepts steps that change nothing, forever. The run stops
+  # after 10 such steps instead of running to max_steps.
+  start = np.random.default_rng(1).uniform(-2.0, 2.0, size=(64, 20)).astype(np.float32)[19]
+  x, info = steadax.minimize(rosenbrock, jnp.asarray(start), max_steps=5000)
+  assert info.reason == StopReason.LINESEARCH_FAILED and int(info.num_steps) < 500
+  assert float(info.value) == pytest.approx(3.9866, abs=1e-3)
