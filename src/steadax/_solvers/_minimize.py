@@ -170,7 +170,9 @@ def minimize(
 
   Each step calls ``tx.update(grad, state, params, value=value, grad=grad, value_fn=f)`` and
   applies the updates, until the gradient norm is at most ``tol``, ``max_steps`` steps are done,
-  the line search cannot decrease the objective, or the objective or gradient is not finite. With
+  the line search cannot decrease the objective (or 10 steps in a row lower neither the objective
+  nor the smallest gradient norm: the precision floor), or the objective or gradient is not
+  finite. With
   ``bounds`` the default optimizer is ``lbfgsb``, ``x0`` is projected onto the box, and the
   convergence test uses the projected gradient ``P(x - g) - x``; another ``tx`` with bounds becomes
   a projected method (its iterates are projected onto the box after every step).
