@@ -173,6 +173,17 @@ def test_gradients_with_other_keys_than_the_state_or_params():
 
 
 @pytest.mark.x32_only
+def test_apply_updates_names_the_differing_paths():
+  with pytest.raises(InputMismatchError, match=re.escape(
+      "apply_updates: the params and the updates have different tree structures; only in the "
+      "params: ['w']; only in the updates: ['v'].")):
+    steadax.apply_updates({"w": jnp.ones(2)}, {"v": jnp.ones(2)})
+  with pytest.raises(InputMismatchError, match=re.escape(
+      "apply_updates: at ['w'], the params have shape (2,), the updates (3,).")):
+    steadax.apply_updates({"w": jnp.ones(2)}, {"w": jnp.ones(3)})
+
+
+@pytest.mark.x32_only
 def test_missing_params_and_extra_arguments_are_named():
   with pytest.raises(ValueError, match="add_decayed_weights: `params` must be passed to update"):
     tx = steadax.adamw(1e-3)

@@ -710,7 +710,15 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     >>> steadax.apply_updates({"w": jnp.ones(2)}, {"w": jnp.ones(2)})
     {'w': Array([2., 2.], dtype=float32)}
   """
-  return jax.tree_util.tree_map(_add_leaf, params, updates, is_leaf=lambda x: x is None)
+  try:
+    return jax.tree_util.tree_map(_add_leaf, params, updates, is_leaf=lambda x: x is None)
+  except (ValueError, TypeError) as error:
+    if not _is_tree_mismatch(error):
+      raise
+    message = _difference("apply_updates", "the params", params, "the updates", updates)
+    if jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(updates):
+      message = _shape_difference("apply_updates", "the params", params, "the updates", updates) or message
+    raise InputMismatchError(message) from error
 
 
 def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
