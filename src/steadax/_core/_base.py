@@ -416,6 +416,8 @@ def _param_array(x: Any) -> Any:
 
 def _check_param_leaves(owner: str, params: Any) -> None:
   """A parameter leaf that is neither an array nor a number (a string, an object) has no dtype."""
+  if all(hasattr(leaf, "dtype") for leaf in jax.tree_util.tree_leaves(params)):
+    return  # the paths are built only to name a culprit
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     if not hasattr(leaf, "dtype"):
       raise TypeError(
