@@ -251,12 +251,13 @@ class ScaleBySM3(Transformation):
     # The cover estimate goes through the primitive as a state tree in the covers' dtype (real):
     # it comes back as the new full estimate, already in the covers' dtype; rounding commutes
     # with the maximum, so the covers equal those reduced in the compute dtype.
-    is_leaf = lambda x: isinstance(x, list)  # noqa: E731
     nu_hat = tree_map(estimate, updates, state.mu)
     out, nu, nu_new = self.leafwise(leaf, updates, state.nu, nu_hat, params=params, scalars=scalars)
+    # The full estimates lead: each of their leaves meets its parameter's list of covers. (Leading
+    # with the covers and `is_leaf=list` took a parameter tree that is itself a list for a leaf.)
     mu = jax.tree_util.tree_map(
-        lambda covers, v: None if v is None else [place_like(c, n) for c, n in zip(covers, new_covers(v, covers))],
-        state.mu, nu_new, is_leaf=is_leaf)
+        lambda v, covers: [place_like(c, n) for c, n in zip(covers, new_covers(v, covers))],
+        nu_new, state.mu)
     return out, ScaleBySM3State(mu=mu, nu=nu)
 
 
