@@ -252,10 +252,10 @@ def minimize(
   stat = scalar_stat_dtype(x0)
   tol = _default_tol(stat) if tol is None else tol
   # numpy scalars, not jnp: no eager conversion programs per call.
-  tol = tol if isinstance(tol, jax.Array) else np.asarray(tol, stat)
-  max_steps = max_steps if isinstance(max_steps, jax.Array) else np.asarray(max_steps, np.int32)
-  params, info = _run(fun, tx, x0, args, tol, max_steps, (lower, upper) if bounded else None, has_aux,
-                      callback, callback_every)
+  tol_arg = tol if isinstance(tol, jax.Array) else np.asarray(tol, stat)
+  steps_arg = max_steps if isinstance(max_steps, jax.Array) else np.asarray(max_steps, np.int32)
+  params, info = _run(fun, tx, x0, args, tol_arg, steps_arg, (lower, upper) if bounded else None,
+                      has_aux, callback, callback_every)
   if info.reason.ndim == 0 and not isinstance(info.reason, jax.core.Tracer):
     if int(info.reason) == StopReason.NONFINITE and int(info.num_steps) == 0:
       value, grad = jax.value_and_grad(lambda p: _scalar(owner, fun, p, args, has_aux, stat))(
