@@ -211,7 +211,7 @@ EXTENSIONS = {
         # Building transformations in the steadax style.
         "Transformation", "Module", "hyper_field", "static_field", "child_field", "Fn",
         # The type-stability contract.
-        "ContractError", "set_strict", "strict_mode", "is_strict",
+        "ContractError", "InputMismatchError", "set_strict", "strict_mode", "is_strict",
         # Optimizers beyond Optax, with their blocks, state records and companions.
         "adam8bit", "scale_by_adam_8bit", "ScaleByAdam8bitState", "BlockQuantized",
         "dynamic_quantization_map",

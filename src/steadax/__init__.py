@@ -14,6 +14,7 @@ from ._core._base import (
     EmptyState as EmptyState,
     GradientTransformation as GradientTransformation,
     GradientTransformationExtraArgs as GradientTransformationExtraArgs,
+    InputMismatchError as InputMismatchError,
     TransformInitFn as TransformInitFn,
     TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn,
     TransformUpdateFn as TransformUpdateFn,
