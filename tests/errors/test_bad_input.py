@@ -13,7 +13,6 @@ import optax
 import pytest
 
 import steadax
-from steadax._core._base import InputMismatchError
 
 PARAMS = {"w": jnp.ones(2), "b": jnp.ones(1)}
 
@@ -140,7 +139,7 @@ def test_every_k_schedule_below_one():
 @pytest.mark.x32_only
 def test_state_of_another_optimizer():
   state = steadax.sgd(0.1, momentum=0.9).init(PARAMS)
-  with pytest.raises(InputMismatchError) as info:
+  with pytest.raises(steadax.InputMismatchError) as info:
     steadax.adam(1e-3).update(PARAMS, state, PARAMS)
   message = str(info.value)
   assert message.startswith("chain > scale_by_adam: update was given a TraceState"), message
@@ -148,9 +147,9 @@ def test_state_of_another_optimizer():
   assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
   # A wrapper's state given to a chain, the params given as the state, no state at all.
   for bad in (steadax.masked(steadax.adam(1e-3), True).init(PARAMS), PARAMS, None):
-    with pytest.raises(InputMismatchError, match="chain: update was given .* this state is not this chain's state"):
+    with pytest.raises(steadax.InputMismatchError, match="chain: update was given .* this state is not this chain's state"):
       steadax.adam(1e-3).update(PARAMS, bad, PARAMS)
-  with pytest.raises(InputMismatchError, match="MultiSteps: update was given a NoneType"):
+  with pytest.raises(steadax.InputMismatchError, match="MultiSteps: update was given a NoneType"):
     steadax.MultiSteps(steadax.sgd(1.0), 2).update(PARAMS, None, PARAMS)
 
 
@@ -158,27 +157,27 @@ def test_state_of_another_optimizer():
 def test_gradients_with_other_keys_than_the_state_or_params():
   tx = steadax.adam(1e-3)
   state = tx.init({"w": jnp.ones(2)})
-  with pytest.raises(InputMismatchError, match=re.escape(
+  with pytest.raises(steadax.InputMismatchError, match=re.escape(
       "chain > scale_by_adam: the updates (gradients) and state.mu have different tree structures; "
       "only in the updates (gradients): ['v']; only in state.mu: ['w']. The state was made by init "
       "for other parameters")):
     tx.update({"v": jnp.ones(2)}, state)
-  with pytest.raises(InputMismatchError, match=re.escape(
+  with pytest.raises(steadax.InputMismatchError, match=re.escape(
       "the updates (gradients) and the params have different tree structures; only in the updates "
       "(gradients): ['w']; only in the params: ['v']")):
     tx.update({"w": jnp.ones(2)}, state, {"v": jnp.ones(2)})
-  with pytest.raises(InputMismatchError, match=re.escape(
+  with pytest.raises(steadax.InputMismatchError, match=re.escape(
       "at ['w'], the updates (gradients) have shape (3,), state.mu (2,)")):
     tx.update({"w": jnp.ones(3)}, state)
 
 
 @pytest.mark.x32_only
 def test_apply_updates_names_the_differing_paths():
-  with pytest.raises(InputMismatchError, match=re.escape(
+  with pytest.raises(steadax.InputMismatchError, match=re.escape(
       "apply_updates: the params and the updates have different tree structures; only in the "
       "params: ['w']; only in the updates: ['v'].")):
     steadax.apply_updates({"w": jnp.ones(2)}, {"v": jnp.ones(2)})
-  with pytest.raises(InputMismatchError, match=re.escape(
+  with pytest.raises(steadax.InputMismatchError, match=re.escape(
       "apply_updates: at ['w'], the params have shape (2,), the updates (3,).")):
     steadax.apply_updates({"w": jnp.ones(2)}, {"w": jnp.ones(3)})
 

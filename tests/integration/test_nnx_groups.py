@@ -14,7 +14,6 @@ import pytest
 from flax import nnx
 
 import steadax
-from steadax._core._base import InputMismatchError
 
 _X = jnp.linspace(-1.0, 1.0, 15, dtype=jnp.float32).reshape(5, 3)
 _Y = jnp.sum(_X, axis=1, keepdims=True) * 0.5 + 0.25
@@ -94,7 +93,7 @@ def test_labels_that_differ_between_init_and_update_name_the_path():
   tx = steadax.partition({"a": steadax.adam(1e-3), "b": steadax.sgd(0.1)}, labels)
   params = {"w": jnp.ones(2), "b": jnp.ones(1)}
   state = tx.init(params)
-  with pytest.raises(InputMismatchError) as info:
+  with pytest.raises(steadax.InputMismatchError) as info:
     tx.update(params, state, params)
   message = str(info.value)
   assert message.startswith("partition: the state of label 'a' does not fit the parameters"), message
