@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import select
 import signal
 import subprocess
 import sys
@@ -38,18 +39,23 @@ def _env(tmp_path):
   return env
 
 
-def _kill_while_writing(directory, env, timeout=300):
+def _kill_while_writing(directory, env, stderr_path, timeout=300):
+  # stderr goes to a file: a full pipe would stall the worker before it reaches the write.
+  stderr = open(stderr_path, "w")  # noqa: SIM115
   process = subprocess.Popen([sys.executable, "-m", WORKER, "interrupt", str(directory)], cwd=ROOT,
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
   try:
     deadline = time.monotonic() + timeout
     line = ""
-    while time.monotonic() < deadline:
+    while (remaining := deadline - time.monotonic()) > 0:
+      # Wait for output with a deadline (a hung worker must not hang the suite).
+      if not select.select([process.stdout], [], [], remaining)[0]:
+        break
       line = process.stdout.readline()
       if line.strip() == "WRITING" or not line:
         break
     assert line.strip() == "WRITING", (
-        f"the worker did not reach the write (output {line!r}): {process.stderr.read()[-3000:]}")
+        f"the worker did not reach the write (output {line!r}): {stderr_path.read_text()[-3000:]}")
     os.kill(process.pid, signal.SIGKILL)
     assert process.wait(timeout=60) == -signal.SIGKILL
   finally:
@@ -57,12 +63,12 @@ def _kill_while_writing(directory, env, timeout=300):
       process.kill()
       process.wait()
     process.stdout.close()
-    process.stderr.close()
+    stderr.close()
 
 
 def test_sigkilled_run_resumes_bit_identically(tmp_path):
   directory, report_path, env = tmp_path / "checkpoints", tmp_path / "report.json", _env(tmp_path)
-  _kill_while_writing(directory, env)
+  _kill_while_writing(directory, env, tmp_path / "interrupt.stderr")
 
   # The killed write left only a temporary file: the latest complete checkpoint is step 3, and the
   # half-written file fails to read with an error naming it instead of giving part of a state.
