@@ -39,9 +39,6 @@ PARAMS_CHECKED = {"tiny", "clipped", "zero"}
 # Entries whose remaining overflow is outside the optimizer's own arithmetic, per regime; each is
 # listed in docs/guarantees.md. Anything else that turns non-finite fails.
 KNOWN = {
-    # GaLore's projected gradient P^T G is stored in the parameter's dtype (as in Optax); the sum
-    # of a row of 6e4 entries exceeds float16's range before the inner Adam sees it.
-    ("galore", "huge"), ("galore_rank1_decay", "huge"),
     # The entry asks for float16 first moments of bfloat16 parameters: 1e14 does not fit float16.
     ("scale_by_adam_lowmem_float16", "huge"),
     # The aggregator hands over its sum of squared differences already infinite in float16.

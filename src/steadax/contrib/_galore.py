@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._leafwise import Scalars, place_like
+from .._core._leafwise import Scalars, place_like, saturating_cast
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
@@ -176,8 +176,9 @@ class ScaleByGalore(Transformation):
         p = place_like(p, jax.lax.cond(refresh, fresh, lambda p=p: p))
       pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
       # The base optimizer sees the projected gradient in the gradient's dtype, as its own
-      # parameters (the low-rank proxies built at init) have it.
-      lows.append((conj_t(pc) @ g2 if left else g2 @ pc).astype(g.dtype))
+      # parameters (the low-rank proxies built at init) have it; written saturating, as leafwise
+      # writes (a projection of 6e4 float16 gradients can exceed float16's range).
+      lows.append(saturating_cast(conj_t(pc) @ g2 if left else g2 @ pc, g.dtype))
       new_projectors.append(p)
 
     low_updates, base_state = self.base_optimizer.update(
