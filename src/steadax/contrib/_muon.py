@@ -32,7 +32,7 @@ import numpy as np
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
-from .._core._leafwise import Scalars
+from .._core._leafwise import Scalars, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
@@ -259,10 +259,13 @@ class ScaleByMuon(Transformation):
             f"{self.owner}: the parameter at {where} has shape {tuple(g.shape)}; Muon orthogonalizes "
             "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
             "(muon() sends it to AdamW).")
-      u, m = self.leafwise(leaf_fn(where, dn), g, m, params=p, reads=(state.ns_coeffs,),
-                           scalars=scalars)
-      out.append(u)
-      new_mu.append(m)
+      u, new_m = self.leafwise(leaf_fn(where, dn), g, m, params=p, reads=(state.ns_coeffs,),
+                               scalars=scalars)
+      # The update in its parameter's layout and the momentum in its own: tied to the step's inputs,
+      # not to the gathered momentum inside the leaf function (under automatic mesh axes a gather
+      # constraint there would otherwise pull the results to its replicated layout).
+      out.append(place_like(p if p is not None else g, u))
+      new_mu.append(place_like(m, new_m))
     return treedef.unflatten(out), MuonState(count=count, mu=treedef.unflatten(new_mu),
                                              ns_coeffs=state.ns_coeffs)
 

@@ -96,7 +96,16 @@ def replicate_axes(x: jax.Array, axes: Sequence[int]) -> tuple[jax.Array, Callab
     # partitioner free elsewhere (a constraint may not name explicit axes).
     unconstrained = jax.sharding.PartitionSpec.UNCONSTRAINED
     wanted = tuple(None if i in whole else unconstrained for i in range(x.ndim))
-    x = jax.lax.with_sharding_constraint(x, named(mesh, jax.sharding.PartitionSpec(*wanted)))
+    gathered = named(mesh, jax.sharding.PartitionSpec(*wanted))
+    free = named(mesh, jax.sharding.PartitionSpec(*(unconstrained,) * x.ndim))
+    x = jax.lax.with_sharding_constraint(x, gathered)
+
+    def restore(y):
+      # The result is pinned where it was computed (whole), then a new, unconstrained value takes
+      # x's layout: the partitioner slices once at the end instead of pulling x's layout back
+      # into the iteration (a collective in every step).
+      y = jax.lax.with_sharding_constraint(jax.lax.with_sharding_constraint(y, gathered), free)
+      return place_like(original, y)
   return x, restore
 
 

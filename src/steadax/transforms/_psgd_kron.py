@@ -308,20 +308,21 @@ class ScaleByPsgdKron(Transformation):
     # whole-tree trust region below. So it casts in once (``_to``) to the compute dtype the
     # policy gives (the promotion of gradient, momentum and factors, at least float32) and runs
     # under standard promotion (real diagonals and step sizes on complex tensors), as leafwise does.
-    new_mus, momenta, restores = list(mus), {}, {}
+    new_mus, momenta, gathered = list(mus), {}, set()
     with jax.numpy_dtype_promotion("standard"):
       for i in live:
         g, m = grads[i], mus[i]
         cdt = compute_dtype(g.dtype, m.dtype, factors[i][0].dtype)
         k = scalars(real_dtype(cdt))
         m_new = k.b1 * _to(m, cdt) + (1 - k.b1) * _to(g, cdt)
-        new_mus[i] = _to(m_new, m.dtype)
+        new_mus[i] = place_like(m, _to(m_new, m.dtype))
         h = m_new / k.c1
         if any(self._dense(np.shape(g))):
           # A dense factor contracts its axis with the momentum in every product: the momentum is
           # gathered once (one all-gather when sharded) and the preconditioned update put back
           # in the parameter's layout afterwards (a local slice).
-          (h,), (restores[i],) = replicate_whole(h)
+          (h,), _ = replicate_whole(h)
+          gathered.add(i)
         momenta[i] = h.reshape(np.shape(g) or (1,))
 
       def in_compute(fs, h):
@@ -355,7 +356,8 @@ class ScaleByPsgdKron(Transformation):
         fs = in_compute(factors[i], h)
         pre = _precondition(fs, self._dense(np.shape(grads[i])), h) if h.size else h
         pre = pre.reshape(np.shape(grads[i]))
-        preconditioned[i] = restores[i](pre) if i in restores else pre
+        # Back in the layout of the gradient (a step input; the gathered momentum is not).
+        preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
 
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
     # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,
