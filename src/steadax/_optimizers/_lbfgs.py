@@ -63,10 +63,14 @@ def _stacked_sharding(p: Any) -> NamedSharding | None:
   replicated, the parameter's axes split as the parameter's are (so each device holds the
   curvature pairs of its own shard and the two-loop recursion needs no gathering). None where the
   parameter has no named sharding (a tracer, one device): the compiler places it."""
-  try:
+  if isinstance(p, jax.core.Tracer):
+    # Under explicit mesh axes the sharding is part of the traced type; otherwise there is none
+    # (the compiler places the value).
+    sharding = getattr(jax.typeof(p), "sharding", None)
+    if not isinstance(sharding, NamedSharding) or all(axis is None for axis in sharding.spec):
+      return None
+  else:
     sharding = getattr(p, "sharding", None)
-  except Exception:  # a tracer without a sharding in its type
-    return None
   if not isinstance(sharding, NamedSharding):
     return None
   return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
