@@ -121,3 +121,40 @@ def test_restored_hyperparameters_equal_the_code():
   tx = steadax.inject_hyperparams(steadax.adamw)(learning_rate=0.5, weight_decay=0.25)
   restored = jax.tree_util.tree_map(np.asarray, tx)
   assert restored == tx
+
+
+def _per_build_callables(obj):
+  """Callables a factory call creates afresh (lambdas, closures, functools.partial): they compare by
+  identity, so two builds holding them are unequal by design."""
+  import dataclasses
+  import functools
+  import inspect
+  if isinstance(obj, steadax.Module):
+    for field in dataclasses.fields(obj):
+      yield from _per_build_callables(getattr(obj, field.name))
+  elif isinstance(obj, (tuple, list)):
+    for x in obj:
+      yield from _per_build_callables(x)
+  elif isinstance(obj, dict):
+    for x in obj.values():
+      yield from _per_build_callables(x)
+  elif isinstance(obj, functools.partial) or (
+      inspect.isfunction(obj) and (obj.__name__ == "<lambda>" or obj.__closure__)):
+    yield obj
+
+
+def test_every_registry_entry_compares_by_value():
+  from ._registry_run import ENTRIES
+
+  per_build = []
+  for entry in ENTRIES:
+    a, b = entry.factory(), entry.factory()
+    if list(_per_build_callables(a)):
+      per_build.append(entry.name)
+      assert a != b and a == a, entry.name
+    else:
+      assert a == b and hash(a) == hash(b), entry.name
+    restored = jax.tree_util.tree_map(np.asarray, a)  # leaves read back from a checkpoint
+    assert restored == a and hash(restored) == hash(a), entry.name
+    assert jax.tree_util.tree_map(lambda x: np.asarray(x) * 2 + 1, a) != a, entry.name
+  assert len(per_build) < len(ENTRIES) // 10, per_build  # the by-value case is the rule
