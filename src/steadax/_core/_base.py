@@ -249,7 +249,8 @@ def as_inner(tx: Any, owner: str, argument: str) -> GradientTransformationExtraA
   if isinstance(tx, GradientTransformation):
     return _WithExtraArgs(tx)
   init, update = getattr(tx, "init", None), getattr(tx, "update", None)
-  if callable(init) and callable(update) and not isinstance(tx, type):  # an Optax transformation (a NamedTuple of the pair)
+  # An Optax transformation (a NamedTuple of the pair); a class has unbound init/update: not one.
+  if callable(init) and callable(update) and not isinstance(tx, type):
     return _WithExtraArgs(_FunctionTransformation(init, update))
   if isinstance(tx, (tuple, list)) and len(tx) == 2 and all(callable(f) for f in tx):
     return _WithExtraArgs(_FunctionTransformation(*tx))
@@ -430,7 +431,8 @@ def _python_numbers_as_arrays(tree: Any) -> Any:
   """``tree`` with its Python number leaves as strong arrays (the tree itself when it has none)."""
   if tree is None or not any(isinstance(x, _PYTHON_NUMBERS) for x in jax.tree_util.tree_leaves(tree)):
     return tree
-  return jax.tree_util.tree_map(lambda x: _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x, tree)
+  return jax.tree_util.tree_map(
+      lambda x: _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x, tree)
 
 
 def _expected_state_type(tx: Transformation) -> type | None:
@@ -719,7 +721,8 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       raise
     message = _difference("apply_updates", "the params", params, "the updates", updates)
     if jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(updates):
-      message = _shape_difference("apply_updates", "the params", params, "the updates", updates) or message
+      message = (_shape_difference("apply_updates", "the params", params, "the updates", updates)
+                 or message)
     raise InputMismatchError(message) from error
 
 
