@@ -331,7 +331,7 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
   state = tx.init(x0)
   reuse = _reuses_search(tx, state) and (isinstance(_last(tx), LBFGSB) or not bounded)
   searches = _find_fields(state, "num_linesearch_steps")
-  retries = isinstance(_last(tx), LBFGSB)
+  retries = bool(searches)
   value, grad = evaluate(x0)
   norm = grad_norm(x0, grad)
   one = jnp.ones([], jnp.int32)
@@ -382,8 +382,9 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
     improved = decreased | (norm < c.best_norm)
     stalled = jnp.where(improved, zero, c.stalled + one) if searches else zero
     if retries:
-      # L-BFGS-B cleared its memory after the failure and retries from the gradient: only a
-      # second failure in a row stops (L-BFGS-B's own rule).
+      # Only a second failure in a row stops (L-BFGS-B's own rule: it clears its memory after a
+      # failed search and retries from the gradient; for lbfgs the retry starts from the fallback
+      # step the failed search took, which at float32's floor often still lands on the minimiser).
       failed_now, failed = failed, failed & c.failed
     else:
       failed_now = failed
