@@ -39,8 +39,6 @@ PARAMS_CHECKED = {"tiny", "clipped", "zero"}
 # Entries whose remaining overflow is outside the optimizer's own arithmetic, per regime; each is
 # listed in docs/guarantees.md. Anything else that turns non-finite fails.
 KNOWN = {
-    # The entry asks for float16 first moments of bfloat16 parameters: 1e14 does not fit float16.
-    ("scale_by_adam_lowmem_float16", "huge"),
     # The aggregator hands over its sum of squared differences already infinite in float16.
     ("track_per_element_mean_and_variance_with_ema+adam", "huge"),
     # Mechanic's h = <g, x0 - x> / (S + eps) divides by S ~ s_init at the start: with 6e4

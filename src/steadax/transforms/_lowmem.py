@@ -68,6 +68,10 @@ def dither_bits(shape: tuple[int, ...], count: jax.Array, salt: Any) -> jax.Arra
 # The casts of the rounding functions below are the rounding itself (between the wide value and its
 # narrow neighbours, and from random bits to a uniform draw), not the dtype policy of an optimizer.
 def _round_real(x: jax.Array, dtype: np.dtype, bits: jax.Array) -> jax.Array:
+  # Saturating, as leafwise writes: a finite value beyond dtype's range (a float16 moment of a
+  # 1e15 gradient) becomes its largest finite value, not infinity; NaN and inf stay as they are.
+  largest = float(jnp.finfo(dtype).max)
+  x = jnp.where(jnp.isfinite(x), jnp.clip(x, -largest, largest), x)
   if x.dtype == np.dtype(jnp.float32) and dtype == np.dtype(jnp.bfloat16):
     # bfloat16 is float32's upper half: add 16 random bits below the cut and truncate. The carry
     # happens with probability (discarded bits) / 2^16, exactly the stochastic-rounding rule.
