@@ -14,6 +14,7 @@ import typing
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import steadax
@@ -21,6 +22,15 @@ import steadax
 X64 = bool(jax.config.jax_enable_x64)
 # make test runs a fixed small number of examples; make fuzz sets STEADAX_FUZZ (a multiplier).
 FUZZ = int(os.environ.get("STEADAX_FUZZ", "0") or 0)
+
+
+# The settings of every property test here (a settings object each test extends, not a loaded
+# profile, which would change every other hypothesis test in the same pytest process): no example
+# database (the suite leaves no files behind), no deadline (the first example of a structure
+# compiles), derandomized in make test (fixed examples), random under make fuzz.
+BASE = settings(
+    deadline=None, database=None, derandomize=not FUZZ, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
 
 def examples(n: int) -> int:

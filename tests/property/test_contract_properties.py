@@ -52,7 +52,7 @@ def assert_contract_in_scan_with_cond(tx, params, grads_fn=testing.default_grads
   assert testing.type_signature(u) == testing.type_signature(params), "updates differ from params"
 
 
-@settings(max_examples=S.examples(40))
+@settings(S.BASE, max_examples=S.examples(40))
 @given(data=st.data())
 def test_contract_holds_inside_scan_with_cond(data):
   entry = data.draw(st.sampled_from(ENTRIES), label="entry")

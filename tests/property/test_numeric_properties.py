@@ -79,7 +79,7 @@ def _equal(a, b):
     assert np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
 
 
-@settings(max_examples=S.examples(6))
+@settings(S.BASE, max_examples=S.examples(6))
 @given(entry=st.sampled_from(ENTRIES), structure=st.sampled_from(STRUCTURES + COMPLEX_STRUCTURES),
        stack=S.stacks(), factor=st.floats(0.5, 1.0), seed=st.integers(0, 2**16))
 def test_updates_are_finite_for_finite_inputs(entry, structure, stack, factor, seed):
@@ -94,7 +94,7 @@ def test_updates_are_finite_for_finite_inputs(entry, structure, stack, factor, s
     _assert_all_finite(params, f"params at step {i}")
 
 
-@settings(max_examples=S.examples(6))
+@settings(S.BASE, max_examples=S.examples(6))
 @given(name=st.sampled_from(sorted(DESCENT)), lr=st.floats(1e-3, 1e-2),
        structure=st.sampled_from(STRUCTURES), stack=st.one_of(st.just([]), S.stacks(S.DESCENT_WRAPPERS)),
        seed=st.integers(0, 2**16))
@@ -117,7 +117,7 @@ def _small_trees():
                    S.tree_specs(low_precision=True, complex_ok=True, large=False))
 
 
-@settings(max_examples=S.examples(12))
+@settings(S.BASE, max_examples=S.examples(12))
 @given(structure=_small_trees(), seed=st.integers(0, 2**16), with_params=st.booleans())
 def test_identity_and_scale_one_are_identities(structure, seed, with_params):
   grads = S.build(structure, seed)
@@ -141,7 +141,7 @@ BLOCKS = {
 }
 
 
-@settings(max_examples=S.examples(8))
+@settings(S.BASE, max_examples=S.examples(8))
 @given(names=st.lists(st.sampled_from(sorted(BLOCKS)), min_size=3, max_size=3),
        factors=st.lists(st.floats(0.5, 1.0), min_size=3, max_size=3),
        structure=st.sampled_from(STRUCTURES), seed=st.integers(0, 2**16))
@@ -160,7 +160,7 @@ def test_chain_is_associative(names, factors, structure, seed):
   _equal(results[0], results[2])
 
 
-@settings(max_examples=S.examples(8))
+@settings(S.BASE, max_examples=S.examples(8))
 @given(name=st.sampled_from(sorted(DESCENT)), structure=st.sampled_from(STRUCTURES),
        seed=st.integers(0, 2**16), mask_as_function=st.booleans())
 def test_masked_with_an_all_false_mask_changes_nothing(name, structure, seed, mask_as_function):
