@@ -20,8 +20,6 @@ SCRIPT = Path(__file__).with_name("_registry_script.py")
 
 # Failures of work in progress elsewhere (reported to its owners; remove an entry when it passes).
 KNOWN = {
-    "Explicit/lbfgs": "issue 12: the curvature memory's at[].set of a sharded pair under explicit axes",
-    "Explicit/lbfgs_backtracking": "issue 12: as lbfgs",
     "Explicit/lbfgsb": "steadax.lbfgsb ravels sharded parameters (a reshape explicit axes reject)",
     "Auto/lbfgsb": "steadax.lbfgsb's updates come back in the raveled vector's layout",
 }
