@@ -130,7 +130,7 @@ def optax_solver(problem):
     value, grad = value_and_grad(x, state=state)
     updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=fun)
     searched = optax.tree_utils.tree_get(state, "num_linesearch_steps")
-    return optax.apply_updates(x, updates), state, steps + 1, grad, evals + searched
+    return optax.apply_updates(x, updates), state, steps + 1, grad, evals + searched.astype(jnp.int32)
 
   def cond(carry):
     _, _, steps, grad, _ = carry
