@@ -138,3 +138,43 @@ def test_deprecated_dpsgd_trains_like_contrib_dpsgd():
   ours, _ = tx.update(grads, tx.init(params), params)
   expected, _ = reference.update(grads, reference.init(params), params)
   np.testing.assert_array_equal(np.asarray(ours["w"]), np.asarray(expected["w"]))
+
+
+def _loss3(p, x, y):
+  return jnp.sum((x @ p["w"] - y) ** 2)
+
+
+_X3, _Y3, _P3 = jnp.array([[1.0, 2.0]]), jnp.array([0.0]), {"w": jnp.zeros(2)}
+# Functions Optax 0.2.8 warns about when called (not when read): name -> call on the module.
+CALL_DEPRECATIONS = {
+    "global_norm": lambda m: m.global_norm({"a": jnp.ones(2)}),
+    "optimistic_adam": lambda m: m.optimistic_adam(0.1),
+    "inject_stateful_hyperparams": lambda m: m.inject_stateful_hyperparams(m.sgd)(learning_rate=0.1),
+    "second_order.hvp": lambda m: m.second_order.hvp(_loss3, jnp.ones(2), _P3, _X3, _Y3),
+    "second_order.hessian_diag": lambda m: m.second_order.hessian_diag(_loss3, _P3, _X3, _Y3),
+    "second_order.fisher_diag": lambda m: m.second_order.fisher_diag(_loss3, _P3, _X3, _Y3),
+}
+
+
+@pytest.mark.x32_only
+@pytest.mark.parametrize("name", sorted(CALL_DEPRECATIONS))
+def test_calls_optax_deprecates_warn_at_the_callers_line(name):
+  call = CALL_DEPRECATIONS[name]
+  with pytest.warns(DeprecationWarning) as theirs:
+    call(optax)
+  with pytest.warns(DeprecationWarning) as ours:
+    call(steadax)
+  assert any(w.category is DeprecationWarning for w in theirs)
+  # Attributed to this file (the caller), not to a steadax module in between.
+  assert [w.filename for w in ours if w.category is DeprecationWarning] == [__file__]
+
+
+@pytest.mark.x32_only
+def test_steadax_itself_does_not_call_what_it_deprecates():
+  import warnings
+  params = {"w": jnp.ones(3)}
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", DeprecationWarning)
+    for tx in (steadax.clip_by_global_norm(1.0), steadax.contrib.sam(steadax.sgd(0.1), steadax.sgd(0.1)),
+               steadax.normalize_by_update_norm()):
+      tx.update(params, tx.init(params), params)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import jax
+import pytest
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 import steadax
+
+# steadax.global_norm warns when called, as Optax 0.2.8's does; these tests check its values.
+pytestmark = pytest.mark.filterwarnings("ignore:steadax.global_norm is deprecated:DeprecationWarning")
 
 
 def _types(tree):

@@ -11,11 +11,12 @@ and drops each entry when the Optax release it mirrors drops it. The names stay 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["deprecation_getattr"]
+__all__ = ["deprecation_getattr", "warn_deprecated_call"]
 
 
 def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], Any] | None]]
@@ -51,3 +52,32 @@ def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], An
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
   return __getattr__
+
+
+def warn_deprecated_call(message: str) -> None:
+  """Emit ``DeprecationWarning(message)`` attributed to the first caller outside steadax.
+
+  For the functions Optax 0.2.8 warns about when they are called (``global_norm``,
+  ``optimistic_adam``, ``inject_stateful_hyperparams``, ``second_order.hvp`` ...): the warning points
+  at the user's line, not at a steadax wrapper in between.
+
+  Args:
+    message: the warning's text (Optax's, with ``optax`` read as ``steadax``).
+
+  Returns:
+    None.
+
+  Example:
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...   warnings.simplefilter("always")
+    ...   warn_deprecated_call("old is deprecated: use new.")
+    >>> caught[0].category.__name__
+    'DeprecationWarning'
+  """
+  frame = sys._getframe(1)
+  level = 2
+  while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "steadax":
+    frame = frame.f_back
+    level += 1
+  warnings.warn(message, DeprecationWarning, stacklevel=level)

@@ -23,6 +23,7 @@ __all__ = [
     "cast_like",
     "tree_sum_of_squares",
     "global_norm",
+    "l2_norm",
     "is_none",
     "is_variable",
     "unwrap_variables",
@@ -195,7 +196,7 @@ def tree_sum_of_squares(tree: Any) -> jax.Array:
   return total
 
 
-def global_norm(updates: Any) -> jax.Array:
+def l2_norm(updates: Any) -> jax.Array:
   """The l2 norm of all leaves together (float32 at least, exact for mixed-precision trees).
 
   Its gradient at a zero tree is zero (not NaN).
@@ -208,7 +209,7 @@ def global_norm(updates: Any) -> jax.Array:
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> float(steadax.global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
+    >>> float(l2_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
     5.0
   """
   squares = tree_sum_of_squares(updates)
@@ -216,6 +217,28 @@ def global_norm(updates: Any) -> jax.Array:
   # (meta-learning, differentiating an optimizer step) stay finite; the value is unchanged.
   positive = squares > 0
   return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, jnp.ones_like(squares))), jnp.zeros_like(squares))
+
+
+def global_norm(updates: Any) -> jax.Array:
+  """The l2 norm of all leaves together; deprecated (as in Optax 0.2.8) in favour of
+  ``steadax.tree.norm``, and warns so when called.
+
+  Args:
+    updates: a tree of arrays.
+
+  Returns:
+    A scalar (float32 at least, exact for mixed-precision trees; zero gradient at a zero tree).
+
+  Example:
+    >>> import jax.numpy as jnp, steadax, warnings
+    >>> with warnings.catch_warnings():
+    ...   warnings.simplefilter("ignore", DeprecationWarning)
+    ...   float(steadax.global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
+    5.0
+  """
+  from ._deprecations import warn_deprecated_call
+  warn_deprecated_call("steadax.global_norm is deprecated in favor of steadax.tree.norm")
+  return l2_norm(updates)
 
 
 def cast_like(tree: Any, reference: Any) -> Any:

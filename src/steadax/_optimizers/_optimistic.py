@@ -10,6 +10,7 @@ from typing import Any
 
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
+from .._core._deprecations import warn_deprecated_call
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam import scale_by_adam
@@ -76,7 +77,8 @@ def optimistic_adam(
     *,
     nesterov: bool = True,
 ) -> Chain:
-  """Optimistic Adam, Optax's first parameterisation (prefer ``optimistic_adam_v2``).
+  """Optimistic Adam, Optax's first parameterisation (deprecated, as in Optax 0.2.8, and warns so
+  when called: use ``optimistic_adam_v2``).
 
   ``chain(scale_by_adam(...), scale_by_optimistic_gradient(alpha=learning_rate, beta=optimism),
   scale_by_learning_rate(1.0))``: the learning rate enters the extrapolation, so it must be a
@@ -100,11 +102,15 @@ def optimistic_adam(
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> opt = steadax.optimistic_adam(0.1)
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...   warnings.simplefilter("ignore", DeprecationWarning)  # deprecated, as in Optax 0.2.8
+    ...   opt = steadax.optimistic_adam(0.1)
     >>> [type(s).__name__ for s in opt.init(jnp.zeros(1))]
     ['ScaleByAdamState', 'ScaleByOptimisticGradientState', 'EmptyState']
   """
   owner = "optimistic_adam"
+  warn_deprecated_call("`optimistic_adam` is deprecated, please use `optimistic_adam_v2` instead.")
   if callable(learning_rate):
     raise TypeError(f"{owner}: learning_rate must be a scalar (it weights the extrapolation); "
                     "use optimistic_adam_v2 for a schedule.")

@@ -70,7 +70,7 @@ def snapshot(measure_name: str, measure: Callable[[Any], Any]) -> Transformation
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.chain(steadax.snapshot("raw_norm", steadax.global_norm), steadax.clip(1.0))
+    >>> tx = steadax.chain(steadax.snapshot("raw_norm", steadax.tree.norm), steadax.clip(1.0))
     >>> u, state = tx.update(jnp.array([3.0, 4.0]), tx.init(jnp.zeros(2)))
     >>> float(state[0].measurement["raw_norm"])
     5.0
@@ -140,8 +140,8 @@ def monitor(measures: dict[str, Any]) -> Transformation:
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.monitor({"norm": steadax.global_norm,
-    ...                       "norm_ema": steadax.measure_with_ema(steadax.global_norm, 0.5)})
+    >>> tx = steadax.monitor({"norm": steadax.tree.norm,
+    ...                       "norm_ema": steadax.measure_with_ema(steadax.tree.norm, 0.5)})
     >>> state = tx.init(jnp.zeros(2))
     >>> u, state = tx.update(jnp.array([3.0, 4.0]), state)
     >>> float(state.measurements["norm"]), float(state.measurements["norm_ema"])
@@ -201,7 +201,7 @@ def measure_with_ema(
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.measure_with_ema(lambda u: steadax.global_norm(u) > 1.0, decay=0.5)
+    >>> tx = steadax.measure_with_ema(lambda u: steadax.tree.norm(u) > 1.0, decay=0.5)
     >>> state = tx.init(jnp.zeros(2))
     >>> out, state = tx.update(jnp.array([3.0, 4.0]), state)
     >>> out

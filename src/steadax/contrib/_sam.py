@@ -27,7 +27,7 @@ from .._core._leafwise import Scalars
 from .._core._module import child_field, static_field
 from .._core._policy import COUNTER_DTYPE, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
-from .._core._tree import copy_like, global_norm, tree_map
+from .._core._tree import copy_like, l2_norm, tree_map
 
 __all__ = ["NormalizeState", "SAMState", "normalize", "sam"]
 
@@ -56,7 +56,7 @@ class Normalize(Transformation):
   elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    norm = global_norm(updates)
+    norm = l2_norm(updates)
     # A zero gradient has no direction: it stays zero (Optax divides 0 by 0).
     inverse = jnp.where(norm > 0, 1 / jnp.where(norm > 0, norm, jnp.ones_like(norm)), jnp.zeros_like(norm))
     # Each update keeps the incoming update's dtype.

@@ -365,6 +365,8 @@ def inject_stateful_hyperparams(
 ) -> Callable[..., InjectHyperparams]:
   """The same as ``inject_hyperparams`` (Optax's older name; both accept stateful schedules).
 
+  Deprecated, as in Optax 0.2.8, and warns so when called.
+
   Args:
     inner_factory: a function returning a transformation.
     static_args: the name (or names) of callable arguments that are not schedules.
@@ -375,8 +377,13 @@ def inject_stateful_hyperparams(
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.inject_stateful_hyperparams(steadax.sgd)(learning_rate=0.1)
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...   warnings.simplefilter("ignore", DeprecationWarning)
+    ...   tx = steadax.inject_stateful_hyperparams(steadax.sgd)(learning_rate=0.1)
     >>> sorted(tx.init(jnp.zeros(1)).hyperparams)
     ['learning_rate']
   """
+  from .._core._deprecations import warn_deprecated_call
+  warn_deprecated_call("inject_stateful_hyperparams is deprecated, use inject_hyperparams instead")
   return inject_hyperparams(inner_factory, static_args, hyperparam_dtype)

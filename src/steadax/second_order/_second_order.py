@@ -1,7 +1,7 @@
 """Hessian-vector products and diagonal curvature estimates (Optax's ``optax.second_order``).
 
-Optax 0.2.8 deprecates these three functions (removal in Optax 0.2.9); steadax keeps them, without a
-warning, for as long as it mirrors Optax 0.2.8's surface, and removes them with it.
+Optax 0.2.8 deprecates these three functions (removal in Optax 0.2.9); steadax keeps them, with
+Optax's warning when called, for as long as it mirrors Optax 0.2.8's surface, and removes them with it.
 
 The loss functions have Optax's signature ``loss(params, inputs, targets) -> scalar``. Flat vectors
 (``v`` and the returned diagonals) follow the order of ``jax.flatten_util.ravel_pytree``: the leaves
@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._deprecations import warn_deprecated_call
 from .._core._policy import cast, compute_dtype, key_path_str, promote_types, real_dtype
 
 __all__ = ["hvp", "hessian_diag", "fisher_diag"]
@@ -99,13 +100,18 @@ def hvp(loss: LossFn, v: jax.Array, params: Any, inputs: jax.Array, targets: jax
     >>> import jax.numpy as jnp, steadax
     >>> loss = lambda p, x, y: jnp.sum((x @ p["w"] - y) ** 2)
     >>> x, y = jnp.array([[1.0, 2.0]]), jnp.array([0.0])
-    >>> steadax.second_order.hvp(loss, jnp.array([1.0, 0.0]), {"w": jnp.zeros(2)}, x, y)
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # deprecated, as in Optax 0.2.8
+    ...   warnings.simplefilter("ignore", DeprecationWarning)
+    ...   steadax.second_order.hvp(loss, jnp.array([1.0, 0.0]), {"w": jnp.zeros(2)}, x, y)
     {'w': Array([2., 4.], dtype=float32)}
 
   References:
     Pearlmutter, "Fast Exact Multiplication by the Hessian", Neural Computation 6(1), 1994, §3.
   """
   owner = "hvp"
+  warn_deprecated_call("The function hvp is deprecated. This function will be/was removed in "
+                       "optax 0.2.9 (and in steadax with it).")
   _check_callable(owner, "loss", loss)
   leaves, treedef, _ = _param_leaves(owner, params)
   size = sum(x.size for x in leaves)
@@ -137,10 +143,15 @@ def hessian_diag(loss: LossFn, params: Any, inputs: jax.Array, targets: jax.Arra
     >>> import jax.numpy as jnp, steadax
     >>> loss = lambda p, x, y: jnp.sum((x @ p["w"] - y) ** 2)
     >>> x, y = jnp.array([[1.0, 2.0]]), jnp.array([0.0])
-    >>> steadax.second_order.hessian_diag(loss, {"w": jnp.zeros(2)}, x, y)
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # deprecated, as in Optax 0.2.8
+    ...   warnings.simplefilter("ignore", DeprecationWarning)
+    ...   steadax.second_order.hessian_diag(loss, {"w": jnp.zeros(2)}, x, y)
     Array([2., 8.], dtype=float32)
   """
   owner = "hessian_diag"
+  warn_deprecated_call("The function hessian_diag is deprecated. This function will be/was removed in "
+                       "optax 0.2.9 (and in steadax with it).")
   _check_callable(owner, "loss", loss)
   leaves, treedef, dtype = _param_leaves(owner, params)
   size = sum(x.size for x in leaves)
@@ -173,13 +184,18 @@ def fisher_diag(negative_log_likelihood: LossFn, params: Any, inputs: jax.Array,
     >>> import jax.numpy as jnp, steadax
     >>> nll = lambda p, x, y: jnp.sum((x @ p["w"] - y) ** 2)
     >>> x, y = jnp.array([[1.0, 2.0]]), jnp.array([1.0])
-    >>> steadax.second_order.fisher_diag(nll, {"w": jnp.zeros(2)}, x, y)
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # deprecated, as in Optax 0.2.8
+    ...   warnings.simplefilter("ignore", DeprecationWarning)
+    ...   steadax.second_order.fisher_diag(nll, {"w": jnp.zeros(2)}, x, y)
     Array([ 4., 16.], dtype=float32)
 
   References:
     Martens, "New insights and perspectives on the natural gradient method", JMLR 21, 2020, §9.2.
   """
   owner = "fisher_diag"
+  warn_deprecated_call("The function fisher_diag is deprecated. This function will be/was removed in "
+                       "optax 0.2.9 (and in steadax with it).")
   _check_callable(owner, "negative_log_likelihood", negative_log_likelihood)
   leaves, treedef, dtype = _param_leaves(owner, params)
   grads = jax.grad(negative_log_likelihood)(treedef.unflatten(leaves), inputs, targets)

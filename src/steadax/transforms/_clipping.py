@@ -19,7 +19,7 @@ from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper
-from .._core._tree import global_norm
+from .._core._tree import l2_norm
 from ._moments import abs_sq
 
 __all__ = ["ClipState", "ClipByGlobalNormState", "clip", "clip_by_global_norm", "clip_by_block_rms"]
@@ -92,7 +92,7 @@ class ClipByGlobalNorm(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
-    norm = global_norm(updates)
+    norm = l2_norm(updates)
     bound = hyper(self.max_norm, norm.dtype)
     below = norm <= bound
     # Dividing by 1 on the untaken branch keeps the gradient finite at a zero norm.

@@ -10,7 +10,7 @@ from .._core._base import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper
-from .._core._tree import global_norm
+from .._core._tree import l2_norm
 from ._clipping import _check_scalar, _check_scalar_nonnegative
 
 __all__ = ["normalize_by_update_norm"]
@@ -24,7 +24,7 @@ class NormalizeByUpdateNorm(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
-    norm = global_norm(updates)
+    norm = l2_norm(updates)
     denominator = norm + hyper(self.eps, norm.dtype)
     # A zero update with eps = 0 stays zero (0 * finite) instead of becoming 0 / 0 (Optax's NaN).
     positive = denominator > 0

@@ -34,7 +34,7 @@ from .._core._module import Module, hyper_field, static_field
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
-from .._core._tree import global_norm, is_none
+from .._core._tree import is_none, l2_norm
 from ._adam import one_minus_pow
 from ._matrix import replicate_whole
 from ._moments import abs_sq
@@ -363,7 +363,7 @@ class ScaleByPsgdKron(Transformation):
     # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,
     # with the cast to the gradient's dtype, goes through leafwise.
     total = sum(h.size for h in momenta.values())
-    norm = global_norm(list(preconditioned.values()))
+    norm = l2_norm(list(preconditioned.values()))
     limit = np.asarray(math.sqrt(max(total, 1)), norm.dtype)
     shrink = limit / jnp.maximum(norm, limit)
 
