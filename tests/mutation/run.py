@@ -87,8 +87,8 @@ MUTATIONS = (
         "d_no_cast_to_parameter_dtype",
         "leafwise returns the update without its one cast to the parameter's dtype",
         "src/steadax/_core/_leafwise.py",
-        "      written.append(cast(value, store))\n",
-        "      written.append(value if j == 0 else cast(value, store))\n",
+        "      written.append(saturating_cast(value, store))\n",
+        "      written.append(value if j == 0 else saturating_cast(value, store))\n",
         ("tests/core/test_contract.py::test_leafwise_writes_updates_in_the_parameter_dtype",),
     ),
     Mutation(
