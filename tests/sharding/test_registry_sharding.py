@@ -19,10 +19,7 @@ from tests.conformance.registry import all_entries
 SCRIPT = Path(__file__).with_name("_registry_script.py")
 
 # Failures of work in progress elsewhere (reported to its owners; remove an entry when it passes).
-KNOWN = {
-    "Explicit/lbfgsb": "steadax.lbfgsb ravels sharded parameters (a reshape explicit axes reject)",
-    "Auto/lbfgsb": "steadax.lbfgsb's updates come back in the raveled vector's layout",
-}
+KNOWN: dict = {}
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,6 +15,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._leafwise import place_like
 from .._core._policy import key_path_str
 
 __all__ = ["bound_leaves", "check_bounds", "flatten", "unflatten", "project", "projected_gradient"]
@@ -73,12 +74,32 @@ def check_bounds(owner: str, lower: Any, upper: Any, params: Any) -> None:
             f"somewhere (lower {lo_np.tolist()}, upper {up_np.tolist()}).")
 
 
+def _replicated(x: Any) -> Any:
+  """``x`` gathered to every device when its traced type is sharded over explicit mesh axes.
+
+  The flat vector couples every coordinate (sorting, the compact matrices), so it is replicated;
+  ``reshape`` of a sharded explicit type is rejected, hence the explicit gather. Under automatic
+  axes (and for concrete arrays) the compiler inserts the same gather itself.
+  """
+  if not isinstance(x, jax.core.Tracer):
+    return x
+  sharding = getattr(jax.typeof(x), "sharding", None)
+  mesh = getattr(sharding, "mesh", None)
+  if mesh is None or getattr(mesh, "empty", True):
+    return x
+  kinds = {getattr(t, "name", str(t)) for t in getattr(mesh, "axis_types", ())}
+  spec = tuple(getattr(sharding, "spec", ()))
+  if "Explicit" not in kinds or all(a is None for a in spec):
+    return x
+  return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
 def flatten(tree: Any, dtype: Any) -> jax.Array:
   """Every leaf raveled and concatenated, in ``dtype`` (a zero-length vector for an empty tree)."""
   leaves = jax.tree_util.tree_leaves(tree)
   if not leaves:
     return jnp.zeros([0], dtype)
-  return jnp.concatenate([jnp.ravel(jnp.asarray(x)).astype(dtype) for x in leaves])
+  return jnp.concatenate([jnp.ravel(_replicated(jnp.asarray(x))).astype(dtype) for x in leaves])
 
 
 def flat_bounds(owner: str, lower: Any, upper: Any, params: Any, dtype: Any):
@@ -93,12 +114,13 @@ def flat_bounds(owner: str, lower: Any, upper: Any, params: Any, dtype: Any):
 
 
 def unflatten(flat: jax.Array, like: Any) -> Any:
-  """Split ``flat`` into ``like``'s leaves, each in its leaf's shape and dtype."""
+  """Split ``flat`` into ``like``'s leaves, each in its leaf's shape, dtype and sharding."""
   leaves, treedef = jax.tree_util.tree_flatten(like)
   out, start = [], 0
   for leaf in leaves:
     size = int(np.prod(jnp.shape(leaf), dtype=np.int64))
-    out.append(flat[start:start + size].reshape(jnp.shape(leaf)).astype(leaf.dtype))
+    # Each piece goes back to its parameter's layout (a local slice of the replicated vector).
+    out.append(place_like(leaf, flat[start:start + size].reshape(jnp.shape(leaf)).astype(leaf.dtype)))
     start += size
   return jax.tree_util.tree_unflatten(treedef, out)
 
