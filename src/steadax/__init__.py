@@ -386,4 +386,4 @@ __getattr__ = _deprecation_getattr(__name__, _deprecations)
 
 safe_int32_increment = safe_increment
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
