@@ -156,7 +156,7 @@ class AdaptiveGradClip(Transformation):
     return out, state
 
 
-def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis: int | tuple[int, ...] | None = None):
+def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis: int | tuple[int, ...] | None = None) -> AdaptiveGradClip:
   """Adaptive gradient clipping (AGC): unit-wise norms at most ``clipping`` x the parameters'.
 
   Each unit's update (see ``unitwise_norm``) is scaled down to ``clipping * max(|w|, eps)`` where
