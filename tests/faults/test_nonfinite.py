@@ -95,6 +95,16 @@ def _assert_same_final(params, reference):
     np.testing.assert_allclose(_at(params, -1)[name], _at(reference, -1)[name], rtol=2e-6, atol=1e-7)
 
 
+def _bad_step_counts(schedule):
+  """``(step, kind, bad steps in a row, bad steps so far)`` after each step of ``schedule``: the
+  counters every guard keeps."""
+  consecutive = total = 0
+  for i, kind in enumerate(schedule):
+    consecutive = 0 if kind is None else consecutive + 1
+    total += kind is not None
+    yield i, kind, consecutive, total
+
+
 INNER = steadax.adam(0.1)
 APPLY_IF_FINITE = steadax.apply_if_finite(INNER, max_consecutive_errors=2)
 
@@ -109,10 +119,7 @@ def test_apply_if_finite(seed):
   # Skipping leaves the inner state untouched: the run is Adam over the good gradients only.
   reference, _ = _runner(INNER)(_good(grads, schedule))
   _assert_same_final(params, reference)
-  consecutive = total = 0
-  for i, kind in enumerate(schedule):
-    consecutive = 0 if kind is None else consecutive + 1
-    total += kind is not None
+  for i, kind, consecutive, total in _bad_step_counts(schedule):
     assert int(states.notfinite_count[i]) == consecutive, (i, schedule)
     assert int(states.total_notfinite[i]) == total
     assert bool(states.last_finite[i]) == (kind is None)
@@ -239,10 +246,7 @@ def test_skip_spikes(seed):
   _assert_skipped_steps_change_nothing(params, schedule)
   reference, _ = _runner(INNER)(_good(grads, schedule))
   _assert_same_final(params, reference)
-  consecutive = total = 0
-  for i, kind in enumerate(schedule):
-    consecutive = 0 if kind is None else consecutive + 1
-    total += kind is not None
+  for i, kind, consecutive, total in _bad_step_counts(schedule):
     assert int(states.consecutive_skips[i]) == consecutive, (i, schedule)
     assert int(states.total_skips[i]) == total
     assert bool(states.last_skipped[i]) == (kind is not None)
