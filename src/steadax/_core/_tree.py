@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._deprecations import warn_deprecated_call
 from ._leafwise import place_like
 from ._policy import accumulator_dtype, compute_dtype, hyper, real_dtype
 
@@ -236,7 +237,6 @@ def global_norm(updates: Any) -> jax.Array:
     ...   float(steadax.global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
     5.0
   """
-  from ._deprecations import warn_deprecated_call
   warn_deprecated_call("steadax.global_norm is deprecated in favor of steadax.tree.norm")
   return l2_norm(updates)
 

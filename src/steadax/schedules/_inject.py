@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
+from .._core._deprecations import warn_deprecated_call
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
@@ -384,6 +385,5 @@ def inject_stateful_hyperparams(
     >>> sorted(tx.init(jnp.zeros(1)).hyperparams)
     ['learning_rate']
   """
-  from .._core._deprecations import warn_deprecated_call
   warn_deprecated_call("inject_stateful_hyperparams is deprecated, use inject_hyperparams instead")
   return inject_hyperparams(inner_factory, static_args, hyperparam_dtype)
