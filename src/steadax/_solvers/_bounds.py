@@ -15,7 +15,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._leafwise import place_like
+from .._core._leafwise import _axis_kinds, place_like
 from .._core._policy import key_path_str
 
 __all__ = ["bound_leaves", "check_bounds", "flatten", "unflatten", "project", "projected_gradient"]
@@ -83,15 +83,10 @@ def _replicated(x: Any) -> Any:
   """
   if not isinstance(x, jax.core.Tracer):
     return x
-  sharding = getattr(jax.typeof(x), "sharding", None)
-  mesh = getattr(sharding, "mesh", None)
-  if mesh is None or getattr(mesh, "empty", True):
+  sharding: Any = getattr(jax.typeof(x), "sharding", None)
+  if "Explicit" not in _axis_kinds(sharding) or all(a is None for a in tuple(sharding.spec)):
     return x
-  kinds = {getattr(t, "name", str(t)) for t in getattr(mesh, "axis_types", ())}
-  spec = tuple(getattr(sharding, "spec", ()))
-  if "Explicit" not in kinds or all(a is None for a in spec):
-    return x
-  return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  return jax.sharding.reshard(x, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec()))
 
 
 def flatten(tree: Any, dtype: Any) -> jax.Array:
