@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
@@ -23,6 +24,7 @@ __all__ = [
     "copy_like",
     "cast_like",
     "tree_sum_of_squares",
+    "cond",
     "global_norm",
     "l2_norm",
     "is_none",
@@ -248,3 +250,35 @@ def cast_like(tree: Any, reference: Any) -> Any:
   function's diagnostics): they are pinned to the types fixed at init.
   """
   return tree_map(lambda x, r: jnp.asarray(x).astype(r.dtype), tree, reference)
+
+
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+  """``jax.lax.cond`` that takes the known branch when ``pred`` is concrete (an eager update).
+
+  Under ``jit``, ``vmap`` or any trace it is ``lax.cond`` (both branches traced, one run). Eagerly
+  the predicate is a concrete array: ``lax.cond`` would trace both branches, close over this step's
+  arrays as constants and compile a new program at every step (80 ms per eager SOAP update on CPU,
+  330 ms for PSGD-Kron's); the branch is called instead, with the same result.
+
+  For branches of a transformation's own arithmetic (a preconditioner refresh). Wrappers whose
+  branches run an inner transformation (MultiSteps, apply_if_finite, skip_spikes) keep
+  ``lax.cond``: tracing both branches checks the inner transformation's contract at the first
+  eager step, whichever branch runs.
+
+  Args:
+    pred: a scalar boolean (array or tracer).
+    true_fun: called when ``pred`` is true.
+    false_fun: called otherwise.
+    *operands: passed to the branch.
+
+  Returns:
+    The branch's result.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> cond(jnp.asarray(True), lambda x: x + 1, lambda x: x - 1, jnp.asarray(1, jnp.int32))
+    Array(2, dtype=int32)
+  """
+  if isinstance(pred, jax.core.Tracer):
+    return jax.lax.cond(pred, true_fun, false_fun, *operands)
+  return true_fun(*operands) if bool(pred) else false_fun(*operands)

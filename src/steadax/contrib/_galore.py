@@ -29,7 +29,7 @@ from .._core._leafwise import Scalars, place_like, saturating_cast
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
-from .._core._tree import is_none
+from .._core._tree import cond, is_none
 from .._core._types import ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
@@ -173,7 +173,7 @@ class ScaleByGalore(Transformation):
 
         # The projector keeps its layout (under automatic mesh axes the compiler would choose one
         # for the cond's result).
-        p = place_like(p, jax.lax.cond(refresh, fresh, lambda p=p: p))
+        p = place_like(p, cond(refresh, fresh, lambda p=p: p))
       pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
       # The base optimizer sees the projected gradient in the gradient's dtype, as its own
       # parameters (the low-rank proxies built at init) have it; written saturating, as leafwise

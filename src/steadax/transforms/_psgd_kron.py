@@ -25,7 +25,6 @@ import math
 from typing import Any, NamedTuple
 
 import jax
-import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,7 +34,7 @@ from .._core._module import Module, hyper_field, static_field
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
-from .._core._tree import is_none, l2_norm
+from .._core._tree import cond, is_none, l2_norm
 from ._adam import one_minus_pow
 from ._matrix import replicate_whole
 from ._moments import abs_sq
@@ -345,12 +344,7 @@ class ScaleByPsgdKron(Transformation):
           out[i] = tuple(place_like(old, _to(q, old.dtype)) for q, old in zip(fitted, all_factors[i]))
         return out
 
-      if isinstance(do_update, jax.core.Tracer):
-        fitted = jax.lax.cond(do_update, fit, lambda fs: list(fs), list(factors))
-      else:
-        # Eagerly the branch is known: an eager cond closes over this step's arrays as constants
-        # and compiles anew at every step (about 0.3 s each).
-        fitted = fit(list(factors)) if bool(do_update) else list(factors)
+      fitted = cond(do_update, fit, lambda fs: list(fs), list(factors))
       # The factors keep their layout from step to step (under automatic mesh axes the compiler
       # would otherwise choose one for the cond's result).
       factors = [fs if i not in momenta else tuple(place_like(o, n) for o, n in zip(fs, new))

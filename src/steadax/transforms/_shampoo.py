@@ -30,7 +30,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
-from .._core._tree import is_none
+from .._core._tree import cond, is_none
 from .._core._docs import shared_args
 from ._adam import one_minus_pow
 from ._matrix import (
@@ -174,7 +174,7 @@ class ScaleByShampoo(Transformation):
                       for axis, s in zip(axes, stats))
         exponent = 2 * len(axes) if k.exponent is None else k.exponent
         old = precs
-        precs = jax.lax.cond(refresh, lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats),
+        precs = cond(refresh, lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats),
                              lambda: old)
         direction = to_blocks(m_hat, sizes)
         for axis, q in zip(axes, precs):

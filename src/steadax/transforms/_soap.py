@@ -35,7 +35,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
-from .._core._tree import is_none
+from .._core._tree import cond, is_none
 from ._adam import one_minus_pow
 from ._matrix import (
     axis_statistic,
@@ -164,7 +164,7 @@ class ScaleBySoap(Transformation):
         stats = tuple(k.beta * s + (1 - k.beta) * axis_statistic(g, axis) for axis, s in zip(axes, stats))
         if axes:
           old = bases
-          bases = jax.lax.cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), lambda: old)
+          bases = cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), lambda: old)
         return (out, m_new, v_new, *stats, *bases)
       return leaf
 
