@@ -11,11 +11,19 @@ from .registry import Entry
 
 
 def _noise_statistics(loss_fn, params, grads):
-  # What get_per_element_mean_and_sum_sq_diff_grads would hand over for a batch of 4 elements.
-  # A float0 gradient (an integer parameter) has no spread: its statistic is zero in the
-  # parameter's dtype, as the per-example helper gives for a constant leaf.
+  # What get_per_element_mean_and_sum_sq_diff_grads hands over for a batch of 4 elements
+  # (g, -g, g, -g): a sum of squared deviations 4 |g|^2, computed by the aggregator itself, so its
+  # float16 overflow (|g| near 6e4) is the one the registry meets. A float0 gradient (an integer
+  # parameter) has no spread: its statistic is zero in the parameter's dtype, as the per-example
+  # helper gives for a constant leaf.
+  aggregator = aggregating.get_per_element_mean_and_sum_sq_diff_grads()
+
   def sum_sq(g):
-    return jnp.zeros(g.shape, jnp.int32) if g.dtype == jax.dtypes.float0 else jnp.abs(g) * jnp.abs(g)
+    if g.dtype == jax.dtypes.float0:
+      return jnp.zeros(g.shape, jnp.int32)
+    per_element = jnp.stack([g, -g, g, -g])
+    (_, aux), _ = aggregator.update(per_element, aggregator.init(g))
+    return aux["sum_sq_diff_grads"]
 
   return {"sum_sq_diff_grads": jax.tree.map(sum_sq, grads), "sample_size": 4}
 

@@ -215,6 +215,20 @@ def test_mechanic_reference_point_is_the_first_update_params():
   np.testing.assert_array_equal(state.x0, p)
 
 
+def test_mechanic_statistics_stay_finite_with_huge_gradients():
+  # h grows like |g|^2 (here ~1e30): its square overflowed v in float32 and set s to 0 for good.
+  # Clamped per bettor, v stays below a quarter of float32's range and the scale stays positive.
+  x0 = jnp.asarray([1.0, -2.0, 3.0], jnp.float32)  # float32 statistics in both x64 modes
+  history = _steps(contrib.mechanize(steadax.sgd(1.0), num_betas=3), x0,
+                   lambda x: 1e15 * jnp.sign(x), 6)
+  largest = float(jnp.finfo(jnp.float32).max)
+  for _, _, u, state in history:
+    assert np.isfinite(u).all()
+    v = np.asarray(state.v, np.float64)
+    assert np.isfinite(v).all() and (v <= largest / 4 * (1 + 1e-5)).all()
+    assert (np.asarray(state.s) > 0).all()
+
+
 def test_momo_without_momentum_is_the_polyak_step():
   loss = lambda x: jnp.sum(x**2)
   x = jnp.asarray([1.0, 2.0, 3.0])

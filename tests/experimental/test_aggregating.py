@@ -151,6 +151,21 @@ def test_low_precision_parameters():
   assert_trees_close(variance, jax.tree.map(lambda x: x.var(0, ddof=1), stacked), 3e-2)
 
 
+def test_float16_sum_of_squares_saturates_instead_of_overflowing():
+  # The deviations of (6e4, -6e4) are 6e4: their sum of squares (7.2e9, exact in float32) passes
+  # float16's range; written as infinity the tracked variance would stay infinite.
+  opt = aggregating.add_mean_variance_to_opt(steadax.sgd(0.1))
+  params = jnp.zeros(2, jnp.float16)
+  grads = jnp.asarray([[6e4, 1.0], [-6e4, 3.0]], jnp.float16)
+  aggregator = aggregating.get_per_element_mean_and_sum_sq_diff_grads()
+  (_, aux), _ = aggregator.update(grads, aggregator.init(params))
+  largest = float(jnp.finfo(jnp.float16).max)
+  np.testing.assert_array_equal(np.asarray(aux["sum_sq_diff_grads"], np.float32), [largest, 2.0])
+  _, state = opt.update(grads, opt.init(params), params)
+  _, variance = aggregating.get_unbiased_mean_and_variance_ema(state)
+  np.testing.assert_allclose(np.asarray(variance, np.float32), [largest, 2.0], rtol=1e-3)
+
+
 def test_aggregator_construction():
   agg = aggregating.Aggregator(steadax.init_empty_state, lambda u, s, p=None: (u, s))
   assert isinstance(agg, aggregating.Aggregator) and isinstance(agg, steadax.GradientTransformationExtraArgs)

@@ -8,7 +8,10 @@ from the parameters, with the reward clipping of the reference implementation).
 The bettors' statistics ``r, m, v, s`` (each of shape ``[num_betas]``) take one dtype fixed at init:
 the widest floating dtype among the parameters, at least float32. In Optax 0.2.8 a mixed
 float32/bfloat16 tree makes the first update fail (``lax.clamp`` on bfloat16 state and a float32
-inner product). Complex parameters use the real inner product ``Re<g, Δ>``.
+inner product). Complex parameters use the real inner product ``Re<g, Δ>``. The bettors' signal
+``h`` grows like the square of the gradients; each bettor clamps it where its discounted sum of
+squares ``v`` would leave the statistics dtype's range (``|h|`` above 1.3e16 to 4e18 in float32),
+so huge gradients (1e15) leave the statistics finite where Optax's ``v`` turns infinite.
 """
 
 from __future__ import annotations
@@ -107,9 +110,17 @@ class Mechanize(Transformation):
     g_dot = tree_reduce(lambda k, g, p, x: real_inner(g, x - p), stat, *trees)
     p_dot = tree_reduce(lambda k, g, p, x: real_inner(p, x - p), stat, *trees)
     decay = hyper(self.weight_decay, stat) * s_sum * jnp.sqrt(g_sq) / (jnp.sqrt(p_sq) + eps)
-    h = (g_dot + decay * p_dot) / (s_sum + eps)
+    betas64 = np.asarray([1.0 - 0.1**i for i in range(1, self.num_betas + 1)])
+    betas = betas64.astype(stat)
+    # h grows like |g|^2 (Δ is made of base updates) and v sums h^2 / (1 - β^2): in float32 it
+    # overflows once |h| passes ~1e16 (1e15 gradients, in bfloat16 or float32, give |h| ~ 1e30),
+    # and an infinite v sets s to 0 for good. Each bettor sees h clamped to the largest magnitude
+    # whose discounted sum of squares stays below a quarter of the dtype's largest value, so its
+    # m, v and r follow one consistent signal (s is invariant to the scale of h). Below the bound
+    # (1.3e16 to 4e18 in float32, by bettor) nothing changes.
+    bound = (np.sqrt(np.finfo(stat).max * (1.0 - betas64**2)) / 2).astype(stat)
+    h = jnp.clip((g_dot + decay * p_dot) / (s_sum + eps), -bound, bound)
 
-    betas = np.asarray([1.0 - 0.1**i for i in range(1, self.num_betas + 1)], stat)
     clipped_h = jnp.clip(h, -state.m, state.m)
     m = jnp.maximum(betas * state.m, jnp.abs(h) + eps)
     v = betas**2 * state.v + h**2

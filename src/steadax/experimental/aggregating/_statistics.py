@@ -21,7 +21,7 @@ import numpy as np
 from ..._core._base import EmptyState, GradientTransformation, Transformation, identity
 from ..._core._checks import check_range
 from ..._core._combine import chain
-from ..._core._leafwise import Scalars, leafwise
+from ..._core._leafwise import Scalars, leafwise, saturating_cast
 from ..._core._module import hyper_field, static_field
 from ..._core._policy import hyper, key_path_str, real_dtype, safe_increment, scalar_stat_dtype, zero_count
 from ..._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
@@ -106,9 +106,11 @@ class _MeanAndSumSq(Transformation, Aggregator):
     means, sums = _map_with_path(lambda path, x: _batch_stats(self.name, x, axes, path), updates) or ({}, {})
     if self.accumulation_steps == 1:
       # Batch reductions (not leafwise: the batch axes are gone), computed in at least float32 and
-      # returned in each leaf's dtype (its real dtype for the sums of squares).
+      # returned in each leaf's dtype (its real dtype for the sums of squares), saturating: the sum
+      # of squares of float16 gradients near 6e4 passes float16's range, and an infinite one would
+      # turn the variance that track_per_element_mean_and_variance_with_ema keeps infinite.
       means = tree_map(lambda m, x: m.astype(x.dtype), means, updates)
-      sums = tree_map(lambda s, x: s.astype(real_dtype(x.dtype)), sums, updates)
+      sums = tree_map(lambda s, x: saturating_cast(s, real_dtype(x.dtype)), sums, updates)
       return (means, {"sum_sq_diff_grads": sums, "sample_size": batch_size}), state
 
     seen = state.micro_step  # micro-batches merged so far, each of `batch_size` elements
