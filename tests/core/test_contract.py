@@ -11,6 +11,7 @@ import pytest
 
 import steadax
 from steadax._core._base import Transformation
+from steadax._core._contract import collect_drift
 
 
 class _CountState(NamedTuple):
@@ -58,6 +59,20 @@ def test_dtype_drift_raises_in_strict_mode_naming_transformation_and_path():
   tx = _DriftingDtype()
   with pytest.raises(steadax.ContractError, match=r"drifting_dtype: state leaf at .*count.* int32 to float32"):
     tx.update(jnp.ones(1), tx.init(jnp.ones(1)))
+
+
+def test_collect_drift_records_every_drift_and_its_traces_never_serve_strict_calls():
+  tx = steadax.chain(_DriftingDtype(), _DriftingDtype())
+  params = jnp.ones(1)
+  step = jax.jit(lambda state: tx.update(params, state)[1])
+  state = tx.init(params)
+  with collect_drift() as drifts:
+    new_state = step(state)
+  assert [str(d) for d in drifts] == [
+      "drifting_dtype: state leaf at .count changed dtype from int32 to float32."] * 2
+  assert jax.tree_util.tree_leaves(new_state)[0].dtype == jnp.int32  # cast back
+  with pytest.raises(steadax.ContractError, match="int32 to float32"):
+    step(state)  # the same avals, strict: traced again, not the cached cast-back program
 
 
 def test_dtype_drift_is_cast_back_outside_strict_mode():

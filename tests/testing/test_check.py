@@ -93,6 +93,28 @@ def test_state_following_the_gradient_dtype_is_reported_leaf_by_leaf():
   assert "skipped jit, scan, cond, while_loop" in text
 
 
+def test_every_drifting_leaf_of_every_inner_transformation_is_reported():
+  # Inside a chain the members go through steadax's contract, which in strict mode raises at the
+  # first drifting leaf; the update check collects them all instead: both momentum leaves, and the
+  # float16 updates of a later member.
+  def half_updates(grads, state, params=None):
+    return jax.tree_util.tree_map(lambda g: g.astype(jnp.float16), grads), state
+
+  to_half = steadax.GradientTransformation(lambda p: steadax.EmptyState(), half_updates)
+  tx = steadax.chain(_momentum_pair(True), steadax.scale(1.0), to_half)
+  report = testing.check_transformation(tx, PARAMS, checks=("update",), x64="current")
+  assert report.failed_checks() == ["update"]
+  mode = "x64 on" if jax.config.jax_enable_x64 else "x64 off"
+  found = {(v.config, v.path) for v in report.violations}
+  leaves = ("['mu']['b']", "['mu']['w']")
+  assert {(f"{mode}, gradients in another dtype", p) for p in leaves} <= found
+  assert {(mode, "['b']"), (mode, "['w']")} <= found
+  text = str(report)
+  for leaf in ("b", "w"):
+    assert f"state leaf at ['mu']['{leaf}'] changed dtype from float32 to bfloat16" in text
+    assert f"update at ['{leaf}'] came back as float16" in text
+
+
 @pytest.mark.x32_only
 def test_a_counter_that_widens_under_x64_fails_only_with_x64_on():
   report = testing.check_transformation(_Counter(), PARAMS, x64="both")

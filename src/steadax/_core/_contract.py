@@ -13,6 +13,9 @@ at trace time, and cost nothing per step.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any, TypeGuard
 
 import jax
@@ -22,11 +25,43 @@ import numpy as np
 from ._config import is_strict
 from ._policy import compute_dtype, key_path_str
 
-__all__ = ["ContractError", "conform_init", "conform_state", "conform_updates", "is_weak"]
+__all__ = ["ContractError", "collect_drift", "conform_init", "conform_state", "conform_updates", "is_weak"]
 
 
 class ContractError(TypeError):
   """A transformation broke the type-stability contract (names the transformation and path)."""
+
+
+# The contract checker's diagnosis (steadax.testing): strict mode raises on the first drifting leaf,
+# which would hide the others and those of later transformations. Inside ``collect_drift`` each
+# dtype drift is recorded and cast back instead, so one trace finds them all. The flag is a JAX user
+# context, part of the jit cache key like strict mode, so a trace made while collecting (drift cast
+# back) never serves a strict call; the records live in a context variable.
+_COLLECTING = jax.make_user_context(default_value=False)
+_DRIFTS: contextvars.ContextVar[list[ContractError] | None] = contextvars.ContextVar(
+    "steadax_contract_drifts", default=None)
+
+
+@contextlib.contextmanager
+def collect_drift() -> Iterator[list[ContractError]]:
+  """Within the context, the dtype and weak-type drift that strict mode raises on is appended to
+  the yielded list (one ContractError per leaf) and cast back; structure and shape drift still
+  raise. For the contract checker, which reports every drifting leaf of every transformation."""
+  drifts: list[ContractError] = []
+  token = _DRIFTS.set(drifts)
+  try:
+    with _COLLECTING(True):
+      yield drifts
+  finally:
+    _DRIFTS.reset(token)
+
+
+def _drift(message: str) -> None:
+  """Raise the drift ``message`` (strict mode), or record it inside ``collect_drift``."""
+  drifts = _DRIFTS.get()
+  if drifts is None or not _COLLECTING.value:
+    raise ContractError(message)
+  drifts.append(ContractError(message))
 
 
 def is_weak(x: Any) -> bool:
@@ -116,7 +151,7 @@ def conform_state(owner: str, old_state: Any, new_state: Any) -> Any:
             if bad_dtype
             else f"to a weak type ({np.dtype(new_dtype).name})"
         )
-        raise ContractError(f"{owner}: state leaf at {where} changed {change}.")
+        _drift(f"{owner}: state leaf at {where} changed {change}.")
       new = jnp.asarray(new).astype(old_dtype)
     fixed.append(new)
   return jax.tree_util.tree_unflatten(new_def, fixed)
@@ -164,7 +199,7 @@ def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any)
       allowed = {target, incoming, np.dtype(compute_dtype(incoming, target))}
       if is_strict() and np.dtype(new.dtype) not in allowed and jnp.issubdtype(target, jnp.inexact):
         where = key_path_str(jax.tree_util.tree_flatten_with_path(old_updates)[0][i][0])
-        raise ContractError(
+        _drift(
             f"{owner}: update at {where} came back as {np.dtype(new.dtype).name}; expected "
             f"{target.name} (the parameter's), {incoming.name} (the incoming update's) or their "
             "compute dtype."

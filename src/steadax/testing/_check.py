@@ -25,9 +25,10 @@ from .._core._base import (
     apply_updates,
 )
 from .._core._config import is_strict, strict_mode
+from .._core._contract import collect_drift
 from .._core._module import Module
 from .._core._policy import key_path_str
-from ._report import ConformanceReport, Violation, violation_from_exception
+from ._report import ConformanceReport, Violation, path_in_message, violation_from_exception
 
 __all__ = ["CHECKS", "check_transformation", "default_grads", "perturb_hyperparameters",
            "type_signature"]
@@ -372,12 +373,19 @@ class _Config:
       self.check_finite(params, state)
 
   def check_update(self, params: Any, state: Any) -> bool:
+    # The contract of each inner transformation (a chain's members, a wrapper's inner) records its
+    # dtype drift instead of raising at the first leaf: every drifting leaf of every inner
+    # transformation is listed, with the path in that transformation's own state or updates.
+    drifts: list = []
     try:
-      grads, updates, new_state = jax.eval_shape(self.raw_update, params, state)
+      with collect_drift() as drifts:
+        grads, updates, new_state = jax.eval_shape(self.raw_update, params, state)
     except Exception as e:  # pylint: disable=broad-except
+      self.fail("update", [(path_in_message(str(d)), str(d)) for d in drifts])
       self.error("update", e)
       return False
-    problems = _compare(state, new_state, "state after one update")
+    problems = [(path_in_message(str(d)), str(d)) for d in drifts]
+    problems += _compare(state, new_state, "state after one update")
     if isinstance(self.tx, Transformation) and self.tx.updates_follow_params:
       # A steadax transformation writes each update in its parameter's dtype itself; a function
       # pair's updates are cast by the contract (checked on the result by jit and the forms).

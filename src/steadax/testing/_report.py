@@ -46,9 +46,13 @@ def violation_from_exception(check: str, config: str, error: BaseException) -> V
     short += " ..."
   if len(short) > 600:
     short = short[:600] + " ..."
+  return Violation(check, path_in_message(text), f"raised {type(error).__name__}: {short}", config)
+
+
+def path_in_message(text: str) -> str:
+  """The tree path an error message names after " at " (steadax's ContractError does), or ""."""
   found = _PATH_IN_MESSAGE.search(text)
-  return Violation(check, found.group(1) if found else "", f"raised {type(error).__name__}: {short}",
-                   config)
+  return found.group(1) if found else ""
 
 
 class ConformanceError(AssertionError):
