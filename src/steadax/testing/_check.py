@@ -630,9 +630,10 @@ def check_transformation(
   * ``abstract_init``: ``jax.eval_shape(tx.init, params)`` works and gives the same types.
   * ``update``: one update keeps the state's exact structure, shapes, dtypes and strong types;
     a steadax ``Transformation`` writes each update in its parameter's dtype itself. This looks at
-    the transformation's own update, before steadax's contract checks or casts it, so every
-    drifting leaf is listed, not only the first. When it fails, the checks below (which would fail
-    the same way) are skipped.
+    the transformation's own update, before steadax's contract checks or casts it, and the
+    contract of each member of a chain or wrapper records its drift instead of raising, so every
+    drifting leaf of every member is listed, not only the first. When it fails, the checks below
+    (which would fail the same way) are skipped.
   * ``eager``: one un-jitted update on the concrete state keeps the types.
   * ``jit``: a jitted step keeps the types of the state, the params and the updates (each update
     in its parameter's dtype) over three calls.
