@@ -133,8 +133,7 @@ class _Carry(NamedTuple):
   step: jax.Array
   fun_evals: jax.Array
   grad_evals: jax.Array
-  reason: jax.Array
-  failed: jax.Array  # the last line search failed
+  failures: jax.Array  # line searches in a row that failed
   stalled: jax.Array  # steps in a row without progress (line-search transformations)
   best_norm: jax.Array  # the smallest gradient norm so far
 
@@ -336,19 +335,26 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
   norm = grad_norm(x0, grad)
   one = jnp.ones([], jnp.int32)
 
-  def finite(value, norm):
-    return jnp.isfinite(value) & jnp.isfinite(norm)
+  # Only a second failed search in a row stops a transformation that retries (L-BFGS-B's own
+  # rule: it clears its memory after a failed search and retries from the gradient; for lbfgs the
+  # retry starts from the fallback step the failed search took, which at float32's floor often
+  # still lands on the minimiser).
+  failures_to_stop = 2 if retries else 1
 
-  def reason_after(value, norm, step, failed):
-    return jnp.select(
-        [~finite(value, norm), norm <= tol, failed, step >= max_steps],
-        [int(StopReason.NONFINITE), int(StopReason.CONVERGED), int(StopReason.LINESEARCH_FAILED),
-         int(StopReason.MAX_STEPS)], 0).astype(jnp.int32)
+  def reason(c: _Carry) -> jax.Array:
+    # The stop reason is a function of the carry, evaluated by the loop's condition and once at
+    # the end rather than stored: one fused select per step instead of a stored code and its
+    # updates (on small problems a step costs a few microseconds, so each scalar op counts).
+    code = lambda r: jnp.asarray(int(r), jnp.int32)  # noqa: E731
+    failed = (c.failures >= failures_to_stop) | (c.stalled >= _STALL_STEPS)
+    return jnp.where(
+        ~(jnp.isfinite(c.value) & jnp.isfinite(c.grad_norm)), code(StopReason.NONFINITE),
+        jnp.where(c.grad_norm <= tol, code(StopReason.CONVERGED),
+                  jnp.where(failed, code(StopReason.LINESEARCH_FAILED),
+                            jnp.where(c.step >= max_steps, code(StopReason.MAX_STEPS), code(0)))))
 
   zero = jnp.zeros([], jnp.int32)
-  false = jnp.zeros([], bool)
-  start = _Carry(x0, state, value, grad, norm, zero, one, one,
-                 reason_after(value, norm, zero, false), false, zero, norm)
+  start = _Carry(x0, state, value, grad, norm, zero, one, one, zero, zero, norm)
 
   def body(c: _Carry) -> _Carry:
     updates, state = tx.update(c.grad, c.state, c.params, value=c.value, grad=c.grad,
@@ -381,32 +387,25 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
     # new smallest gradient norm stop the run too.
     improved = decreased | (norm < c.best_norm)
     stalled = jnp.where(improved, zero, c.stalled + one) if searches else zero
-    if retries:
-      # Only a second failure in a row stops (L-BFGS-B's own rule: it clears its memory after a
-      # failed search and retries from the gradient; for lbfgs the retry starts from the fallback
-      # step the failed search took, which at float32's floor often still lands on the minimiser).
-      failed_now, failed = failed, failed & c.failed
-    else:
-      failed_now = failed
-    failed = failed | (stalled >= _STALL_STEPS)
+    failures = jnp.where(failed, c.failures + one, zero)
     step = c.step + one
-    new = _Carry(params, state, value, grad, norm, step, fun_evals, grad_evals,
-                 reason_after(value, norm, step, failed), failed_now, stalled,
+    new = _Carry(params, state, value, grad, norm, step, fun_evals, grad_evals, failures, stalled,
                  jnp.minimum(norm, c.best_norm))
     if callback is not None:
-      jax.lax.cond((step % callback_every == 0) | (new.reason != 0),
-                   lambda: jax.debug.callback(callback, _info(new, None)), lambda: None)
+      code = reason(new)
+      jax.lax.cond((step % callback_every == 0) | (code != 0),
+                   lambda: jax.debug.callback(callback, _info(new, code, None)), lambda: None)
     return new
 
   def searches_of(state):
     return _find_fields(state, "num_linesearch_steps") if searches else []
 
-  final = jax.lax.while_loop(lambda c: c.reason == 0, body, start)
+  final = jax.lax.while_loop(lambda c: reason(c) == 0, body, start)
   aux = fun(final.params, *args)[1] if has_aux else None
-  return final.params, _info(final, aux)
+  return final.params, _info(final, reason(final), aux)
 
 
-def _info(c: _Carry, aux: Any) -> MinimizeInfo:
+def _info(c: _Carry, reason: jax.Array, aux: Any) -> MinimizeInfo:
   return MinimizeInfo(num_steps=c.step, num_fun_evals=c.fun_evals, num_grad_evals=c.grad_evals,
                       value=c.value, grad_norm=c.grad_norm,
-                      converged=c.reason == int(StopReason.CONVERGED), reason=c.reason, aux=aux)
+                      converged=reason == int(StopReason.CONVERGED), reason=reason, aux=aux)
