@@ -86,20 +86,26 @@ class Progress:
 
 # -- the columns ---------------------------------------------------------------------------------
 
-def transformations(optax_tx: Any, steadax_tx: Any, *, fused: bool = False
+FUSED = "steadax fused"
+FLAT = "steadax flat params"
+
+
+def transformations(optax_tx: Any, steadax_tx: Any, *, fused: bool = False, flat: bool = False
                     ) -> dict[str, tuple[Any, Any]]:
   """The columns of a comparison: label -> (library providing apply_updates, transformation).
 
-  ``fused`` adds "steadax fused", ``steadax.fuse(steadax_tx)``, for the cases with many small
-  leaves. A transformation of None is a column that cannot be filled ("n/a" in the table): Optax
-  has no such optimizer, or ``fuse`` refuses one that is not elementwise.
+  ``fused`` adds "steadax fused", ``steadax.fuse(steadax_tx)``, and ``flat`` adds "steadax flat
+  params", ``steadax_tx`` on ``steadax.flat_params(params)`` (the contender flattens its
+  parameters), for the cases with many small leaves. A transformation of None is a column that
+  cannot be filled ("n/a" in the table): Optax has no such optimizer, or ``fuse`` / ``FlatParams``
+  refuse one that is not elementwise.
   """
   columns = {"optax": (optax, optax_tx), "steadax": (steadax, steadax_tx)}
+  elementwise = steadax_tx is not None and steadax._core._base.fusion_blocker(steadax_tx) is None
   if fused:
-    try:
-      columns["steadax fused"] = (steadax, None if steadax_tx is None else steadax.fuse(steadax_tx))
-    except ValueError:  # fuse names the piece that is not elementwise
-      columns["steadax fused"] = (steadax, None)
+    columns[FUSED] = (steadax, steadax.fuse(steadax_tx) if elementwise else None)
+  if flat:
+    columns[FLAT] = (steadax, steadax_tx if elementwise else None)
   return columns
 
 
@@ -150,9 +156,13 @@ def init_state(tx: Any, params: Any) -> Any:
   return jax.jit(tx.init)(params)
 
 
-def optimizer_contender(lib: Any, tx: Any, make_params: Callable[[], Any]) -> Contender:
-  """The user's step for ``tx`` on fresh params, compiled and run once."""
+def optimizer_contender(lib: Any, tx: Any, make_params: Callable[[], Any], flat: bool = False
+                        ) -> Contender:
+  """The user's step for ``tx`` on fresh params (``flat``: as ``steadax.flat_params``, so the
+  gradients come flat too, as ``jax.grad`` of a ``FlatParams`` gives them), compiled and run once."""
   params = make_params()
+  if flat:
+    params = steadax.flat_params(params)
   grads = gradients_like(params)
   state = init_state(tx, params)
   fn = step_fn(lib, tx)
@@ -161,16 +171,18 @@ def optimizer_contender(lib: Any, tx: Any, make_params: Callable[[], Any]) -> Co
 
 
 def build_contenders(columns: dict[str, tuple[Any, Any]], make_params: Callable[[], Any],
-                     progress: Progress, name: str) -> dict[str, Contender]:
+                     progress: Progress, name: str, make: Callable[..., Contender] | None = None
+                     ) -> dict[str, Contender]:
   """The contenders of the columns that can be filled, compiled concurrently.
 
   Compiling a step over hundreds of leaves takes most of a run (tens of seconds each on 2 cores)
   and XLA compiles outside the GIL, so the columns compile on one thread per core. Their compile
   times are therefore not measured here: ``cases/first_call.py`` measures them one at a time.
   """
+  make = make or optimizer_contender  # make(lib, tx, make_params, flat) -> Contender
   available = {label: (lib, tx) for label, (lib, tx) in columns.items() if tx is not None}
   with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-    futures = {label: pool.submit(optimizer_contender, lib, tx, make_params)
+    futures = {label: pool.submit(make, lib, tx, make_params, label == FLAT)
                for label, (lib, tx) in available.items()}
     labels = {future: label for label, future in futures.items()}
     for future in concurrent.futures.as_completed(labels):

@@ -1,7 +1,7 @@
 """The benchmark suite runs (benchmarks/): its harness and report on toy sizes.
 
 Nothing is timed here; ``make bench`` measures. The cases run here cover every piece of the
-harness (columns, fused column, floors, alternating rounds, first call, memory analysis) in about
+harness (columns, fused and flat-parameter columns, floors, the training step, alternating rounds, first call, memory analysis) in about
 8 s of CPU; many_small (five optimizers) and lbfgs (a while-loop solve) add 15 s of compilation and
 only repeat those pieces.
 """
@@ -17,7 +17,7 @@ from benchmarks.cases import CASES
 pytestmark = pytest.mark.x32_only
 
 
-SMOKE_CASES = ("big", "mixed", "first_call", "memory")
+SMOKE_CASES = ("big", "mixed", "train", "first_call", "memory")
 
 
 @pytest.fixture
@@ -36,7 +36,8 @@ def test_cases_run_and_report(tmp_path, standard_promotion):
   results = {name: CASES[name](harness.SMOKE, harness.Progress(enabled=False))
              for name in SMOKE_CASES}
   text = report.tables(results)
-  for name in ("big: adamw", "mixed f32/bf16", "adam8bit", "steadax/optax", "steadax fused"):
+  for name in ("big: adamw", "mixed f32/bf16", "adam8bit", "steadax/optax", "steadax fused",
+               "train step, 6 small: adamw", "steadax flat params/optax"):
     assert name in text
   assert "| 2 |" in text  # the first-call row of 2 leaves
   path = tmp_path / "results.json"
@@ -45,6 +46,10 @@ def test_cases_run_and_report(tmp_path, standard_promotion):
   for row in saved["results"]["big"]["rows"] + saved["results"]["mixed"]["rows"]:
     assert row["median_s"]["steadax"] > 0 and row["ratios"]["steadax/optax"] > 0
     assert row["ratios"]["steadax/floor"] > 0
+  for row in saved["results"]["train"]["rows"]:
+    assert row["ratios"]["steadax flat params/optax"] > 0 and row["ratios"]["steadax fused/optax"] > 0
+  first_call = saved["results"]["first_call"]["rows"][0]["first_call"]
+  assert first_call["steadax flat params"]["total_s"] > 0
   assert saved["machine"]["slug"].endswith(f"-{saved['machine']['cores']}c")
 
 

@@ -223,7 +223,7 @@ EXTENSIONS = {
         # Wrappers beyond Optax.
         "skip_spikes", "SkipSpikesState", "groups", "group_labels", "dotted_path",
         "reset_partition_state", "state_get", "state_set",
-        "sweep", "fuse", "Fused", "FusedState",
+        "sweep", "fuse", "Fused", "FusedState", "FlatParams", "flat_params", "unflatten_params",
         # Deterministic solvers (docs/deterministic.md).
         "minimize", "MinimizeInfo", "StopReason", "stop_reason_message", "lbfgsb", "ScaleByLBFGSBState",
         # The contract checker for user transformations (docs/testing.md).

@@ -3,12 +3,13 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, lbfgs, memory, solvers, steps, sweep
+from . import first_call, lbfgs, memory, solvers, steps, sweep, train
 
 CASES = {
     "big": steps.big,
     "many_small": steps.many_small,
     "mixed": steps.mixed,
+    "train": train.run,
     "first_call": first_call.run,
     "memory": memory.run,
     "lbfgs": lbfgs.run,

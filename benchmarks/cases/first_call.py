@@ -1,11 +1,14 @@
-"""First-call time (trace, lower, compile) of the AdamW step as the number of small leaves grows.
+"""First-call time (trace, lower, compile, one step) of the AdamW training step as the leaf count grows.
 
 A model with hundreds of leaves waits for this at every start; it grows with the leaf count because
-the step is traced and compiled leaf by leaf. Each point is measured once, in a fresh Python process
-(nothing cached or held from earlier cases; its peak memory is the compilation's), the columns in
-turn, alternating which goes first. A point still in its first call after ``compile_time_limit_s``
-is stopped and reported as such: that bounds the run where a compile goes badly (on a loaded
-2-core machine a 1,600-leaf step took minutes and several GB to compile).
+the step is traced and compiled leaf by leaf. The step is ``cases/train.py``'s (the same small
+elementwise layer per leaf, its gradient, the update and ``apply_updates``), so every column
+compiles the same model and the differences are the optimizer's; with ``steadax.flat_params`` the
+optimizer's part no longer grows with the leaf count. Each point is measured once, in a fresh
+Python process (nothing cached or held from earlier cases; its peak memory is the compilation's),
+the columns in turn, alternating which goes first. A point still in its first call after
+``compile_time_limit_s`` is stopped and reported as such: that bounds the run where a compile goes
+badly (on a loaded 2-core machine a 1,600-leaf step took minutes and several GB to compile).
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import optax
 import steadax
 
 from .. import harness
+from . import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _columns() -> dict:
-  return harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3), fused=True)
+  return harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3), fused=True, flat=True)
 
 
 def measure(label: str, leaves: int, time_limit_s: float) -> dict:
@@ -41,9 +45,12 @@ def measure(label: str, leaves: int, time_limit_s: float) -> dict:
   lib, tx = _columns()[label]
   params = {f"p{i:04d}": harness.filled((n,), 1.0, jnp.float32)
             for i, n in enumerate(harness.small_leaf_sizes(leaves))}
-  grads = harness.gradients_like(params)
+  batch = train.batch_for(params)
+  flat = label == harness.FLAT
+  if flat:
+    params = steadax.flat_params(params)
   state = harness.init_state(tx, params)
-  fn = harness.step_fn(lib, tx)
+  fn = train.train_step(lib, tx, flat)
 
   def stop():
     print(json.dumps({"total_s": None, "stopped_after_s": time_limit_s}), flush=True)
@@ -52,13 +59,13 @@ def measure(label: str, leaves: int, time_limit_s: float) -> dict:
   watchdog = threading.Timer(time_limit_s, stop)
   watchdog.start()
   t0 = time.perf_counter()
-  traced = fn.trace(params, state, grads)
+  traced = fn.trace(params, state, batch)
   t1 = time.perf_counter()
   lowered = traced.lower()
   t2 = time.perf_counter()
   compiled = lowered.compile()
   t3 = time.perf_counter()
-  jax.block_until_ready(compiled(params, state, grads))
+  jax.block_until_ready(compiled(params, state, batch))
   t4 = time.perf_counter()
   watchdog.cancel()
   return {"total_s": t4 - t0, "trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,

@@ -272,6 +272,11 @@ from ._wrappers._conditionality import (
 )
 from ._wrappers._flatten import flatten as flatten
 from ._wrappers._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
+from ._core._flat import (
+    FlatParams as FlatParams,
+    flat_params as flat_params,
+    unflatten_params as unflatten_params,
+)
 from ._wrappers._groups import (
     dotted_path as dotted_path,
     groups as groups,

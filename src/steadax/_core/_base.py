@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._contract import ContractError, conform_init, conform_state, conform_updates
+from ._flat import contains_flat_params
 from ._leafwise import leafwise
 from ._roles import check_roles, init_from_roles, roles_of
 from ._module import _CHILD, _KIND, Module, child_field, static_field
@@ -335,6 +336,14 @@ class Transformation(GradientTransformationExtraArgs):
     # Python numbers become strong arrays of their default dtype (Optax accepts `{"w": 1.0}`).
     params = tree_map(_param_array, params)
     _check_param_leaves(self.owner, params)
+    if contains_flat_params(params):
+      reason = self.fusion_blocker()
+      if reason is not None:
+        raise ValueError(
+            f"{self.owner}: cannot run on FlatParams: {reason}. Its buffers concatenate many "
+            "leaves, so only transformations whose update is elementwise or reduces over the whole "
+            "tree give the per-leaf result. Use the parameters' tree (`flat.tree()`) with this "
+            "transformation.")
     if self.requires_float:
       check_float_params(self.owner, params)
     state = self.init_fn(params)

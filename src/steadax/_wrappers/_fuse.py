@@ -23,174 +23,15 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
-import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
-from .._core._leafwise import _path as leaf_path
-from .._core._leafwise import place_like
+from .._core._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout
 from .._core._module import child_field, static_field
-from .._core._policy import key_path_str, promote_types
 from .._core._roles import INNER, OTHER, state_roles
-from .._core._tree import array_leaf, is_none, tree_map
+from .._core._tree import array_leaf, tree_map
 
-__all__ = ["fuse", "Fused", "FusedState", "FusedLayout"]
-
-# Leaves above this many elements stay leaves. Fusing pays per leaf (a kernel and a state array
-# fewer for each moment) but costs a copy of every fused gradient and parameter into the buffer,
-# and XLA's CPU backend copies a concatenation that several kernels read (the gradient read by
-# both of Adam's moments) at a fraction of memory speed. Measured with adamw, 100 float32 leaves
-# of n elements, fused/unfused step time on 2 cores: 0.84-0.94 at 1,024, 0.70-0.80 at 4,096, 0.85
-# at 8,192, 0.96-2.1 at 16,384 and 5.4-5.6 from 65,536 up (docs/performance.md).
-DEFAULT_MAX_LEAF_SIZE = 1 << 13
-
-
-@jax.tree_util.register_pytree_node_class
-class FusedLayout:
-  """Where each parameter lives in the fused tree: static data, no arrays.
-
-  Attributes:
-    treedef: the parameters' tree structure.
-    groups: ``(key, dtype name, leaf indices, leaf shapes)`` per flat buffer; ``key`` is the dtype
-      name (``"float32"``).
-    singles: ``(key, leaf index)`` per leaf kept as it is; ``key`` is its tree path.
-  """
-
-  def __init__(self, treedef: Any, groups: tuple, singles: tuple):
-    self.treedef = treedef
-    self.groups = groups
-    self.singles = singles
-
-  def tree_flatten(self):
-    return (), (self.treedef, self.groups, self.singles)
-
-  @classmethod
-  def tree_unflatten(cls, aux: tuple, children: tuple) -> FusedLayout:
-    del children
-    return cls(*aux)
-
-  def _aux(self) -> tuple:
-    return (self.treedef, self.groups, self.singles)
-
-  def __eq__(self, other: object) -> bool:
-    return isinstance(other, FusedLayout) and self._aux() == other._aux()
-
-  def __hash__(self) -> int:
-    return hash(self._aux())
-
-  def __repr__(self) -> str:
-    parts = [f"{key}: {len(idx)} leaves, {sum(int(np.prod(s)) for s in shapes):,} elements"
-             for key, _, idx, shapes in self.groups]
-    return f"FusedLayout({'; '.join(parts) or 'no buffers'}; {len(self.singles)} leaves kept)"
-
-  @property
-  def keys(self) -> frozenset:
-    return frozenset([g[0] for g in self.groups] + [s[0] for s in self.singles])
-
-  @classmethod
-  def build(cls, params: Any, max_leaf_size: int) -> FusedLayout:
-    """The layout of ``params``: small floating leaves of one dtype share a buffer.
-
-    A leaf stays a leaf when it is larger than ``max_leaf_size``, not floating (an integer
-    parameter, handled by the inner transformation as without fusion), sharded across devices (a
-    buffer would gather it), or the only small leaf of its dtype.
-    """
-    paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)
-    paths_leaves = [(path, array_leaf(leaf)) for path, leaf in paths_leaves]
-    by_dtype: dict[str, list[int]] = {}
-    singles = []
-    for i, (path, leaf) in enumerate(paths_leaves):
-      small = leaf is not None and int(np.size(leaf)) <= max_leaf_size
-      if small and leaf is not None and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
-        by_dtype.setdefault(np.dtype(leaf.dtype).name, []).append(i)
-      else:
-        singles.append(i)
-    groups = []
-    for name, idx in sorted(by_dtype.items()):
-      if len(idx) == 1:
-        singles.extend(idx)
-        continue
-      shapes = tuple(tuple(np.shape(paths_leaves[i][1])) for i in idx)
-      groups.append((name, name, tuple(idx), shapes))
-    singles_keyed = tuple((key_path_str(paths_leaves[i][0]), i) for i in sorted(singles))
-    return cls(treedef, tuple(groups), singles_keyed)
-
-  def _leaves(self, owner: str, tree: Any, what: str) -> tuple[list, Any]:
-    """The leaves of ``tree`` and its structure, which must have the parameters' leaves.
-
-    The structure may differ in wrappers around single arrays: Flax's NNX ``Optimizer`` calls
-    ``init`` on a state of ``Param`` variables and ``update`` on the plain arrays.
-    """
-    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_none)
-    if len(leaves) != self.treedef.num_leaves:
-      raise ValueError(
-          f"{owner}: the {what} do not have the tree structure the fused state was built for: "
-          f"{len(leaves)} leaves, expected {self.treedef.num_leaves} ({self.treedef})."
-      )
-    return [array_leaf(x) for x in leaves], treedef
-
-  def pack(self, owner: str, tree: Any, what: str) -> dict:
-    """``tree`` (with the parameters' structure) as the fused tree the inner transformation sees."""
-    leaves, _ = self._leaves(owner, tree, what)
-    packed = {}
-    for key, _, idx, shapes in self.groups:
-      parts = []
-      for i, shape in zip(idx, shapes):
-        leaf = leaves[i]
-        if leaf is None or np.shape(leaf) != shape or not jnp.issubdtype(leaf.dtype, jnp.inexact):
-          got = "None" if leaf is None else f"{np.dtype(leaf.dtype).name}{list(np.shape(leaf))}"
-          raise ValueError(
-              f"{owner}: the {what} at {leaf_path(self.treedef, i)} is {got}; the fused buffer '{key}' holds a "
-              f"floating leaf of shape {list(shape)} there."
-          )
-        parts.append(leaf)
-      dtype = promote_types(*[p.dtype for p in parts])
-      packed[key] = jnp.concatenate([jnp.ravel(p).astype(dtype) for p in parts])
-    for key, i in self.singles:
-      packed[key] = leaves[i]
-    return packed
-
-  def unpack(self, packed: dict, like: Any = None, dtypes: Any = None) -> Any:
-    """The inverse of ``pack``: a tree with the structure of ``like`` (else the parameters').
-
-    Each piece of a buffer is cast to the dtype of the matching leaf of ``dtypes`` (else of
-    ``like``) when one is given.
-    """
-    out: list = [None] * self.treedef.num_leaves
-    like_leaves, treedef = self._leaves("fuse", like, "tree") if like is not None else (None, self.treedef)
-    if dtypes is not None:
-      like_leaves = self._leaves("fuse", dtypes, "tree")[0]
-    for key, _, idx, shapes in self.groups:
-      vector, start = packed[key], 0
-      for i, shape in zip(idx, shapes):
-        size = int(np.prod(shape))
-        piece = vector[start:start + size].reshape(shape)
-        if like_leaves is not None and like_leaves[i] is not None:
-          # A leaf that went into a buffer unsharded as far as tracing could tell (automatic mesh
-          # axes under jit) still comes back in its own layout.
-          piece = place_like(like_leaves[i], piece.astype(like_leaves[i].dtype))
-        out[i] = piece
-        start += size
-    for key, i in self.singles:
-      out[i] = packed[key]
-    return treedef.unflatten(out)
-
-  def is_packed(self, x: Any) -> bool:
-    return isinstance(x, dict) and frozenset(x.keys()) == self.keys
-
-
-def _partitioned(leaf: Any) -> bool:
-  """True when ``leaf`` is split across devices (known for concrete arrays and explicit meshes)."""
-  if isinstance(leaf, jax.core.Tracer):
-    try:
-      spec = jax.typeof(leaf).sharding.spec
-    except Exception:  # pragma: no cover - no sharding information while tracing
-      return False
-    return any(axis is not None for axis in spec)
-  sharding = getattr(leaf, "sharding", None)
-  return sharding is not None and not sharding.is_fully_replicated
-
+__all__ = ["fuse", "Fused", "FusedState", "FusedLayout", "DEFAULT_MAX_LEAF_SIZE"]
 
 @state_roles(inner_state=INNER, layout=OTHER)
 class FusedState(NamedTuple):
@@ -212,6 +53,7 @@ class Fused(Transformation):
 
   name = "fuse"
   requires_float = False  # the inner transformation checks its parameters
+  elementwise = "children"  # as elementwise as what it fuses (so it accepts FlatParams too)
   inner: Any = child_field()
   max_leaf_size: int = static_field(DEFAULT_MAX_LEAF_SIZE)
 

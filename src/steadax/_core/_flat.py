@@ -1,0 +1,423 @@
+"""Flat buffers of many small leaves: the layout shared by ``fuse`` and ``FlatParams``.
+
+A model with hundreds of small leaves (biases, norms, small layers) pays per leaf, not per byte: a
+kernel per leaf and per state buffer, and an array crossing the jitted step's boundary per leaf of
+the parameters, the gradients and every state tree. Both ways out keep the small floating leaves of
+each dtype in one flat buffer:
+
+* ``fuse(tx)`` (``_wrappers/_fuse.py``) keeps the user's parameter tree and packs the gradients and
+  parameters into buffers inside ``update``; its state holds the buffers.
+* ``FlatParams`` (here) is the parameters themselves held as buffers: the model reads its leaves
+  through ``flat.tree()`` (slices of the buffers, which XLA fuses into their consumers), the
+  gradient of a ``FlatParams`` is a ``FlatParams`` (one concatenation in the backward pass), and
+  any elementwise transformation runs on it as on a tree of a few vectors. Nothing crosses the
+  step's boundary per leaf.
+
+Which leaves share a buffer is ``FusedLayout.build``'s rule: floating leaves of at most
+``max_leaf_size`` elements, unsharded, one buffer per dtype; every other leaf stays as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
+import jax.numpy as jnp
+import numpy as np
+
+from ._leafwise import _path as leaf_path
+from ._leafwise import place_like
+from ._policy import key_path_str, promote_types
+from ._tree import array_leaf, is_none
+
+__all__ = ["DEFAULT_MAX_LEAF_SIZE", "FlatParams", "FusedLayout", "flat_params", "unflatten_params"]
+
+# Leaves above this many elements stay leaves. Fusing pays per leaf (a kernel and a state array
+# fewer for each moment) but costs a copy of every fused gradient and parameter into the buffer,
+# and XLA's CPU backend copies a concatenation that several kernels read (the gradient read by
+# both of Adam's moments) at a fraction of memory speed. Measured with adamw, 100 float32 leaves
+# of n elements, fused/unfused step time on 2 cores: 0.84-0.94 at 1,024, 0.70-0.80 at 4,096, 0.85
+# at 8,192, 0.96-2.1 at 16,384 and 5.4-5.6 from 65,536 up (docs/performance.md).
+DEFAULT_MAX_LEAF_SIZE = 1 << 13
+
+
+@jax.tree_util.register_pytree_node_class
+class FusedLayout:
+  """Where each parameter lives in the fused tree: static data, no arrays.
+
+  Attributes:
+    treedef: the parameters' tree structure.
+    groups: ``(key, dtype name, leaf indices, leaf shapes)`` per flat buffer; ``key`` is the dtype
+      name (``"float32"``).
+    singles: ``(key, leaf index)`` per leaf kept as it is; ``key`` is its tree path.
+  """
+
+  def __init__(self, treedef: Any, groups: tuple, singles: tuple):
+    self.treedef = treedef
+    self.groups = groups
+    self.singles = singles
+
+  def tree_flatten(self):
+    return (), (self.treedef, self.groups, self.singles)
+
+  @classmethod
+  def tree_unflatten(cls, aux: tuple, children: tuple) -> FusedLayout:
+    del children
+    return cls(*aux)
+
+  def _aux(self) -> tuple:
+    return (self.treedef, self.groups, self.singles)
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, FusedLayout) and self._aux() == other._aux()
+
+  def __hash__(self) -> int:
+    return hash(self._aux())
+
+  def __repr__(self) -> str:
+    parts = [f"{key}: {len(idx)} leaves, {sum(int(np.prod(s)) for s in shapes):,} elements"
+             for key, _, idx, shapes in self.groups]
+    return f"FusedLayout({'; '.join(parts) or 'no buffers'}; {len(self.singles)} leaves kept)"
+
+  @property
+  def keys(self) -> frozenset:
+    return frozenset(self.buffer_keys)
+
+  @property
+  def buffer_keys(self) -> tuple:
+    """The keys of the fused tree in order: the buffers (by dtype name), then the kept leaves."""
+    return tuple([g[0] for g in self.groups] + [s[0] for s in self.singles])
+
+  @classmethod
+  def build(cls, params: Any, max_leaf_size: int) -> FusedLayout:
+    """The layout of ``params``: small floating leaves of one dtype share a buffer.
+
+    A leaf stays a leaf when it is larger than ``max_leaf_size``, not floating (an integer
+    parameter, handled by the inner transformation as without fusion), sharded across devices (a
+    buffer would gather it), or the only small leaf of its dtype.
+    """
+    paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)
+    paths_leaves = [(path, array_leaf(leaf)) for path, leaf in paths_leaves]
+    by_dtype: dict[str, list[int]] = {}
+    singles = []
+    for i, (path, leaf) in enumerate(paths_leaves):
+      small = leaf is not None and int(np.size(leaf)) <= max_leaf_size
+      if small and leaf is not None and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
+        by_dtype.setdefault(np.dtype(leaf.dtype).name, []).append(i)
+      else:
+        singles.append(i)
+    groups = []
+    for name, idx in sorted(by_dtype.items()):
+      if len(idx) == 1:
+        singles.extend(idx)
+        continue
+      shapes = tuple(tuple(np.shape(paths_leaves[i][1])) for i in idx)
+      groups.append((name, name, tuple(idx), shapes))
+    singles_keyed = tuple((key_path_str(paths_leaves[i][0]), i) for i in sorted(singles))
+    return cls(treedef, tuple(groups), singles_keyed)
+
+  def _leaves(self, owner: str, tree: Any, what: str) -> tuple[list, Any]:
+    """The leaves of ``tree`` and its structure, which must have the parameters' leaves.
+
+    The structure may differ in wrappers around single arrays: Flax's NNX ``Optimizer`` calls
+    ``init`` on a state of ``Param`` variables and ``update`` on the plain arrays.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_none)
+    if len(leaves) != self.treedef.num_leaves:
+      raise ValueError(
+          f"{owner}: the {what} do not have the tree structure the fused state was built for: "
+          f"{len(leaves)} leaves, expected {self.treedef.num_leaves} ({self.treedef})."
+      )
+    return [array_leaf(x) for x in leaves], treedef
+
+  def pack(self, owner: str, tree: Any, what: str) -> dict:
+    """``tree`` (with the parameters' structure) as the fused tree the inner transformation sees."""
+    leaves, _ = self._leaves(owner, tree, what)
+    packed = {}
+    for key, _, idx, shapes in self.groups:
+      parts = []
+      for i, shape in zip(idx, shapes):
+        leaf = leaves[i]
+        if leaf is None or np.shape(leaf) != shape or not jnp.issubdtype(leaf.dtype, jnp.inexact):
+          got = "None" if leaf is None else f"{np.dtype(leaf.dtype).name}{list(np.shape(leaf))}"
+          raise ValueError(
+              f"{owner}: the {what} at {leaf_path(self.treedef, i)} is {got}; the fused buffer '{key}' holds a "
+              f"floating leaf of shape {list(shape)} there."
+          )
+        parts.append(leaf)
+      dtype = promote_types(*[p.dtype for p in parts])
+      packed[key] = jnp.concatenate([jnp.ravel(p).astype(dtype) for p in parts])
+    for key, i in self.singles:
+      packed[key] = leaves[i]
+    return packed
+
+  def unpack(self, packed: dict, like: Any = None, dtypes: Any = None) -> Any:
+    """The inverse of ``pack``: a tree with the structure of ``like`` (else the parameters').
+
+    Each piece of a buffer is cast to the dtype of the matching leaf of ``dtypes`` (else of
+    ``like``) when one is given.
+    """
+    out: list = [None] * self.treedef.num_leaves
+    like_leaves, treedef = self._leaves("fuse", like, "tree") if like is not None else (None, self.treedef)
+    if dtypes is not None:
+      like_leaves = self._leaves("fuse", dtypes, "tree")[0]
+    for key, _, idx, shapes in self.groups:
+      vector, start = packed[key], 0
+      for i, shape in zip(idx, shapes):
+        size = int(np.prod(shape))
+        piece = vector[start:start + size].reshape(shape)
+        if like_leaves is not None and like_leaves[i] is not None:
+          # A leaf that went into a buffer unsharded as far as tracing could tell (automatic mesh
+          # axes under jit) still comes back in its own layout.
+          piece = place_like(like_leaves[i], piece.astype(like_leaves[i].dtype))
+        out[i] = piece
+        start += size
+    for key, i in self.singles:
+      out[i] = packed[key]
+    return treedef.unflatten(out)
+
+  def is_packed(self, x: Any) -> bool:
+    return isinstance(x, dict) and frozenset(x.keys()) == self.keys
+
+
+def _partitioned(leaf: Any) -> bool:
+  """True when ``leaf`` is split across devices (known for concrete arrays and explicit meshes)."""
+  if isinstance(leaf, jax.core.Tracer):
+    try:
+      spec = jax.typeof(leaf).sharding.spec
+    except Exception:  # pragma: no cover - no sharding information while tracing
+      return False
+    return any(axis is not None for axis in spec)
+  sharding = getattr(leaf, "sharding", None)
+  return sharding is not None and not sharding.is_fully_replicated
+
+
+def _partitioned(leaf: Any) -> bool:
+  """True when ``leaf`` is split across devices (known for concrete arrays and explicit meshes)."""
+  if isinstance(leaf, jax.core.Tracer):
+    try:
+      spec = jax.typeof(leaf).sharding.spec
+    except Exception:  # pragma: no cover - no sharding information while tracing
+      return False
+    return any(axis is not None for axis in spec)
+  sharding = getattr(leaf, "sharding", None)
+  return sharding is not None and not sharding.is_fully_replicated
+
+
+def _leaf_array(x: Any) -> Any:
+  """An array-like leaf through its array (Flax variables); a Python number as a strong array."""
+  x = array_leaf(x)
+  if isinstance(x, (bool, int, float, complex)):
+    return jnp.asarray(x, jax.dtypes.canonicalize_dtype(type(x)))
+  return x
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class FlatParams:
+  """Parameters held as one flat buffer per dtype (the small leaves) and the other leaves as they are.
+
+  Made by ``flat_params(params)``; ``flat.tree()`` gives the parameters in their own structure.
+  ``FlatParams`` is a pytree whose leaves are the buffers (keyed by dtype name, ``"float32"``) and
+  the kept leaves (keyed by tree path), with the layout as static data, so:
+
+  * ``jax.grad(lambda f: loss(f.tree(), batch))(flat)`` is a ``FlatParams`` of gradients: the
+    backward pass concatenates the leaves' gradients once, into buffers laid out as the parameters;
+  * an elementwise transformation's ``init(flat)`` builds state of the same shape (``state[0].mu``
+    is a ``FlatParams`` of moments; ``mu.tree()["w"]`` reads one leaf's), and ``update`` and
+    ``apply_updates`` run on a handful of arrays instead of one per leaf and per moment;
+  * ``jax.jit``, ``lax.scan``, ``eqx.partition`` and ``jax.tree_util`` see a few leaves and a
+    structure that depends only on the layout.
+
+  Transformations that are not elementwise (Adafactor, masks and partitions, trust ratios, matrix
+  optimizers, line searches: ``Transformation.elementwise``) refuse a ``FlatParams`` at ``init``,
+  naming the piece: on a buffer they would compute something else.
+
+  Attributes:
+    layout: the static ``FusedLayout`` (which leaf lives where).
+    buffers: dict from key to array: the buffers, then the kept leaves, in ``layout.buffer_keys``
+      order.
+  """
+
+  __slots__ = ("layout", "buffers")
+
+  def __init__(self, layout: FusedLayout, buffers: dict):
+    self.layout = layout
+    self.buffers = buffers
+
+  def tree_flatten_with_keys(self):
+    return [(jax.tree_util.DictKey(key), self.buffers[key]) for key in self.layout.buffer_keys], self.layout
+
+  def tree_flatten(self):
+    return [self.buffers[key] for key in self.layout.buffer_keys], self.layout
+
+  @classmethod
+  def tree_unflatten(cls, layout: FusedLayout, children: Any) -> FlatParams:
+    return cls(layout, dict(zip(layout.buffer_keys, children)))
+
+  def __getitem__(self, key: str) -> Any:
+    return self.buffers[key]
+
+  def __repr__(self) -> str:
+    parts = [f"{key}: {_describe(self.buffers[key])}" for key, *_ in self.layout.groups]
+    kept = len(self.layout.singles)
+    return f"FlatParams({', '.join(parts) or 'no buffers'}; {kept} leaves kept)"
+
+  def tree(self) -> Any:
+    """The parameters in their own structure, each small leaf a piece of its buffer.
+
+    Under ``jax.jit`` the pieces are slices that XLA fuses into the code that reads them (no copy),
+    and their gradient is one concatenation. Works on any ``FlatParams`` that holds arrays: the
+    parameters, their gradients, or a state tree that mirrors them (``state[0].mu.tree()``), whose
+    buffers may have another dtype than the parameters'.
+
+    Returns:
+      The tree ``flat_params`` was given (same structure, shapes; each leaf's dtype is its
+      buffer's).
+
+    Example:
+      >>> import jax.numpy as jnp, steadax
+      >>> flat = steadax.flat_params({"b": jnp.zeros(2), "s": jnp.ones(3)})
+      >>> flat.tree()["s"]
+      Array([1., 1., 1.], dtype=float32)
+    """
+    layout = self.layout
+    out: list = [None] * layout.treedef.num_leaves
+    for key, _, idx, shapes in layout.groups:
+      vector = self.buffers[key]
+      if not hasattr(vector, "dtype") or np.ndim(vector) != 1:
+        raise TypeError(
+            f"FlatParams.tree: the buffer {key!r} is {type(vector).__name__} "
+            f"{np.shape(vector) if hasattr(vector, 'shape') else ''}, not a flat array; only a "
+            "FlatParams holding arrays (parameters, gradients, state) can be unflattened.")
+      sizes = [int(np.prod(shape)) for shape in shapes]
+      if int(np.shape(vector)[0]) != sum(sizes):
+        raise ValueError(f"FlatParams.tree: the buffer {key!r} has {np.shape(vector)[0]} elements; "
+                         f"the layout places {sum(sizes)} there.")
+      # One split (its transpose is one concatenation), not a slice per leaf: the gradient of a
+      # slice is a buffer-sized pad, and summing one per leaf would cost leaves x buffer size.
+      pieces = jnp.split(vector, np.cumsum(sizes)[:-1].tolist()) if len(sizes) > 1 else [vector]
+      for i, shape, piece in zip(idx, shapes, pieces):
+        out[i] = piece.reshape(shape)
+    for key, i in layout.singles:
+      out[i] = self.buffers[key]
+    return layout.treedef.unflatten(out)
+
+  def repack(self, tree: Any) -> FlatParams:
+    """``tree`` (in the parameters' structure) packed into this layout.
+
+    For example a moment of an unflattened run or an Optax checkpoint, to continue with flat
+    parameters: ``jax.tree.map(flat.repack, ...)`` over the parts that mirror the parameters.
+
+    Args:
+      tree: a tree with the parameters' structure and shapes.
+
+    Returns:
+      A ``FlatParams`` with this layout holding ``tree``'s values.
+
+    Example:
+      >>> import jax.numpy as jnp, steadax
+      >>> flat = steadax.flat_params({"b": jnp.zeros(2), "s": jnp.zeros(3)})
+      >>> flat.repack({"b": jnp.ones(2), "s": jnp.full(3, 2.0)})["float32"]
+      Array([1., 1., 2., 2., 2.], dtype=float32)
+    """
+    tree = jax.tree_util.tree_map(_leaf_array, tree, is_leaf=is_none)
+    return FlatParams(self.layout, self.layout.pack("FlatParams.repack", tree, "tree"))
+
+
+def _describe(x: Any) -> str:
+  if hasattr(x, "dtype") and hasattr(x, "shape"):
+    return f"{np.dtype(x.dtype).name}[{', '.join(map(str, x.shape))}]"
+  return type(x).__name__
+
+
+def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> FlatParams:
+  """Parameters as one flat buffer per dtype for their small leaves: the fastest many-leaf step.
+
+  The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
+  devices) are concatenated into one vector; larger, integer and sharded leaves are kept as they
+  are. Keep the result as the parameters of the training loop and read the model's leaves with
+  ``flat.tree()`` inside the loss: the gradient is then a ``FlatParams`` too, and an elementwise
+  optimizer's ``update`` and ``apply_updates`` run on a few arrays, with a few state arrays,
+  whatever the number of leaves (``docs/performance.md`` has the measurements). Results equal the
+  per-leaf run's up to rounding (XLA may order a leaf's arithmetic differently inside a larger
+  kernel) and up to summation order for whole-tree reductions (a global norm).
+
+  Only elementwise transformations (``Transformation.elementwise``: sgd, adam, adamw, lion,
+  rmsprop, clipping by value or global norm, weight decay without a mask, schedules, and wrappers
+  of those such as ``MultiSteps``, ``apply_if_finite``, ``inject_hyperparams``) accept a
+  ``FlatParams``; the others raise at ``init`` naming the piece.
+
+  Args:
+    params: the parameter tree.
+    max_leaf_size: leaves with more elements stay leaves (8,192 by default: larger leaves already
+      run at memory speed, and the concatenation of their gradients would cost more than it saves).
+      0 keeps every leaf.
+
+  Returns:
+    A ``FlatParams``; ``unflatten_params`` turns it (and any ``FlatParams`` inside a state) back.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, steadax
+    >>> params = {"bias": jnp.zeros(2), "scale": jnp.ones(3), "w": jnp.ones((2, 3))}
+    >>> flat = steadax.flat_params(params)
+    >>> flat
+    FlatParams(float32: float32[11]; 0 leaves kept)
+    >>> def loss(p):
+    ...   return jnp.sum((p["w"] @ p["scale"] + p["bias"]) ** 2)
+    >>> tx = steadax.adam(0.1)
+    >>> state = tx.init(flat)
+    >>> grads = jax.grad(lambda f: loss(f.tree()))(flat)
+    >>> updates, state = tx.update(grads, state, flat)
+    >>> flat = steadax.apply_updates(flat, updates)
+    >>> flat.tree()["bias"]
+    Array([-0.1, -0.1], dtype=float32)
+
+  References:
+    PyTorch FSDP's ``FlatParameter``; NVIDIA Apex, "multi_tensor_apply".
+  """
+  if isinstance(params, FlatParams):
+    return params
+  if not isinstance(max_leaf_size, (int, np.integer)) or isinstance(max_leaf_size, bool) or max_leaf_size < 0:
+    raise ValueError(f"flat_params: max_leaf_size must be a non-negative integer, got {max_leaf_size!r}.")
+  params = jax.tree_util.tree_map(_leaf_array, params, is_leaf=is_none)
+  nested = [x for x in jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, FlatParams))
+            if isinstance(x, FlatParams)]
+  if nested:
+    raise ValueError("flat_params: the parameters already hold a FlatParams; flatten the tree once.")
+  layout = FusedLayout.build(params, int(max_leaf_size))
+  return FlatParams(layout, layout.pack("flat_params", params, "parameters"))
+
+
+def is_flat_params(x: Any) -> bool:
+  return isinstance(x, FlatParams)
+
+
+def contains_flat_params(tree: Any) -> bool:
+  """True when ``tree`` is or holds a ``FlatParams`` node."""
+  return any(isinstance(x, FlatParams) for x in jax.tree_util.tree_leaves(tree, is_leaf=is_flat_params))
+
+
+def unflatten_params(tree: Any) -> Any:
+  """``tree`` with every ``FlatParams`` in it replaced by ``.tree()``: parameters or a whole state.
+
+  The state of a transformation initialised on ``FlatParams`` holds a ``FlatParams`` wherever the
+  per-leaf state holds a tree mirroring the parameters (``mu``, ``nu``, ...); unflattened, it has
+  the structure, shapes and dtypes ``tx.init(params)`` gives, for inspection or an Optax-layout
+  checkpoint.
+
+  Args:
+    tree: any tree (a ``FlatParams``, a state, ...).
+
+  Returns:
+    The same tree with the parameters' structure in place of each ``FlatParams``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> flat = steadax.flat_params({"b": jnp.zeros(2), "s": jnp.zeros(3)})
+    >>> state = steadax.adam(0.1).init(flat)
+    >>> steadax.unflatten_params(state)[0].mu["s"].shape
+    (3,)
+  """
+  return jax.tree_util.tree_map(lambda x: x.tree() if isinstance(x, FlatParams) else x, tree,
+                                is_leaf=is_flat_params)
