@@ -273,7 +273,8 @@ class FlatParams:
 
     Returns:
       The tree ``flat_params`` was given (same structure, shapes; each leaf's dtype is its
-      buffer's).
+      buffer's). A scalar in place of a buffer (a statistic per buffer, such as ``zero_nans``'
+      found-NaN flag) is given to each leaf of that buffer.
 
     Example:
       >>> import jax.numpy as jnp, steadax
@@ -285,6 +286,11 @@ class FlatParams:
     out: list = [None] * layout.treedef.num_leaves
     for key, _, idx, shapes in layout.groups:
       vector = self.buffers[key]
+      if hasattr(vector, "dtype") and np.ndim(vector) == 0:
+        # A statistic per buffer (zero_nans' found-NaN flag): it holds for each leaf of the buffer.
+        for i in idx:
+          out[i] = vector
+        continue
       if not hasattr(vector, "dtype") or np.ndim(vector) != 1:
         raise TypeError(
             f"FlatParams.tree: the buffer {key!r} is {type(vector).__name__} "

@@ -1,0 +1,220 @@
+"""FlatParams: parameters held as flat buffers give the per-leaf results with a few arrays."""
+
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import steadax
+from steadax._core._base import fusion_blocker
+from steadax.testing import type_signature
+from tests.conformance import _harness
+from tests.conformance.registry import all_entries
+
+MAX = 16  # leaves above this many elements stay leaves in these tests
+
+
+def _params():
+  p = {
+      "b": [jnp.linspace(-1.0, 1.0, 7, dtype=jnp.float32), jnp.linspace(0.5, 2.0, 3, dtype=jnp.float32)],
+      "h": {"x": jnp.linspace(-2.0, 2.0, 6, dtype=jnp.bfloat16), "y": jnp.ones((2, 2), jnp.bfloat16)},
+      "s": jnp.asarray(0.3, jnp.float32),
+      "w": jnp.linspace(-1.0, 1.0, 40, dtype=jnp.float32).reshape(5, 8),  # kept: above MAX
+      "z": jnp.zeros((0, 3), jnp.float32),
+  }
+  if jax.config.jax_enable_x64:
+    p["d"] = [jnp.linspace(0.0, 1.0, 4), jnp.linspace(1.0, 2.0, 5)]
+  return p
+
+
+def _loss(params):
+  return _harness.matrix_loss(params)
+
+
+def test_tree_gives_back_the_parameters():
+  params = {**_params(), "step": jnp.asarray(3, jnp.int32), "none": None}
+  flat = steadax.flat_params(params, max_leaf_size=MAX)
+  assert set(flat.buffers) == {"float32", "bfloat16", "['w']", "['step']", "['none']"} | (
+      {"float64"} if jax.config.jax_enable_x64 else set())
+  # 7 + 3 + 1 + 0 float32 elements (the scalar and the zero-size leaf included), 6 + 4 bfloat16.
+  assert flat["float32"].shape == (11,) and flat["bfloat16"].shape == (10,)
+  back = flat.tree()
+  assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(params)
+  assert type_signature(back) == type_signature(params)
+  for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert steadax.unflatten_params({"x": flat})["x"]["b"][1].shape == (3,)
+  assert steadax.flat_params(flat) is flat
+
+
+def test_gradient_of_flat_params_is_flat_and_equals_the_per_leaf_gradient():
+  params = _params()
+  flat = steadax.flat_params(params, max_leaf_size=MAX)
+  grads = jax.grad(lambda f: _loss(f.tree()))(flat)
+  assert isinstance(grads, steadax.FlatParams) and grads.layout == flat.layout
+  expected = jax.grad(_loss)(params)
+  assert type_signature(grads.tree()) == type_signature(expected)
+  for a, b in zip(jax.tree_util.tree_leaves(grads.tree()), jax.tree_util.tree_leaves(expected)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # One split forward, one concatenation back: no per-leaf pad of the whole buffer.
+  jaxpr = str(jax.make_jaxpr(jax.grad(lambda f: _loss(f.tree())))(flat))
+  assert jaxpr.count("split[") == len(flat.layout.groups)
+  assert jaxpr.count(" pad[") == 0
+
+
+def _elementwise_entries():
+  # fuse over FlatParams runs (a fused transformation is as elementwise as its inner one) but keys
+  # its state by its own layout, so its state is not the per-leaf one: fuse or flat, not both.
+  return [e for e in all_entries()
+          if fusion_blocker(e.factory()) is None and not isinstance(e.factory(), steadax.Fused)]
+
+
+def _run_both(entry, steps=3):
+  """``steps`` steps per leaf and on flat parameters, in one jitted program."""
+  params = _params()
+  flat = steadax.flat_params(params, max_leaf_size=MAX)
+  plain, on_flat = entry.factory(), entry.factory()
+  step_plain = _harness.make_step(entry, _loss, _harness.matrix_grads)
+  step_flat = _harness.make_step(entry, lambda f: _loss(f.tree()), _harness.matrix_grads)
+
+  @jax.jit
+  def run(params, flat):
+    state, fstate = plain.init(params), on_flat.init(flat)
+    for _ in range(steps):
+      updates, state = step_plain(plain, params, state)
+      params = steadax.apply_updates(params, updates)
+      fupdates, fstate = step_flat(on_flat, flat, fstate)
+      flat = steadax.apply_updates(flat, fupdates)
+    return (params, state, updates), (flat, fstate, fupdates)
+
+  return run(params, flat)
+
+
+@pytest.mark.x32_only
+@pytest.mark.parametrize("entry", _elementwise_entries(), ids=lambda e: e.name)
+def test_every_elementwise_registry_entry_gives_the_per_leaf_result(entry):
+  (params, state, updates), (flat, fstate, fupdates) = _run_both(entry)
+  assert isinstance(flat, steadax.FlatParams)
+  expected, got = (params, state, updates), steadax.unflatten_params((flat, fstate, fupdates))
+  assert type_signature(got) == type_signature(expected)
+  for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
+    if not jnp.issubdtype(a.dtype, jnp.inexact):
+      np.testing.assert_array_equal(a, b)
+      continue
+    # The same maths on concatenated leaves, and whole-tree sums (norms, inner products) added in
+    # another order: equal to a few units in the last place of the leaf's dtype.
+    eps = float(jnp.finfo(a.dtype).eps)
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                               rtol=max(8 * eps, 1e-5), atol=1e-6)
+
+
+@pytest.mark.parametrize("entry", _elementwise_entries()[::6], ids=lambda e: e.name)
+def test_state_types_are_stable_on_flat_params(entry):
+  """In both x64 modes (traced abstractly): the state keeps its types, and unflattened it has the
+  per-leaf state's."""
+  params = _params()
+  flat = steadax.flat_params(params, max_leaf_size=MAX)
+  tx = entry.factory()
+  step = _harness.make_step(entry, lambda f: _loss(f.tree()), _harness.matrix_grads)
+  state = jax.eval_shape(tx.init, flat)
+  _, new_state = jax.eval_shape(lambda f, s: step(tx, f, s), flat, state)
+  assert type_signature(new_state) == type_signature(state)
+  unflat = jax.eval_shape(lambda s: steadax.unflatten_params(s), state)
+  assert type_signature(unflat) == type_signature(jax.eval_shape(tx.init, params))
+
+
+def test_state_is_a_few_arrays_and_mirrors_the_parameters():
+  params = {f"p{i:03d}": jnp.full((3 + i % 5,), 0.1 * i, jnp.float32) for i in range(50)}
+  flat = steadax.flat_params(params)
+  tx = steadax.adamw(0.1)
+  state = tx.init(flat)
+  assert len(jax.tree_util.tree_leaves(state)) == 3  # count, mu, nu
+  assert isinstance(state[0].mu, steadax.FlatParams)
+  assert state[0].mu.tree()["p007"].shape == (5,)
+  grads = jax.grad(lambda f: sum(jnp.sum(x ** 2) for x in f.tree().values()))(flat)
+  updates, state = tx.update(grads, state, flat)
+  assert len(jax.tree_util.tree_leaves(updates)) == 1
+
+
+def test_compiled_step_is_a_few_kernels_whatever_the_leaf_count():
+  """The point of flat parameters: an AdamW training step over 100 leaves compiles to a handful of
+  optimizer kernels (per leaf it is three per leaf plus the apply)."""
+  params = {f"p{i:03d}": jnp.full((64,), 0.5, jnp.float32) for i in range(100)}
+  tx = steadax.adamw(1e-3)
+
+  def fusions(params):
+    def step(params, state):
+      grads = jax.tree_util.tree_map(lambda x: x * 0.1, params)
+      updates, state = tx.update(grads, state, params)
+      return steadax.apply_updates(params, updates), state
+    text = jax.jit(step).lower(params, tx.init(params)).compile().as_text()
+    entry = text[text.index("ENTRY"):]
+    return len(re.findall(r" fusion\(", entry))
+
+  per_leaf, flat = fusions(params), fusions(steadax.flat_params(params))
+  assert per_leaf >= 300
+  assert flat <= 10
+
+
+@pytest.mark.parametrize("make, piece", [
+    (lambda: steadax.adafactor(0.1), "scale_by_factored_rms"),
+    (lambda: steadax.adamw(0.1, mask=lambda p: jax.tree_util.tree_map(lambda _: True, p)), "masked"),
+    (lambda: steadax.contrib.muon(0.1), "partition"),
+    (lambda: steadax.lbfgs(), "linesearch"),
+    (lambda: steadax.lamb(0.1), "scale_by_trust_ratio"),
+    (lambda: steadax.MultiSteps(steadax.adafactor(0.1), 2), "scale_by_factored_rms"),
+    # A bare function pair is the user's own code (its init is not steadax's); inside a chain it is
+    # refused, since steadax cannot see whether it is elementwise.
+    (lambda: steadax.chain(steadax.GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s))),
+     "function pair"),
+])
+def test_transformations_that_are_not_elementwise_refuse_flat_params(make, piece):
+  flat = steadax.flat_params(_params(), max_leaf_size=MAX)
+  with pytest.raises(ValueError, match=f"cannot run on FlatParams: .*({piece})"):
+    make().init(flat)
+
+
+def test_fused_transformations_accept_flat_params():
+  flat = steadax.flat_params(_params(), max_leaf_size=MAX)
+  state = steadax.fuse(steadax.adam(0.1)).init(flat)
+  assert isinstance(state, steadax.FusedState)
+
+
+def test_pytree_structure_depends_on_the_layout_only():
+  flat = steadax.flat_params(_params(), max_leaf_size=MAX)
+  falses = jax.tree_util.tree_map(lambda _: False, flat)
+  assert jax.tree_util.tree_structure(falses) == jax.tree_util.tree_structure(flat)
+  paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(flat)[0]]
+  assert paths[:2] == ["['bfloat16']", "['float32']"] and '["[\'w\']"]' in paths
+  arrays, rest = eqx.partition(flat, eqx.is_array)
+  assert jax.tree_util.tree_structure(eqx.combine(arrays, rest)) == jax.tree_util.tree_structure(flat)
+  traces = []
+
+  @jax.jit
+  def f(flat):
+    traces.append(1)
+    return steadax.apply_updates(flat, flat)
+
+  f(flat)
+  f(jax.tree_util.tree_map(lambda x: x + 1, flat))
+  assert len(traces) == 1
+
+
+def test_repack_and_bad_input():
+  params = _params()
+  flat = steadax.flat_params(params, max_leaf_size=MAX)
+  moments = jax.tree_util.tree_map(lambda x: jnp.full(x.shape, 2.0, jnp.float32), params)
+  packed = flat.repack(moments)
+  assert packed.layout == flat.layout and packed["bfloat16"].dtype == jnp.float32
+  np.testing.assert_array_equal(packed.tree()["h"]["y"], jnp.full((2, 2), 2.0))
+  with pytest.raises(ValueError, match=r"FlatParams.repack: the tree at \['b'\]\[1\] is float32\[4\]"):
+    flat.repack({**params, "b": [params["b"][0], jnp.zeros(4, jnp.float32)]})
+  with pytest.raises(TypeError, match="buffer 'bfloat16' is bool"):
+    jax.tree_util.tree_map(lambda _: False, flat).tree()
+  with pytest.raises(ValueError, match="max_leaf_size"):
+    steadax.flat_params(params, max_leaf_size=-1)
+  with pytest.raises(ValueError, match="already hold a FlatParams"):
+    steadax.flat_params({"a": flat})
