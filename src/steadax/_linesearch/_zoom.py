@@ -6,8 +6,8 @@ bisection interpolation until the trial satisfies both conditions. Near a minimi
 is replaced, as in Hager & Zhang (2006, Eq. 23), by the approximate Wolfe condition, which still
 discriminates where ``f`` only changes at machine precision.
 
-Each iteration evaluates the objective once: the phase picks the trial step (a ``lax.cond``)
-before the single evaluation, so ``value_fn`` is traced once per ``update``, not once per phase.
+Each iteration evaluates the objective once, in the branch of a ``lax.cond`` on the phase (so
+``value_fn`` is traced twice per ``update``, once per phase, as in Optax's search).
 """
 
 from __future__ import annotations
@@ -193,83 +193,70 @@ class ScaleByZoomLinesearch(Transformation):
     def curvature_error(slope):
       return errors_to_inf(jnp.abs(slope) - c2 * jnp.abs(slope_init))  # N&W Eq. 3.7b
 
-    def body(s: _Search) -> _Search:
-      first = s.count == 0
-      zoom = s.interval_found
-      width = jnp.abs(s.high - s.low)
+    def grow_step(s: _Search) -> tuple[jax.Array, jax.Array]:
+      # Phase 1 (Alg. 3.5): the first trial is the guess, then it grows geometrically.
+      grown = jnp.where(s.count == 0, guess, grow * s.stepsize)
+      if self.max_learning_rate is None:
+        return grown, jnp.zeros([], bool)
+      cap = h(self.max_learning_rate)
+      return jnp.minimum(grown, cap), grown >= cap
 
-      # Each phase's step and bookkeeping run under lax.cond on the phase: computed side by side
-      # and merged by jnp.where, XLA fused the scalar logic of both phases into every output of the
-      # carry (about 2.7x the scalar instructions of one phase per trial, a tenth of an L-BFGS step
-      # on small problems). Under vmap the conds become selects, as before.
-      def grow_step():
-        # Phase 1 (Alg. 3.5): the first trial is the guess, then it grows geometrically.
-        grown = jnp.where(first, guess, grow * s.stepsize)
-        if self.max_learning_rate is None:
-          return grown, jnp.zeros([], bool)
-        cap = h(self.max_learning_rate)
-        return jnp.minimum(grown, cap), grown >= cap
+    def zoom_step(s: _Search) -> jax.Array:
+      # Phase 2 (Alg. 3.6): interpolate inside the bracket, falling back from the cubic model to
+      # the quadratic one to bisection when the minimiser lies too close to an end (scipy's
+      # safeguards: 20% and 10% of the bracket).
+      left, right = jnp.minimum(s.low, s.high), jnp.maximum(s.low, s.high)
+      width = right - left
+      cubic = _cubic_minimizer(s.low, s.value_low, s.slope_low, s.high, s.value_high, s.cubic_ref,
+                               s.value_cubic_ref)
+      quadratic = _quadratic_minimizer(s.low, s.value_low, s.slope_low, s.high, s.value_high)
+      cubic_ok = (cubic > left + 0.2 * width) & (cubic < right - 0.2 * width)
+      quadratic_ok = (quadratic > left + 0.1 * width) & (quadratic < right - 0.1 * width)
+      return jnp.where(cubic_ok, cubic, jnp.where(quadratic_ok, quadratic, (s.low + s.high) / 2))
 
-      def zoom_step():
-        # Phase 2 (Alg. 3.6): interpolate inside the bracket, falling back from the cubic model to
-        # the quadratic one to bisection when the minimiser lies too close to an end (scipy's
-        # safeguards: 20% and 10% of the bracket).
-        left, right = jnp.minimum(s.low, s.high), jnp.maximum(s.low, s.high)
-        cubic = _cubic_minimizer(s.low, s.value_low, s.slope_low, s.high, s.value_high,
-                                 s.cubic_ref, s.value_cubic_ref)
-        quadratic = _quadratic_minimizer(s.low, s.value_low, s.slope_low, s.high, s.value_high)
-        cubic_ok = (cubic > left + 0.2 * width) & (cubic < right - 0.2 * width)
-        quadratic_ok = (quadratic > left + 0.1 * width) & (quadratic < right - 0.1 * width)
-        middle = jnp.where(cubic_ok, cubic,
-                           jnp.where(quadratic_ok, quadratic, (s.low + s.high) / 2))
-        return middle, jnp.zeros([], bool)
-
-      stepsize, reached_cap = jax.lax.cond(zoom, zoom_step, grow_step)
+    def trial(s: _Search, zoom: bool) -> _Search:
+      """One trial of the phase ``zoom`` says: its step, the evaluation, the new bracket."""
+      if zoom:
+        stepsize, reached_cap = zoom_step(s), jnp.zeros([], bool)
+      else:
+        stepsize, reached_cap = grow_step(s)
       value, grad = evaluate(add_scaled(params, stepsize, updates))
       slope = real_vdot(updates, grad, stat)
       dec_err = decrease_error(stepsize, value, slope)
       curv_err = curvature_error(slope)
       done = jnp.maximum(dec_err, curv_err) <= tol
       sufficient = dec_err <= tol
-      trial = (stepsize, value, slope)
-      last = (s.stepsize, s.value, s.slope)
+      new = (stepsize, value, slope)
       low = (s.low, s.value_low, s.slope_low)
       high = (s.high, s.value_high, s.slope_high)
-
-      def grow_bookkeeping():
-        # A trial without sufficient decrease, or no better than the last one, closes the bracket
-        # above; an ascending slope closes it with the trial as its low end.
-        high_is_trial = (dec_err > 0) | ((value >= s.value) & ~first)
-        low_is_trial = (slope >= 0) & ~high_is_trial
-        new_low, new_high = _where(low_is_trial, (trial, last), (last, trial))
-        found = high_is_trial | low_is_trial | done
-        grow_done = done | (reached_cap & ~found)  # capped: the cap satisfies Armijo, take it
-        return new_low, new_high, new_low[:2], grow_done, sufficient, found
-
-      def zoom_bookkeeping():
+      if zoom:
         # The trial replaces the end that keeps a minimiser inside the bracket.
         trial_is_high = (dec_err > 0) | (value >= s.value_low)
         low_is_high = (slope * (s.high - s.low) >= 0) & ~trial_is_high
-        new_high = _where(trial_is_high, trial, _where(low_is_high, low, high))
-        new_low = _where(trial_is_high, low, trial)
+        new_high = _where(trial_is_high, new, _where(low_is_high, low, high))
+        new_low = _where(trial_is_high, low, new)
         new_ref = _where(trial_is_high | low_is_high, high[:2], low[:2])
         keep_safe = sufficient & (value < s.safe_value)
-        return new_low, new_high, new_ref, done, keep_safe, jnp.ones([], bool)
-
-      new_low, new_high, new_ref, done, keep_safe, found = jax.lax.cond(
-          zoom, zoom_bookkeeping, grow_bookkeeping)
+        found = jnp.ones([], bool)
+        # A bracket narrower than stepsize_precision ends the zoom if some step had sufficient
+        # decrease; otherwise it goes on (very steep objectives need tiny steps).
+        too_narrow = (jnp.abs(s.high - s.low) <= precision) & jnp.where(
+            keep_safe, stepsize > 0, s.safe_stepsize > 0)
+      else:
+        # A trial without sufficient decrease, or no better than the last one, closes the bracket
+        # above; an ascending slope closes it with the trial as its low end.
+        last = (s.stepsize, s.value, s.slope)
+        high_is_trial = (dec_err > 0) | ((value >= s.value) & (s.count > 0))
+        low_is_trial = (slope >= 0) & ~high_is_trial
+        new_low, new_high = _where(low_is_trial, (new, last), (last, new))
+        new_ref = new_low[:2]
+        found = high_is_trial | low_is_trial | done
+        done = done | (reached_cap & ~found)  # capped: the cap satisfies Armijo, take it
+        keep_safe = sufficient
+        too_narrow = jnp.zeros([], bool)
       safe_stepsize, safe_value, safe_grad = _where(
           keep_safe, (stepsize, value, grad), (s.safe_stepsize, s.safe_value, s.safe_grad))
-      out_of_steps = safe_increment(s.count) >= max_steps
-      # A bracket narrower than stepsize_precision ends the zoom if some step had sufficient
-      # decrease; otherwise it goes on (very steep objectives need tiny steps).
-      too_narrow = zoom & (width <= precision) & (safe_stepsize > 0)
-      failed = (out_of_steps | too_narrow) & ~done
-      # On failure return the best step with sufficient decrease, or no step if the last trial
-      # left the domain (its value is inf/NaN).
-      fall_back = failed & ((safe_stepsize > 0) | jnp.isinf(dec_err))
-      stepsize, value, grad = _where(fall_back, (safe_stepsize, safe_value, safe_grad),
-                                     (stepsize, value, grad))
+      failed = ((safe_increment(s.count) >= max_steps) | too_narrow) & ~done
       return _Search(
           count=safe_increment(s.count), stepsize=stepsize, value=value, grad=grad, slope=slope,
           decrease_error=dec_err, curvature_error=curv_err,
@@ -279,6 +266,16 @@ class ScaleByZoomLinesearch(Transformation):
           cubic_ref=new_ref[0], value_cubic_ref=new_ref[1],
           safe_stepsize=safe_stepsize, safe_value=safe_value, safe_grad=safe_grad,
       )
+
+    def body(s: _Search) -> _Search:
+      # One lax.cond on the phase per trial, each branch with its own evaluation, as Optax's search
+      # does. Both phases side by side, merged by jnp.where around one evaluation, made XLA fuse
+      # the scalar logic of both into every output of the carry (2.7x the scalar instructions of
+      # one phase), and two conds around a shared evaluation were still about 4% slower per L-BFGS
+      # step on small problems. The price is that value_fn is traced in both branches. Under vmap
+      # the cond becomes a select of both.
+      return jax.lax.cond(s.interval_found, lambda: trial(s, zoom=True),
+                          lambda: trial(s, zoom=False))
 
     false = jnp.zeros([], bool)
     start = _Search(
@@ -290,21 +287,26 @@ class ScaleByZoomLinesearch(Transformation):
         safe_stepsize=zero, safe_value=value_init, safe_grad=grad_init,
     )
     final = jax.lax.while_loop(lambda s: ~(s.done | s.failed), body, start)
+    # On failure return the best step with sufficient decrease, or no step if the last trial left
+    # the domain (its value is inf/NaN). Failing ends the loop, so this is decided once, after it.
+    fall_back = final.failed & ((final.safe_stepsize > 0) | jnp.isinf(final.decrease_error))
+    stepsize, value, grad = _where(fall_back, (final.safe_stepsize, final.safe_value, final.safe_grad),
+                                   (final.stepsize, final.value, final.grad))
 
     if self.verbose:
       print_if(final.failed,
                "scale_by_zoom_linesearch: no step size satisfying both Wolfe conditions found "
                "(value {value}, slope {slope}, step {step}, decrease error {dec}, curvature error "
                "{curv}); a non-negative slope means the updates are not a descent direction.",
-               value=value_init, slope=slope_init, step=final.stepsize,
+               value=value_init, slope=slope_init, step=stepsize,
                dec=final.decrease_error, curv=final.curvature_error)
     new_state = ScaleByZoomLinesearchState(
-        learning_rate=final.stepsize,
-        value=final.value,
-        grad=conj_tree(final.grad),
+        learning_rate=stepsize,
+        value=value,
+        grad=conj_tree(grad),
         info=ZoomLinesearchInfo(final.count, final.decrease_error, final.curvature_error),
     )
-    return scale_tree(self.owner, final.stepsize, updates), new_state
+    return scale_tree(self.owner, stepsize, updates), new_state
 
 
 def scale_by_zoom_linesearch(
