@@ -1,5 +1,6 @@
 """FlatParams: parameters held as flat buffers give the per-leaf results with a few arrays."""
 
+import functools
 import re
 
 import equinox as eqx
@@ -15,6 +16,7 @@ from tests.conformance import _harness
 from tests.conformance.registry import all_entries
 
 MAX = 16  # leaves above this many elements stay leaves in these tests
+COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _params():
@@ -80,7 +82,8 @@ def _run_both(entry, steps=3):
   step_plain = _harness.make_step(entry, _loss, _harness.matrix_grads)
   step_flat = _harness.make_step(entry, lambda f: _loss(f.tree()), _harness.matrix_grads)
 
-  @jax.jit
+  # Values of tiny arrays: XLA's cheapest compilation (most of this test's time is compiling).
+  @functools.partial(jax.jit, compiler_options=COMPILER_OPTIONS)
   def run(params, flat):
     state, fstate = plain.init(params), on_flat.init(flat)
     for _ in range(steps):
