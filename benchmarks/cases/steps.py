@@ -2,7 +2,10 @@
 
 Cases: ``big`` (AdamW on a few large float32 leaves: memory-bound), ``many_small`` (hundreds of
 small float32 leaves for five optimizers: per-leaf overhead) and ``mixed`` (a float32/bfloat16
-tree). Each comparison times its columns and the floors in alternating rounds (``harness``).
+tree). Each comparison times its columns and the floors in alternating rounds (``harness``). The
+"steadax flat params" column's parameters are ``steadax.flat_params`` and its gradients arrive
+flat, as ``jax.grad`` of a ``FlatParams`` gives them; the concatenation that makes them flat is in
+the backward pass, which ``cases/train.py`` times with the whole training step.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def many_small(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   def make_params():
     return {f"p{i:04d}": harness.filled((n,), 1.0, jnp.float32) for i, n in enumerate(leaf_sizes)}
 
-  column_sets = {name: harness.transformations(factory(optax), factory(steadax), fused=True)
+  column_sets = {name: harness.transformations(factory(optax), factory(steadax), fused=True, flat=True)
                  for name, factory in MANY_SMALL_OPTIMIZERS.items()}
   progress.start("many_small", _ticks(sizes, *column_sets.values()))
   rows = [compare(f"{sizes.small_leaves} small: {name}", make_params, columns, sizes, progress)
@@ -125,7 +128,7 @@ def mixed(sizes: harness.Sizes, progress: harness.Progress) -> dict:
     params["large_bf16"] = harness.filled((large,), 1.0, jnp.bfloat16)
     return params
 
-  columns = harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3), fused=True)
+  columns = harness.transformations(optax.adamw(1e-3), steadax.adamw(1e-3), fused=True, flat=True)
   progress.start("mixed", _ticks(sizes, columns))
   row = compare(f"mixed f32/bf16: adamw, {len(leaf_sizes)} small + 2 x {large:,}", make_params,
                 columns, sizes, progress)
