@@ -193,18 +193,6 @@ def _partitioned(leaf: Any) -> bool:
   return sharding is not None and not sharding.is_fully_replicated
 
 
-def _partitioned(leaf: Any) -> bool:
-  """True when ``leaf`` is split across devices (known for concrete arrays and explicit meshes)."""
-  if isinstance(leaf, jax.core.Tracer):
-    try:
-      spec = jax.typeof(leaf).sharding.spec
-    except Exception:  # pragma: no cover - no sharding information while tracing
-      return False
-    return any(axis is not None for axis in spec)
-  sharding = getattr(leaf, "sharding", None)
-  return sharding is not None and not sharding.is_fully_replicated
-
-
 def _leaf_array(x: Any) -> Any:
   """An array-like leaf through its array (Flax variables); a Python number as a strong array."""
   x = array_leaf(x)
