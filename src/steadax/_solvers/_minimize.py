@@ -133,11 +133,9 @@ class _Carry(NamedTuple):
   step: jax.Array
   fun_evals: jax.Array
   grad_evals: jax.Array
-  # [line searches in a row that failed, steps in a row without progress, the smallest gradient
-  # norm so far], in the statistics dtype (the counts stay below 16, exact): one array, so that one
-  # fused op per step updates all three (three scalars were three ops and their copies, about 1%
-  # of a step on 50-d Rosenbrock).
-  progress: jax.Array
+  failures: jax.Array  # line searches in a row that failed
+  stalled: jax.Array  # steps in a row without progress (line-search transformations)
+  best_norm: jax.Array  # the smallest gradient norm so far
 
 
 _STALL_STEPS = 10
@@ -348,8 +346,7 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
     # the end rather than stored: one fused select per step instead of a stored code and its
     # updates (on small problems a step costs a few microseconds, so each scalar op counts).
     code = lambda r: jnp.asarray(int(r), jnp.int32)  # noqa: E731
-    failures, stalled = c.progress[0], c.progress[1]
-    failed = (failures >= failures_to_stop) | (stalled >= _STALL_STEPS)
+    failed = (c.failures >= failures_to_stop) | (c.stalled >= _STALL_STEPS)
     return jnp.where(
         ~(jnp.isfinite(c.value) & jnp.isfinite(c.grad_norm)), code(StopReason.NONFINITE),
         jnp.where(c.grad_norm <= tol, code(StopReason.CONVERGED),
@@ -357,9 +354,7 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
                             jnp.where(c.step >= max_steps, code(StopReason.MAX_STEPS), code(0)))))
 
   zero = jnp.zeros([], jnp.int32)
-  no_progress = jnp.zeros([], stat)
-  start = _Carry(x0, state, value, grad, norm, zero, one, one,
-                 jnp.stack([no_progress, no_progress, norm]))
+  start = _Carry(x0, state, value, grad, norm, zero, one, one, zero, zero, norm)
 
   def body(c: _Carry) -> _Carry:
     updates, state = tx.update(c.grad, c.state, c.params, value=c.value, grad=c.grad,
@@ -390,14 +385,12 @@ def _run(fun, tx, x0, args, tol, max_steps, bounds, has_aux, callback, callback_
     # (in float32 a decrease can be below the value's resolution), but at the precision floor it
     # repeats forever: _STALL_STEPS steps in a row that neither decrease the value nor reach a
     # new smallest gradient norm stop the run too.
-    failures, stalled, best_norm = c.progress[0], c.progress[1], c.progress[2]
-    improved = decreased | (norm < best_norm)
-    count_one = jnp.ones([], stat)
-    stalled = jnp.where(improved, no_progress, stalled + count_one) if searches else no_progress
-    failures = jnp.where(failed, failures + count_one, no_progress)
+    improved = decreased | (norm < c.best_norm)
+    stalled = jnp.where(improved, zero, c.stalled + one) if searches else zero
+    failures = jnp.where(failed, c.failures + one, zero)
     step = c.step + one
-    new = _Carry(params, state, value, grad, norm, step, fun_evals, grad_evals,
-                 jnp.stack([failures, stalled, jnp.minimum(norm, best_norm)]))
+    new = _Carry(params, state, value, grad, norm, step, fun_evals, grad_evals, failures, stalled,
+                 jnp.minimum(norm, c.best_norm))
     if callback is not None:
       code = reason(new)
       jax.lax.cond((step % callback_every == 0) | (code != 0),
