@@ -205,7 +205,8 @@ def sweep_table(result: dict) -> list[str]:
 
 
 TITLES = {
-    "first_call": "First call of the AdamW step (trace + lower + compile + one step), seconds, one "
+    "first_call": "First call of the AdamW training step (loss, gradient, update, apply: trace + "
+                  "lower + compile + one step), seconds, one "
                   "measurement per point in a fresh process, and that process's peak memory:",
     "memory": "Memory:",
     "lbfgs": "L-BFGS:",
@@ -316,7 +317,7 @@ def chart(path: str, results: dict, title: str) -> bool:
     ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("leaves (64..4096 float32 each)", fontsize=8)
     ax.set_ylabel("seconds", fontsize=8)
-    ax.set_title("AdamW step: first call (trace + compile)", fontsize=9)
+    ax.set_title("AdamW training step: first call", fontsize=9)
     ax.legend(fontsize=7)
   fig.suptitle(title, fontsize=8)
   fig.tight_layout()
