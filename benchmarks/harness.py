@@ -254,3 +254,14 @@ def floor_same_leaves(contender: Contender) -> Contender:
 def small_leaf_sizes(n: int, seed: int = 0) -> list[int]:
   """``n`` leaf sizes drawn uniformly from 64..4096 (seeded): biases, norms and small layers."""
   return [int(s) for s in np.random.default_rng(seed).integers(64, 4097, n)]
+
+
+def small_params(n: int) -> tuple[list[int], Callable[[], dict]]:
+  """The leaf sizes of ``small_leaf_sizes(n)`` and a maker of fresh float32 parameters of those
+  sizes (ones, keyed ``p0000``, ``p0001``, ...): the many-small-leaf model of every case."""
+  sizes = small_leaf_sizes(n)
+
+  def make_params() -> dict:
+    return {f"p{i:04d}": filled((k,), 1.0, jnp.float32) for i, k in enumerate(sizes)}
+
+  return sizes, make_params

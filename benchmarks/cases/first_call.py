@@ -21,7 +21,6 @@ import threading
 import time
 
 import jax
-import jax.numpy as jnp
 import optax
 
 import steadax
@@ -43,8 +42,7 @@ def measure(label: str, leaves: int, time_limit_s: float) -> dict:
   call for ``time_limit_s`` (the set-up before it does not count).
   """
   lib, tx = _columns()[label]
-  params = {f"p{i:04d}": harness.filled((n,), 1.0, jnp.float32)
-            for i, n in enumerate(harness.small_leaf_sizes(leaves))}
+  params = harness.small_params(leaves)[1]()
   batch = train.batch_for(params)
   flat = label == harness.FLAT
   if flat:

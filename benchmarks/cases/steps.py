@@ -103,11 +103,7 @@ MANY_SMALL_OPTIMIZERS = {
 
 def many_small(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   """Each optimizer on ``small_leaves`` float32 leaves of 64..4096 elements (seeded)."""
-  leaf_sizes = harness.small_leaf_sizes(sizes.small_leaves)
-
-  def make_params():
-    return {f"p{i:04d}": harness.filled((n,), 1.0, jnp.float32) for i, n in enumerate(leaf_sizes)}
-
+  _, make_params = harness.small_params(sizes.small_leaves)
   column_sets = {name: harness.transformations(factory(optax), factory(steadax), fused=True, flat=True)
                  for name, factory in MANY_SMALL_OPTIMIZERS.items()}
   progress.start("many_small", _ticks(sizes, *column_sets.values()))

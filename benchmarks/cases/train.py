@@ -70,11 +70,7 @@ OPTIMIZERS = {
 
 
 def run(sizes: harness.Sizes, progress: harness.Progress) -> dict:
-  leaf_sizes = harness.small_leaf_sizes(sizes.small_leaves)
-
-  def make_params():
-    return {f"p{i:04d}": harness.filled((n,), 1.0, jnp.float32) for i, n in enumerate(leaf_sizes)}
-
+  leaf_sizes, make_params = harness.small_params(sizes.small_leaves)
   column_sets = {name: harness.transformations(factory(optax), factory(steadax), fused=True, flat=True)
                  for name, factory in OPTIMIZERS.items()}
   progress.start("train", sum(sizes.rounds + len(columns) for columns in column_sets.values()))
