@@ -85,13 +85,17 @@ def _run_both(entry, steps=3):
   # Values of tiny arrays: XLA's cheapest compilation (most of this test's time is compiling).
   @functools.partial(jax.jit, compiler_options=COMPILER_OPTIONS)
   def run(params, flat):
-    state, fstate = plain.init(params), on_flat.init(flat)
-    for _ in range(steps):
+    def body(carry, _):
+      (params, state, _), (flat, fstate, _) = carry
       updates, state = step_plain(plain, params, state)
-      params = steadax.apply_updates(params, updates)
       fupdates, fstate = step_flat(on_flat, flat, fstate)
-      flat = steadax.apply_updates(flat, fupdates)
-    return (params, state, updates), (flat, fstate, fupdates)
+      return ((steadax.apply_updates(params, updates), state, updates),
+              (steadax.apply_updates(flat, fupdates), fstate, fupdates)), None
+
+    # One traced step in a scan (not an unrolled loop): a third of the program to compile.
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, (params, flat))
+    carry = ((params, plain.init(params), zeros[0]), (flat, on_flat.init(flat), zeros[1]))
+    return jax.lax.scan(body, carry, None, length=steps)[0]
 
   return run(params, flat)
 
