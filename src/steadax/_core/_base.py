@@ -18,7 +18,7 @@ from ._leafwise import leafwise
 from ._roles import check_roles, init_from_roles, roles_of
 from ._module import _CHILD, _KIND, Module, child_field, static_field
 from ._policy import check_float_params, key_path_str, promote_types
-from ._tree import array_leaf, tree_map
+from ._tree import PYTHON_NUMBERS, number_as_array, param_array, tree_map
 from ._types import OptState, Params, Updates
 
 __all__ = [
@@ -334,7 +334,7 @@ class Transformation(GradientTransformationExtraArgs):
     # Read array-like leaves through their arrays (Flax's hijax Variables have no dtype of their
     # own once traced), so every init_fn and the role check see shapes, dtypes and shardings;
     # Python numbers become strong arrays of their default dtype (Optax accepts `{"w": 1.0}`).
-    params = tree_map(_param_array, params)
+    params = tree_map(param_array, params)
     _check_param_leaves(self.owner, params)
     if contains_flat_params(params):
       reason = self.fusion_blocker()
@@ -411,19 +411,6 @@ class InputMismatchError(TypeError, ValueError):
     return error
 
 
-_PYTHON_NUMBERS = (bool, int, float, complex)
-
-
-def _number_as_array(x: Any) -> Any:
-  """A Python number as a strong array of its default dtype (float32, or float64 under x64)."""
-  return jnp.asarray(x, jax.dtypes.canonicalize_dtype(type(x)))
-
-
-def _param_array(x: Any) -> Any:
-  x = array_leaf(x)
-  return _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x
-
-
 def _check_param_leaves(owner: str, params: Any) -> None:
   """A parameter leaf that is neither an array nor a number (a string, an object) has no dtype."""
   if all(hasattr(leaf, "dtype") for leaf in jax.tree_util.tree_leaves(params)):
@@ -438,10 +425,10 @@ def _check_param_leaves(owner: str, params: Any) -> None:
 
 def _python_numbers_as_arrays(tree: Any) -> Any:
   """``tree`` with its Python number leaves as strong arrays (the tree itself when it has none)."""
-  if tree is None or not any(isinstance(x, _PYTHON_NUMBERS) for x in jax.tree_util.tree_leaves(tree)):
+  if tree is None or not any(isinstance(x, PYTHON_NUMBERS) for x in jax.tree_util.tree_leaves(tree)):
     return tree
   return jax.tree_util.tree_map(
-      lambda x: _number_as_array(x) if isinstance(x, _PYTHON_NUMBERS) else x, tree)
+      lambda x: number_as_array(x) if isinstance(x, PYTHON_NUMBERS) else x, tree)
 
 
 def _expected_state_type(tx: Transformation) -> type | None:

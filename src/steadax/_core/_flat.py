@@ -29,7 +29,7 @@ import numpy as np
 from ._leafwise import _path as leaf_path
 from ._leafwise import place_like
 from ._policy import key_path_str, promote_types
-from ._tree import array_leaf, is_none
+from ._tree import array_leaf, is_none, param_array
 
 __all__ = ["DEFAULT_MAX_LEAF_SIZE", "FlatParams", "FusedLayout", "flat_params", "unflatten_params"]
 
@@ -193,14 +193,6 @@ def _partitioned(leaf: Any) -> bool:
   return sharding is not None and not sharding.is_fully_replicated
 
 
-def _leaf_array(x: Any) -> Any:
-  """An array-like leaf through its array (Flax variables); a Python number as a strong array."""
-  x = array_leaf(x)
-  if isinstance(x, (bool, int, float, complex)):
-    return jnp.asarray(x, jax.dtypes.canonicalize_dtype(type(x)))
-  return x
-
-
 @jax.tree_util.register_pytree_with_keys_class
 class FlatParams:
   """Parameters held as one flat buffer per dtype (the small leaves) and the other leaves as they are.
@@ -315,7 +307,7 @@ class FlatParams:
       >>> flat.repack({"b": jnp.ones(2), "s": jnp.full(3, 2.0)})["float32"]
       Array([1., 1., 2., 2., 2.], dtype=float32)
     """
-    tree = jax.tree_util.tree_map(_leaf_array, tree, is_leaf=is_none)
+    tree = jax.tree_util.tree_map(param_array, tree, is_leaf=is_none)
     return FlatParams(self.layout, self.layout.pack("FlatParams.repack", tree, "tree"))
 
 
@@ -372,15 +364,20 @@ def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> F
   """
   if isinstance(params, FlatParams):
     return params
-  if not isinstance(max_leaf_size, (int, np.integer)) or isinstance(max_leaf_size, bool) or max_leaf_size < 0:
-    raise ValueError(f"flat_params: max_leaf_size must be a non-negative integer, got {max_leaf_size!r}.")
-  params = jax.tree_util.tree_map(_leaf_array, params, is_leaf=is_none)
+  check_max_leaf_size("flat_params", max_leaf_size)
+  params = jax.tree_util.tree_map(param_array, params, is_leaf=is_none)
   nested = [x for x in jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, FlatParams))
             if isinstance(x, FlatParams)]
   if nested:
     raise ValueError("flat_params: the parameters already hold a FlatParams; flatten the tree once.")
   layout = FusedLayout.build(params, int(max_leaf_size))
   return FlatParams(layout, layout.pack("flat_params", params, "parameters"))
+
+
+def check_max_leaf_size(owner: str, value: Any) -> None:
+  """``value`` must be a non-negative integer (``fuse``'s and ``flat_params``' ``max_leaf_size``)."""
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+    raise ValueError(f"{owner}: max_leaf_size must be a non-negative integer, got {value!r}.")
 
 
 def is_flat_params(x: Any) -> bool:

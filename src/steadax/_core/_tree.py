@@ -67,6 +67,22 @@ def array_leaf(x: Any) -> Any:
   return get_value() if callable(get_value) else x
 
 
+
+PYTHON_NUMBERS = (bool, int, float, complex)
+
+
+def number_as_array(x: Any) -> Any:
+  """A Python number as a strong array of its default dtype (float32, or float64 under x64)."""
+  return jnp.asarray(x, jax.dtypes.canonicalize_dtype(type(x)))
+
+
+def param_array(x: Any) -> Any:
+  """A parameter leaf as an array: ``array_leaf``'s array, a Python number as a strong array
+  (Optax accepts ``{"w": 1.0}``)."""
+  x = array_leaf(x)
+  return number_as_array(x) if isinstance(x, PYTHON_NUMBERS) else x
+
+
 def is_variable(x: Any) -> bool:
   """Whether ``x`` is a variable wrapper node (a Flax NNX ``Variable``) holding one parameter.
 

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
-from .._core._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout
+from .._core._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout, check_max_leaf_size
 from .._core._module import child_field, static_field
 from .._core._roles import INNER, OTHER, state_roles
 from .._core._tree import array_leaf, tree_map
@@ -58,8 +58,7 @@ class Fused(Transformation):
   max_leaf_size: int = static_field(DEFAULT_MAX_LEAF_SIZE)
 
   def __post_init__(self):
-    if not isinstance(self.max_leaf_size, (int, np.integer)) or self.max_leaf_size < 0:
-      raise ValueError(f"fuse: max_leaf_size must be a non-negative integer, got {self.max_leaf_size!r}.")
+    check_max_leaf_size("fuse", self.max_leaf_size)
     reason = fusion_blocker(self.inner)
     if reason is not None:
       raise ValueError(
