@@ -136,3 +136,24 @@ def test_map_params_with_an_init_function_and_bad_arguments():
   np.testing.assert_array_equal(steadax.tree.get(doubled, "trace")["w"], np.ones(2))
   with pytest.raises(TypeError, match="tree_map_params: `initable`"):
     steadax.tree.map_params(3, lambda x: x, state)
+
+
+def test_map_params_treats_fused_buffers_as_non_parameters():
+  # fuse's buffers depend on the parameters' shapes, which the marker standing in for them does not
+  # have: the marker's state has no buffers at all. They are flat buffers, not parameter-shaped
+  # trees, so they go to transform_non_params; the unfused part of a chain maps as usual.
+  tx = steadax.chain(steadax.trace(0.9), steadax.fuse(steadax.adam(0.1)))
+  state = tx.init(PARAMS)
+  mapped = steadax.tree_map_params(tx, lambda x: ("param", x.shape), state,
+                                   transform_non_params=lambda x: ("other", x.shape))
+  assert mapped[0].trace == {"w": ("param", (2,)), "b": ("param", (1,))}
+  fused_mu = mapped[1].inner_state[0].mu
+  assert fused_mu == {"float32": ("other", (3,))}
+  assert mapped[1].inner_state[0].count == ("other", ())
+
+
+def test_map_params_names_where_the_state_does_not_match():
+  state = steadax.chain(steadax.trace(0.9), steadax.adam(0.1)).init(PARAMS)
+  with pytest.raises(ValueError, match=r"tree_map_params: `state` does not have the structure .* at \[1\]"):
+    steadax.tree_map_params(steadax.chain(steadax.trace(0.9), steadax.sgd(0.1, momentum=0.9)),
+                            lambda x: x, state)

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
+from .._core._policy import key_path_str
 from .._core._state_tree import Filtering
 from .._core._state_tree import NamedTupleKey as NamedTupleKey
 from .._core._state_tree import ParamsMarker as _ParamsMarker
@@ -84,7 +85,9 @@ def tree_map_params(
   The transformation is initialised on a leafless marker standing in for the parameters; the parts
   of the state that come out as the marker are the parameter-shaped trees (``mu``, ``nu``, ...), the
   rest (counters, hyperparameters, keys) are not. Typical use: derive the state's sharding or
-  partition specs from the parameters'.
+  partition specs from the parameters'. The buffers of a ``fuse`` state are flat concatenations,
+  not parameter-shaped trees: they count as non-parameter leaves. (With ``FlatParams`` parameters
+  the state's ``mu`` is a ``FlatParams`` like them, and ``f`` sees its buffers.)
 
   Args:
     initable: a transformation (anything with ``init``) or an init function.
@@ -96,6 +99,9 @@ def tree_map_params(
 
   Returns:
     A tree with the state's structure.
+
+  Raises:
+    ValueError: ``state`` does not have the structure ``initable.init`` gives (naming the path).
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -117,18 +123,27 @@ def tree_map_params(
         f"{type(initable).__name__}"
     )
 
-  def visit(skeleton_node, value):
-    if isinstance(skeleton_node, _ParamsMarker):
-      return jax.tree_util.tree_map(f, value, *rest, is_leaf=is_leaf)
-    if transform_non_params is not None:
-      return transform_non_params(value)
-    return value
+  is_marker = lambda x: isinstance(x, _ParamsMarker)  # noqa: E731
+  non_params = transform_non_params if transform_non_params is not None else (lambda x: x)
 
-  try:
-    return jax.tree_util.tree_map(
-        visit, skeleton, state, is_leaf=lambda x: isinstance(x, _ParamsMarker)
-    )
-  except ValueError as err:
-    raise ValueError(
-        "tree_map_params: `state` does not have the structure `initable.init` gives: " + str(err)
-    ) from err
+  def visit(skeleton_node, value, path):
+    if is_marker(skeleton_node):
+      return jax.tree_util.tree_map(f, value, *rest, is_leaf=is_leaf)
+    if not any(map(is_marker, jax.tree_util.tree_leaves(skeleton_node, is_leaf=is_marker))):
+      # No parameter tree below: every leaf of the state here is a non-parameter leaf, whatever
+      # its structure (a fused state's buffers depend on the parameters' shapes, which the marker
+      # does not have; they are flat buffers, not parameter-shaped trees).
+      return jax.tree_util.tree_map(non_params, value)
+    one_level = lambda node: jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)  # noqa: E731
+    skeleton_children, skeleton_def = one_level(skeleton_node)
+    children, treedef = one_level(value)
+    if skeleton_def != treedef:
+      raise ValueError(
+          f"tree_map_params: `state` does not have the structure `initable.init` gives at "
+          f"{key_path_str(path)}: expected {skeleton_def}, got {treedef}.")
+    keys = [k for k, _ in jax.tree_util.tree_flatten_with_path(
+        value, is_leaf=lambda x: x is not value)[0]]
+    return jax.tree_util.tree_unflatten(treedef, [
+        visit(sk, child, path + k) for sk, child, k in zip(skeleton_children, children, keys)])
+
+  return visit(skeleton, state, ())
