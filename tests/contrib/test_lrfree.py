@@ -229,6 +229,31 @@ def test_mechanic_statistics_stay_finite_with_huge_gradients():
     assert (np.asarray(state.s) > 0).all()
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_mechanic_weight_decay_term_stays_finite_past_the_sum_of_squares_range(weight_decay):
+  # |g| = 3e19: sum |g|^2 = 2.7e39 is inf in float32; the decay term's norm ratio was inf, and
+  # with weight_decay 0 it was 0 * inf = NaN in h, then in every statistic. The norms are summed
+  # again, rescaled, where the plain sum overflows.
+  x0 = jnp.asarray([1.0, -2.0, 3.0], jnp.float32)
+  history = _steps(contrib.mechanize(steadax.adam(0.1), num_betas=3, weight_decay=weight_decay),
+                   x0, lambda x: 3e19 * jnp.sign(x), 3)
+  for _, _, u, state in history:
+    assert np.isfinite(u).all()
+    for stat in (state.r, state.m, state.v, state.s):
+      assert np.isfinite(np.asarray(stat)).all()
+    assert (np.asarray(state.s) > 0).all()
+
+
+def test_mechanic_rescaled_norm_agrees_with_the_plain_one():
+  from steadax.contrib._mechanic import _norm
+  tree = {"a": jnp.asarray([3e19, -4e19], jnp.float32), "b": jnp.zeros(2, jnp.bfloat16)}
+  big = _norm(tree, tree, tree, which=0, stat=jnp.float32)  # sum of squares overflows: rescaled
+  np.testing.assert_allclose(float(big), 5e19, rtol=1e-6)
+  small = {"a": jnp.asarray([3.0, -4.0], jnp.float32), "b": jnp.ones(2, jnp.bfloat16)}
+  np.testing.assert_allclose(float(_norm(small, small, small, which=1, stat=jnp.float32)),
+                             np.sqrt(27.0), rtol=1e-6)
+
+
 def test_momo_without_momentum_is_the_polyak_step():
   loss = lambda x: jnp.sum(x**2)
   x = jnp.asarray([1.0, 2.0, 3.0])

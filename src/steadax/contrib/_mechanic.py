@@ -16,6 +16,7 @@ so huge gradients (1e15) leave the statistics finite where Optax's ``v`` turns i
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -105,11 +106,11 @@ class Mechanize(Transformation):
     # The four whole-tree reductions, in the statistics dtype; h = Re<g + c p, x0 - p> / (S + eps)
     # with c the decay factor.
     trees = (updates, params, x0)
-    g_sq = tree_reduce(lambda k, g, p, x: sq_norm(g), stat, *trees)
-    p_sq = tree_reduce(lambda k, g, p, x: sq_norm(p), stat, *trees)
+    g_norm = _norm(updates, params, x0, which=0, stat=stat)
+    p_norm = _norm(updates, params, x0, which=1, stat=stat)
     g_dot = tree_reduce(lambda k, g, p, x: real_inner(g, x - p), stat, *trees)
     p_dot = tree_reduce(lambda k, g, p, x: real_inner(p, x - p), stat, *trees)
-    decay = hyper(self.weight_decay, stat) * s_sum * jnp.sqrt(g_sq) / (jnp.sqrt(p_sq) + eps)
+    decay = hyper(self.weight_decay, stat) * s_sum * g_norm / (p_norm + eps)
     betas64 = np.asarray([1.0 - 0.1**i for i in range(1, self.num_betas + 1)])
     betas = betas64.astype(stat)
     # h grows like |g|^2 (Δ is made of base updates) and v sums h^2 / (1 - β^2): in float32 it
@@ -140,6 +141,32 @@ class Mechanize(Transformation):
     out, = self.leafwise(leaf, base_updates, params=params, reads=(params, x0), scalars=scalars)
     return out, MechanicState(base_optimizer_state=base_state, count=safe_increment(state.count),
                               r=r, m=m, v=v, s=s, x0=x0)
+
+
+def _norm(updates: Any, params: Any, x0: Any, *, which: int, stat: Any) -> jax.Array:
+  """The Euclidean norm of the updates (``which=0``) or the parameters (1), in ``stat``.
+
+  The sum of squares overflows once an element passes ~1e19 in float32 (then ``decay`` was inf
+  and, times a zero weight decay, NaN for good). Only then, behind a ``lax.cond`` (nothing extra
+  runs on finite sums), is it summed again with every element divided by the largest magnitude.
+  """
+  trees = (updates, params, x0)
+  sq = tree_reduce(lambda k, g, p, x: sq_norm((g, p)[which]), stat, *trees)
+
+  def rescaled():
+    leaves = [leaf for leaf in jax.tree_util.tree_leaves(trees[which])
+              if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+    peaks = [jnp.max(jnp.abs(leaf), initial=0).astype(stat) for leaf in leaves]  # 0-size leaves
+    big = functools.reduce(jnp.maximum, peaks, jnp.zeros([], stat))
+    scale = jnp.where(big > 0, big, jnp.ones([], stat))
+
+    def term(k, g, p, x):
+      leaf = (g, p)[which]
+      return sq_norm(leaf * (1 / scale).astype(leaf.dtype))
+
+    return scale * jnp.sqrt(tree_reduce(term, stat, *trees))
+
+  return jax.lax.cond(jnp.isfinite(sq), lambda: jnp.sqrt(sq), rescaled)
 
 
 def mechanize(
