@@ -261,16 +261,17 @@ def _timed(fn, rounds_s):
   return out
 
 
-def paired_ratio(ours, theirs, rounds: int, budget_s: float = 10.0) -> dict:
+def paired_ratio(ours, theirs, rounds: int) -> dict:
   """Median over alternating rounds of ``time(ours) / time(theirs)``, each round timing a batch of
   calls of about 5 ms of each, one right after the other (a 2-d solve takes ~70 us: one call per
   sample, as in the table's rounds, measures the timer and dispatch jitter as much as the solver).
-  Pairing cancels the machine's slow drifts; up to ``4 * rounds`` rounds within ``budget_s``."""
+  Pairing cancels the machine's slow drifts. At least ``rounds`` rounds, up to 60 within about
+  ``0.7 * rounds`` seconds (60 for the small problems in both ``make bench`` and ``--quick``)."""
   t0 = time.perf_counter()
   ours()
   one = time.perf_counter() - t0
   calls = max(1, int(0.005 / max(one, 1e-9)))
-  rounds = max(rounds, min(4 * rounds, int(budget_s / (2 * calls * one))))
+  rounds = max(rounds, min(60, int(0.7 * rounds / (2 * calls * one))))
 
   def batch(fn):
     t0 = time.perf_counter()
