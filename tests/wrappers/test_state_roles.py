@@ -27,7 +27,7 @@ STATE_CLASSES = [
     steadax.ScaleByLBFGSState,
     _backtracking.BacktrackingLinesearchInfo, _backtracking.ScaleByBacktrackingLinesearchState,
     _backtracking.BacktrackingLineSearchState,
-    _zoom.ZoomLinesearchInfo, _zoom.ScaleByZoomLinesearchState, _zoom._Search, _zoom._Carry,
+    _zoom.ZoomLinesearchInfo, _zoom.ScaleByZoomLinesearchState, _zoom._Search,
     _inject.InjectHyperparamsState, _inject.InjectStatefulHyperparamsState, _inject.WrappedScheduleState,
     aggregating.AccumulateAvgUpdatesState, aggregating.PerElementMeanAndSumSqDiffGradsState,
     aggregating.PerElementMeanAndVarianceEMAState,

@@ -74,40 +74,7 @@ class ScaleByZoomLinesearchState(NamedTuple):
   info: ZoomLinesearchInfo
 
 
-@state_roles(count=COUNTER, stepsize=SCALAR, value=SCALAR, grad=accumulator(), slope=SCALAR,
-             decrease_error=SCALAR, curvature_error=SCALAR, interval_found=OTHER, done=OTHER,
-             failed=OTHER, low=SCALAR, value_low=SCALAR, slope_low=SCALAR, high=SCALAR,
-             value_high=SCALAR, slope_high=SCALAR, cubic_ref=SCALAR, value_cubic_ref=SCALAR,
-             safe_stepsize=SCALAR, safe_value=SCALAR, safe_grad=accumulator())
-class _Search(NamedTuple):
-  """The carry of the search loop. ``low``/``high`` bound the bracket with f(low) <= f(high) (not
-  low < high); ``cubic_ref`` is the third point of the cubic model; ``safe_*`` is the best step
-  seen with sufficient decrease, returned if the curvature condition cannot be met."""
-
-  count: jax.Array
-  stepsize: jax.Array
-  value: jax.Array
-  grad: Any
-  slope: jax.Array
-  decrease_error: jax.Array
-  curvature_error: jax.Array
-  interval_found: jax.Array
-  done: jax.Array
-  failed: jax.Array
-  low: jax.Array
-  value_low: jax.Array
-  slope_low: jax.Array
-  high: jax.Array
-  value_high: jax.Array
-  slope_high: jax.Array
-  cubic_ref: jax.Array
-  value_cubic_ref: jax.Array
-  safe_stepsize: jax.Array
-  safe_value: jax.Array
-  safe_grad: Any
-
-
-# The bracket's scalars, carried by the search loop as one array (``_Carry.bracket``). On small
+# The bracket's scalars, carried by the search loop as one array (``_Search.bracket``). On small
 # problems a trial costs XLA CPU as much in kernel launches and loop-carry copies as in arithmetic:
 # every carried scalar that a phase's branch reads is copied out of the branch into the carry, and
 # every carried scalar the trial writes is a kernel of its own that recomputes the shared terms
@@ -123,8 +90,11 @@ _BRACKET = ("low", "value_low", "slope_low", "high", "value_high", "slope_high",
 @state_roles(count=COUNTER, stepsize=SCALAR, value=SCALAR, grad=accumulator(), slope=SCALAR,
              decrease_error=SCALAR, curvature_error=SCALAR, interval_found=OTHER, done=OTHER,
              failed=OTHER, bracket=OTHER, safe_grad=accumulator())  # bracket: _BRACKET's SCALARs
-class _Carry(NamedTuple):
-  """The search loop's carry: a ``_Search`` with its ``_BRACKET`` scalars stacked in ``bracket``."""
+class _Search(NamedTuple):
+  """The carry of the search loop. ``bracket`` holds ``_BRACKET``'s scalars, read as properties:
+  ``low``/``high`` bound the bracket with f(low) <= f(high) (not low < high); ``cubic_ref`` is
+  the third point of the cubic model; ``safe_*`` is the best step seen with sufficient decrease,
+  returned if the curvature condition cannot be met. Build one with ``_search``."""
 
   count: jax.Array
   stepsize: jax.Array
@@ -139,15 +109,22 @@ class _Carry(NamedTuple):
   bracket: jax.Array
   safe_grad: Any
 
+  low = property(lambda self: self.bracket[0])
+  value_low = property(lambda self: self.bracket[1])
+  slope_low = property(lambda self: self.bracket[2])
+  high = property(lambda self: self.bracket[3])
+  value_high = property(lambda self: self.bracket[4])
+  slope_high = property(lambda self: self.bracket[5])
+  cubic_ref = property(lambda self: self.bracket[6])
+  value_cubic_ref = property(lambda self: self.bracket[7])
+  safe_stepsize = property(lambda self: self.bracket[8])
+  safe_value = property(lambda self: self.bracket[9])
 
-def _pack(s: _Search) -> _Carry:
-  fields = {f: getattr(s, f) for f in _Carry._fields if f != "bracket"}
-  return _Carry(bracket=jnp.stack([getattr(s, f) for f in _BRACKET]), **fields)
 
-
-def _unpack(c: _Carry) -> _Search:
-  fields = {f: getattr(c, f) for f in _Carry._fields if f != "bracket"}
-  return _Search(**fields, **{f: c.bracket[i] for i, f in enumerate(_BRACKET)})
+def _search(**fields: Any) -> _Search:
+  """A ``_Search`` from all its fields, the ``_BRACKET`` scalars given by name."""
+  bracket = jnp.stack([fields.pop(name) for name in _BRACKET])
+  return _Search(bracket=bracket, **fields)
 
 
 def _cubic_minimizer(a, fa, slope_a, b, fb, c, fc):
@@ -301,7 +278,7 @@ class ScaleByZoomLinesearch(Transformation):
       safe_stepsize, safe_value, safe_grad = _where(
           keep_safe, (stepsize, value, grad), (s.safe_stepsize, s.safe_value, s.safe_grad))
       failed = ((safe_increment(s.count) >= max_steps) | too_narrow) & ~done
-      return _Search(
+      return _search(
           count=safe_increment(s.count), stepsize=stepsize, value=value, grad=grad, slope=slope,
           decrease_error=dec_err, curvature_error=curv_err,
           interval_found=found, done=done, failed=failed,
@@ -311,18 +288,18 @@ class ScaleByZoomLinesearch(Transformation):
           safe_stepsize=safe_stepsize, safe_value=safe_value, safe_grad=safe_grad,
       )
 
-    def body(c: _Carry) -> _Carry:
+    def body(s: _Search) -> _Search:
       # One lax.cond on the phase per trial, each branch with its own evaluation, as Optax's search
       # does. Both phases side by side, merged by jnp.where around one evaluation, made XLA fuse
       # the scalar logic of both into every output of the carry (2.7x the scalar instructions of
       # one phase), and two conds around a shared evaluation were still about 4% slower per L-BFGS
       # step on small problems. The price is that value_fn is traced in both branches. Under vmap
       # the cond becomes a select of both.
-      return jax.lax.cond(c.interval_found, lambda: _pack(trial(_unpack(c), zoom=True)),
-                          lambda: _pack(trial(_unpack(c), zoom=False)))
+      return jax.lax.cond(s.interval_found, lambda: trial(s, zoom=True),
+                          lambda: trial(s, zoom=False))
 
     false = jnp.zeros([], bool)
-    start = _Search(
+    start = _search(
         count=zero_count(), stepsize=zero, value=value_init, grad=grad_init, slope=slope_init,
         decrease_error=inf, curvature_error=inf, interval_found=false, done=false, failed=false,
         low=zero, value_low=value_init, slope_low=slope_init,
@@ -330,7 +307,7 @@ class ScaleByZoomLinesearch(Transformation):
         cubic_ref=zero, value_cubic_ref=value_init,
         safe_stepsize=zero, safe_value=value_init, safe_grad=grad_init,
     )
-    final = _unpack(jax.lax.while_loop(lambda c: ~(c.done | c.failed), body, _pack(start)))
+    final = jax.lax.while_loop(lambda s: ~(s.done | s.failed), body, start)
     # On failure return the best step with sufficient decrease, or no step if the last trial left
     # the domain (its value is inf/NaN). Failing ends the loop, so this is decided once, after it.
     fall_back = final.failed & ((final.safe_stepsize > 0) | jnp.isinf(final.decrease_error))
