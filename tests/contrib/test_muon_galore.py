@@ -255,7 +255,11 @@ _SHARDING_SCRIPT = textwrap.dedent("""
 
 @functools.lru_cache(maxsize=1)
 def _sharding_results() -> dict:
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  # Collectives are placed before code generation: XLA's cheapest code generation (both sides of
+  # every comparison, Optax's control included, are compiled alike).
+  flags = ("--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0 "
+           "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false")
+  env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
   env.pop("JAX_ENABLE_X64", None)
   proc = subprocess.run([sys.executable, "-c", _SHARDING_SCRIPT], capture_output=True, text=True,
                         env=env, timeout=600)

@@ -16,7 +16,8 @@ from tests.conformance import _harness
 from tests.conformance.registry import all_entries
 
 MAX = 16  # leaves above this many elements stay leaves in these tests
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
+                    "xla_cpu_use_fusion_emitters": False}
 
 
 def _params():
@@ -171,8 +172,11 @@ def test_compiled_step_is_a_few_kernels_whatever_the_leaf_count():
 
 @pytest.mark.parametrize("make, piece", [
     (lambda: steadax.adafactor(0.1), "scale_by_factored_rms"),
-    (lambda: steadax.adamw(0.1, mask=lambda p: jax.tree_util.tree_map(lambda _: True, p)), "masked"),
-    (lambda: steadax.contrib.muon(0.1), "partition"),
+    # masked and partition take FlatParams (their mask or labels resolved per buffer), not what
+    # they wrap: the refusal names the piece inside.
+    (lambda: steadax.masked(steadax.scale_by_trust_ratio(), lambda p: jax.tree.map(lambda _: True, p)),
+     "scale_by_trust_ratio"),
+    (lambda: steadax.contrib.muon(0.1), "scale_by_muon"),
     (lambda: steadax.lbfgs(), "linesearch"),
     (lambda: steadax.lamb(0.1), "scale_by_trust_ratio"),
     (lambda: steadax.MultiSteps(steadax.adafactor(0.1), 2), "scale_by_factored_rms"),
@@ -228,3 +232,89 @@ def test_repack_and_bad_input():
     steadax.flat_params(params, max_leaf_size=-1)
   with pytest.raises(ValueError, match="already hold a FlatParams"):
     steadax.flat_params({"a": flat})
+
+
+# -- groups: masks and partitions on flat parameters --------------------------------------------
+
+def _decay(p):
+  return jax.tree_util.tree_map(lambda x: x.ndim > 1, p)
+
+
+def _kinds(p):
+  return jax.tree_util.tree_map(lambda x: "matrix" if x.ndim > 1 else "vector", p)
+
+
+def _grouped_params():
+  return {"b1": jnp.linspace(-1.0, 1.0, 3), "b2": jnp.linspace(0.5, 1.5, 4),
+          "w1": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "w2": jnp.linspace(0.0, 1.0, 8).reshape(2, 4),
+          "big": jnp.linspace(-1.0, 1.0, 40).reshape(5, 8),  # above MAX: kept
+          "h": jnp.linspace(-1.0, 1.0, 5, dtype=jnp.bfloat16)}
+
+
+def _grouped_loss(p):
+  w = p["w1"].T @ p["b1"][:2] + jnp.sum(p["w2"]) * p["b1"]
+  return (jnp.sum(w ** 2) + jnp.sum(p["b2"] ** 2) + jnp.sum(jnp.sin(p["big"]))
+          + jnp.sum(p["h"].astype(jnp.float32) ** 2))
+
+
+def test_groups_split_the_buffers_by_label_and_dtype():
+  flat = steadax.flat_params(_grouped_params(), max_leaf_size=MAX, groups=_decay)
+  assert sorted(flat.layout.buffer_keys) == sorted(["False/float32", "True/float32", "['big']", "['h']"])
+  np.testing.assert_array_equal(flat["True/float32"], jnp.concatenate(
+      [jnp.ravel(_grouped_params()["w1"]), jnp.ravel(_grouped_params()["w2"])]))
+  # A prefix tree of labels works as for partition; so does a tree of every leaf's label.
+  by_prefix = steadax.flat_params(_grouped_params(), max_leaf_size=MAX,
+                                  groups={"b1": "a", "b2": "a", "w1": "b", "w2": "b", "big": "b", "h": "a"})
+  assert "a/float32" in by_prefix.layout.buffer_keys and "b/float32" in by_prefix.layout.buffer_keys
+  with pytest.raises(TypeError, match=r"flat_params: the group of \['b1'\] is array\(\[1.\]\), which is not hashable"):
+    steadax.flat_params({"b1": jnp.ones(2), "b2": jnp.ones(2)}, groups={"b1": np.ones(1), "b2": "a"})
+  with pytest.raises(ValueError, match="flat_params: `groups` does not match the parameters"):
+    steadax.flat_params(_grouped_params(), groups={"b1": "a"})
+
+
+@pytest.mark.parametrize("kind", ["adamw_mask", "partition"])
+def test_masks_and_partitions_on_grouped_flat_params_match_the_per_leaf_run(kind):
+  if kind == "adamw_mask":
+    make, groups = lambda: steadax.adamw(0.1, weight_decay=0.5, mask=_decay), _decay
+  else:
+    make = lambda: steadax.partition(  # noqa: E731
+        {"matrix": steadax.adam(0.1), "vector": steadax.sgd(0.2, momentum=0.9)}, _kinds)
+    groups = _kinds
+  tx = make()
+  params = _grouped_params()
+  flat = steadax.flat_params(params, max_leaf_size=MAX, groups=groups)
+
+  @jax.jit
+  def both(params, flat):
+    state, flat_state = tx.init(params), tx.init(flat)
+    for _ in range(3):
+      updates, state = tx.update(jax.grad(_grouped_loss)(params), state, params)
+      flat_updates, flat_state = tx.update(jax.grad(lambda f: _grouped_loss(f.tree()))(flat), flat_state, flat)
+      params, flat = steadax.apply_updates(params, updates), steadax.apply_updates(flat, flat_updates)
+    return params, flat, state, flat_state
+
+  params, flat, state, flat_state = both(params, flat)
+  assert isinstance(flat, steadax.FlatParams)
+  for (path, ours), theirs in zip(jax.tree_util.tree_flatten_with_path(flat.tree())[0],
+                                  jax.tree_util.tree_leaves(params)):
+    np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(theirs, np.float32),
+                               rtol=1e-6, atol=1e-6, err_msg=str(path))
+  unflat = steadax.unflatten_params(flat_state)
+  assert jax.tree_util.tree_structure(unflat) == jax.tree_util.tree_structure(state)
+  assert [x.dtype for x in jax.tree_util.tree_leaves(unflat)] == [x.dtype for x in jax.tree_util.tree_leaves(state)]
+
+
+def test_a_mask_that_splits_a_buffer_is_refused_naming_the_leaves():
+  flat = steadax.flat_params(_grouped_params(), max_leaf_size=MAX)  # no groups: one float32 buffer
+  with pytest.raises(ValueError, match=r"masked: the mask gives False to \['b1'\] and True to "
+                                       r"\['w1'\], which share the flat buffer 'float32'.*groups="):
+    steadax.adamw(0.1, mask=_decay).init(flat)
+  with pytest.raises(ValueError, match="partition: the param_labels gives 'vector' to"):
+    steadax.partition({"matrix": steadax.adam(0.1), "vector": steadax.sgd(0.1)}, _kinds).init(flat)
+  # A mask that is uniform on every buffer needs no groups.
+  steadax.adamw(0.1, mask=lambda p: jax.tree_util.tree_map(lambda _: True, p)).init(flat)
+
+
+def test_fuse_still_refuses_masks():
+  with pytest.raises(ValueError, match="fuse: cannot fuse masked"):
+    steadax.fuse(steadax.adamw(0.1, mask=_decay))

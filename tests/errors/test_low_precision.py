@@ -36,7 +36,8 @@ STEPS = 3
 # a 6e4 gradient moves a float16 parameter by 2.4e4 a step): that is the learning rate's doing,
 # so there the updates and the state are held finite, not the parameters.
 PARAMS_CHECKED = {"tiny", "clipped", "zero"}
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
+                    "xla_cpu_use_fusion_emitters": False}
 
 
 def _params() -> dict:

@@ -25,9 +25,10 @@ KNOWN: dict = {}
 @functools.lru_cache(maxsize=1)
 def _results() -> dict:
   # Layouts and collectives are decided before code generation: the CPU backend's optimisations
-  # are turned down to save compilation time.
+  # are turned down and its older fusion emitters used (the MLIR ones compile each of these
+  # programs' hundreds of fusions through a pass pipeline: half of the subprocess's time).
   flags = ("--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
-           "--xla_llvm_disable_expensive_passes=true")
+           "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false")
   env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
   env.pop("JAX_ENABLE_X64", None)
   proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=900)
