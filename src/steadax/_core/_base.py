@@ -293,24 +293,36 @@ class Transformation(GradientTransformationExtraArgs):
       norm, a dot product), and never depends on a leaf's shape, position or per-leaf statistics.
       ``"children"``: as elementwise as the inner transformations (its ``child_field`` values).
       False (the default): never fused. Override ``fusion_blocker`` where it depends on a field.
+    elementwise_on_flat_params: the same for ``FlatParams`` parameters, where it differs (None:
+      as ``elementwise``). ``masked`` and ``partition`` are ``"children"`` there: they resolve
+      their mask or labels on the parameters' tree and check that each buffer gets one value,
+      which ``fuse``'s packed buffers (built without the mask) cannot offer.
   """
 
   requires_float: ClassVar[bool] = False
   updates_follow_params: ClassVar[bool] = True
   elementwise: ClassVar[bool | str] = False
+  elementwise_on_flat_params: ClassVar[bool | str | None] = None
   name: ClassVar[str] = ""
 
-  def fusion_blocker(self) -> str | None:
-    """Why this transformation cannot run on concatenated leaves (``fuse``), or None when it can.
+  def fusion_blocker(self, flat_params: bool = False) -> str | None:
+    """Why this transformation cannot run on concatenated leaves, or None when it can.
+
+    Args:
+      flat_params: on ``FlatParams`` parameters (``elementwise_on_flat_params``) rather than in
+        ``fuse``.
 
     Returns:
       None, or the name of the first piece that is not elementwise (with the reason when known).
     """
-    if self.elementwise is True:
+    mode = self.elementwise
+    if flat_params and self.elementwise_on_flat_params is not None:
+      mode = self.elementwise_on_flat_params
+    if mode is True:
       return None
-    if self.elementwise == "children":
+    if mode == "children":
       for child in child_transformations(self):
-        reason = fusion_blocker(child)
+        reason = fusion_blocker(child, flat_params)
         if reason is not None:
           return reason
       return None
@@ -337,7 +349,7 @@ class Transformation(GradientTransformationExtraArgs):
     params = tree_map(param_array, params)
     _check_param_leaves(self.owner, params)
     if contains_flat_params(params):
-      reason = self.fusion_blocker()
+      reason = self.fusion_blocker(flat_params=True)
       if reason is not None:
         raise ValueError(
             f"{self.owner}: cannot run on FlatParams: {reason}. Its buffers concatenate many "
@@ -558,8 +570,15 @@ def child_transformations(tx: Any) -> list:
   return found
 
 
-def fusion_blocker(tx: Any) -> str | None:
-  """``tx.fusion_blocker()`` for a steadax transformation; a reason for anything else.
+def fusion_blocker(tx: Any, flat_params: bool = False) -> str | None:
+  """``tx.fusion_blocker(flat_params)`` for a steadax transformation; a reason for anything else.
+
+  Args:
+    tx: a transformation.
+    flat_params: on ``FlatParams`` parameters rather than in ``fuse``.
+
+  Returns:
+    None, or why ``tx`` cannot run on concatenated leaves.
 
   Example:
     >>> import steadax
@@ -567,9 +586,9 @@ def fusion_blocker(tx: Any) -> str | None:
     True
   """
   if isinstance(tx, Transformation):
-    return tx.fusion_blocker()
+    return tx.fusion_blocker(flat_params)
   if isinstance(tx, _WithExtraArgs):
-    return fusion_blocker(tx.inner)
+    return fusion_blocker(tx.inner, flat_params)
   name = getattr(getattr(tx, "update_fn", None), "__qualname__", type(tx).__name__)
   return (f"{name} (a function pair: steadax cannot tell whether it is elementwise; write it as a "
           "Transformation subclass with `elementwise = True`)")

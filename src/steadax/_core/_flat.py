@@ -49,7 +49,7 @@ class FusedLayout:
   Attributes:
     treedef: the parameters' tree structure.
     groups: ``(key, dtype name, leaf indices, leaf shapes)`` per flat buffer; ``key`` is the dtype
-      name (``"float32"``).
+      name (``"float32"``), or ``"<label>/<dtype name>"`` with ``flat_params``' groups.
     singles: ``(key, leaf index)`` per leaf kept as it is; ``key`` is its tree path.
   """
 
@@ -90,30 +90,34 @@ class FusedLayout:
     return tuple([g[0] for g in self.groups] + [s[0] for s in self.singles])
 
   @classmethod
-  def build(cls, params: Any, max_leaf_size: int) -> FusedLayout:
-    """The layout of ``params``: small floating leaves of one dtype share a buffer.
+  def build(cls, params: Any, max_leaf_size: int, labels: list | None = None) -> FusedLayout:
+    """The layout of ``params``: small floating leaves of one dtype (and one label) share a buffer.
 
     A leaf stays a leaf when it is larger than ``max_leaf_size``, not floating (an integer
     parameter, handled by the inner transformation as without fusion), sharded across devices (a
-    buffer would gather it), or the only small leaf of its dtype.
+    buffer would gather it), or the only small leaf of its dtype and label. ``labels`` (one per
+    leaf, ``flat_params``' groups) split the buffers further: a buffer's key is its dtype name, or
+    ``"<label>/<dtype name>"`` when the leaves have labels.
     """
     paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)
     paths_leaves = [(path, array_leaf(leaf)) for path, leaf in paths_leaves]
-    by_dtype: dict[str, list[int]] = {}
+    by_key: dict[str, tuple[str, list[int]]] = {}
     singles = []
     for i, (path, leaf) in enumerate(paths_leaves):
       small = leaf is not None and int(np.size(leaf)) <= max_leaf_size
       if small and leaf is not None and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
-        by_dtype.setdefault(np.dtype(leaf.dtype).name, []).append(i)
+        name = np.dtype(leaf.dtype).name
+        key = name if labels is None else f"{labels[i]}/{name}"
+        by_key.setdefault(key, (name, []))[1].append(i)
       else:
         singles.append(i)
     groups = []
-    for name, idx in sorted(by_dtype.items()):
+    for key, (name, idx) in sorted(by_key.items()):
       if len(idx) == 1:
         singles.extend(idx)
         continue
       shapes = tuple(tuple(np.shape(paths_leaves[i][1])) for i in idx)
-      groups.append((name, name, tuple(idx), shapes))
+      groups.append((key, name, tuple(idx), shapes))
     singles_keyed = tuple((key_path_str(paths_leaves[i][0]), i) for i in sorted(singles))
     return cls(treedef, tuple(groups), singles_keyed)
 
@@ -254,7 +258,8 @@ class FlatParams:
     Returns:
       The tree ``flat_params`` was given (same structure, shapes; each leaf's dtype is its
       buffer's). A scalar in place of a buffer (a statistic per buffer, such as ``zero_nans``'
-      found-NaN flag) is given to each leaf of that buffer.
+      found-NaN flag) or an empty node (the ``MaskedNode`` of a buffer a mask leaves out) is given
+      to each leaf of that buffer.
 
     Example:
       >>> import jax.numpy as jnp, steadax
@@ -266,8 +271,10 @@ class FlatParams:
     out: list = [None] * layout.treedef.num_leaves
     for key, _, idx, shapes in layout.groups:
       vector = self.buffers[key]
-      if hasattr(vector, "dtype") and np.ndim(vector) == 0:
-        # A statistic per buffer (zero_nans' found-NaN flag): it holds for each leaf of the buffer.
+      if (hasattr(vector, "dtype") and np.ndim(vector) == 0) or (
+          not hasattr(vector, "dtype") and not jax.tree_util.tree_leaves(vector)):
+        # A statistic per buffer (zero_nans' found-NaN flag), or an empty node (the MaskedNode of
+        # a buffer that a mask or partition leaves out): it holds for each leaf of the buffer.
         for i in idx:
           out[i] = vector
         continue
@@ -288,6 +295,49 @@ class FlatParams:
     for key, i in layout.singles:
       out[i] = self.buffers[key]
     return layout.treedef.unflatten(out)
+
+  def leaf_view(self) -> Any:
+    """The parameters' structure with a ``jax.ShapeDtypeStruct`` for each leaf in a buffer (the
+    kept leaves as they are): what a mask or label function needs, without splitting a buffer."""
+    layout = self.layout
+    out: list = [None] * layout.treedef.num_leaves
+    for key, _, idx, shapes in layout.groups:
+      dtype = getattr(self.buffers[key], "dtype", None)
+      for i, shape in zip(idx, shapes):
+        out[i] = jax.ShapeDtypeStruct(shape, dtype) if dtype is not None else None
+    for key, i in layout.singles:
+      out[i] = self.buffers[key]
+    return layout.treedef.unflatten(out)
+
+  def per_buffer(self, owner: str, argname: str, values: list) -> FlatParams:
+    """One value per leaf (in the parameters' leaf order) as one value per buffer.
+
+    Args:
+      owner: the transformation, for the error.
+      argname: what the values are (``"mask"``, ``"param_labels"``).
+      values: the value of each leaf (a mask's booleans, partition's labels).
+
+    Returns:
+      A ``FlatParams`` with this layout holding each buffer's value.
+
+    Raises:
+      ValueError: two leaves of one buffer have different values (naming both and the buffer).
+    """
+    layout = self.layout
+    out = {}
+    for key, _, idx, _ in layout.groups:
+      first = values[idx[0]]
+      for i in idx[1:]:
+        if values[i] != first:
+          raise ValueError(
+              f"{owner}: the {argname} gives {first!r} to {leaf_path(layout.treedef, idx[0])} and "
+              f"{values[i]!r} to {leaf_path(layout.treedef, i)}, which share the flat buffer "
+              f"{key!r}. Flatten with `steadax.flat_params(params, groups=...)` (the same {argname}) "
+              "so that each buffer holds leaves of one group.")
+      out[key] = first
+    for key, i in layout.singles:
+      out[key] = values[i]
+    return FlatParams(layout, out)
 
   def repack(self, tree: Any) -> FlatParams:
     """``tree`` (in the parameters' structure) packed into this layout.
@@ -317,7 +367,8 @@ def _describe(x: Any) -> str:
   return type(x).__name__
 
 
-def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> FlatParams:
+def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
+                groups: Any = None) -> FlatParams:
   """Parameters as one flat buffer per dtype for their small leaves: the fastest many-leaf step.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
@@ -330,15 +381,23 @@ def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> F
   kernel) and up to summation order for whole-tree reductions (a global norm).
 
   Only elementwise transformations (``Transformation.elementwise``: sgd, adam, adamw, lion,
-  rmsprop, clipping by value or global norm, weight decay without a mask, schedules, and wrappers
-  of those such as ``MultiSteps``, ``apply_if_finite``, ``inject_hyperparams``) accept a
-  ``FlatParams``; the others raise at ``init`` naming the piece.
+  rmsprop, clipping by value or global norm, weight decay, schedules, and wrappers of those such as
+  ``MultiSteps``, ``apply_if_finite``, ``inject_hyperparams``) accept a ``FlatParams``; the others
+  raise at ``init`` naming the piece. ``masked`` (so ``adamw(mask=...)``) and ``partition`` accept
+  one when every buffer holds leaves of one mask value or label: flatten with ``groups`` set to
+  the same mask or labels, and give them the same mask or labels as for the parameters' tree (a
+  function of the parameters is called on their structure, each leaf in a buffer a
+  ``jax.ShapeDtypeStruct``).
 
   Args:
     params: the parameter tree.
     max_leaf_size: leaves with more elements stay leaves (8,192 by default: larger leaves already
       run at memory speed, and the concatenation of their gradients would cost more than it saves).
       0 keeps every leaf.
+    groups: None, or labels that split the buffers: leaves with different labels never share one
+      (a buffer per label and dtype, keyed ``"<label>/<dtype>"``). A tree of hashable labels with
+      the parameters' structure or a prefix of it, or a function of the parameters returning one,
+      as ``partition``'s labels or a ``masked`` mask.
 
   Returns:
     A ``FlatParams``; ``unflatten_params`` turns it (and any ``FlatParams`` inside a state) back.
@@ -359,6 +418,15 @@ def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> F
     >>> flat.tree()["bias"]
     Array([-0.1, -0.1], dtype=float32)
 
+    With groups, for AdamW without weight decay on the vectors (biases, norms' scales):
+
+    >>> decay = lambda p: jax.tree.map(lambda x: x.ndim > 1, p)
+    >>> flat = steadax.flat_params(params, groups=decay)
+    >>> flat
+    FlatParams(False/float32: float32[5]; 1 leaves kept)
+    >>> tx = steadax.adamw(0.1, weight_decay=0.1, mask=decay)
+    >>> updates, _ = tx.update(jax.grad(lambda f: loss(f.tree()))(flat), tx.init(flat), flat)
+
   References:
     PyTorch FSDP's ``FlatParameter``; NVIDIA Apex, "multi_tensor_apply".
   """
@@ -370,7 +438,18 @@ def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> F
             if isinstance(x, FlatParams)]
   if nested:
     raise ValueError("flat_params: the parameters already hold a FlatParams; flatten the tree once.")
-  layout = FusedLayout.build(params, int(max_leaf_size))
+  labels = None
+  if groups is not None:
+    from ._prefix import prefix_leaves  # _prefix imports this module
+
+    labels = prefix_leaves("flat_params", "groups", groups, params)
+    for path, label in zip(jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)[0], labels):
+      try:
+        hash(label)
+      except TypeError:
+        raise TypeError(f"flat_params: the group of {key_path_str(path[0])} is {label!r}, which is "
+                        "not hashable; groups are labels (strings, numbers, booleans).") from None
+  layout = FusedLayout.build(params, int(max_leaf_size), labels)
   return FlatParams(layout, layout.pack("flat_params", params, "parameters"))
 
 

@@ -62,6 +62,7 @@ class Partition(Transformation):
 
   name = "partition"
   requires_float = False
+  elementwise_on_flat_params = "children"  # the labels are resolved per leaf, one per buffer
   State = PartitionState
   labels: tuple = static_field()
   transforms: tuple = child_field(())

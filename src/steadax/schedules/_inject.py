@@ -152,12 +152,12 @@ class InjectHyperparams(Transformation):
   def owner(self) -> str:
     return f"inject_hyperparams({getattr(self.inner_factory, '__name__', 'inner_factory')})"
 
-  def fusion_blocker(self) -> str | None:
+  def fusion_blocker(self, flat_params: bool = False) -> str | None:
     # The inner transformation is rebuilt every step from the injected values; its kind (and so
     # whether it is elementwise) does not depend on them, so any values will do.
     hyperparams = dict(zip(self.numeric_names, self.numeric_values))
     hyperparams.update(self._scheduled({n: s.init() for n, s in zip(self.schedule_names, self.schedules)}, {}))
-    return fusion_blocker(self._inner(hyperparams))
+    return fusion_blocker(self._inner(hyperparams), flat_params)
 
   def _dtype_for(self, value: Any) -> np.dtype:
     dtype = declared_dtype(value)

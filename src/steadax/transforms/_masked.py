@@ -7,17 +7,19 @@ Flax ``FrozenDict`` parameters and the reverse; sequences are matched by positio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field, static_field
-from .._core._policy import key_path_str
+from .._core._prefix import align_prefix as align_prefix
+from .._core._prefix import is_mask_callable as is_mask_callable
+from .._core._prefix import prefix_leaves as prefix_leaves
+from .._core._prefix import resolve_prefix as resolve_prefix
 from .._core._roles import INNER, state_roles
 from .._core._state_tree import ParamsMarker
-from .._core._tree import unwrap_variables
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
 
@@ -35,53 +37,6 @@ class MaskedState(NamedTuple):
 
 def _is_none(x: Any) -> bool:
   return x is None
-
-
-def _one_level(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
-  """The children of ``tree``'s root node with their key entries, and the root's treedef."""
-  children, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
-  return [(path[0], child) for path, child in children], treedef
-
-
-def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple = ()) -> Any:
-  """``prefix`` rebuilt with ``tree``'s container types wherever both are mappings or sequences.
-
-  A ``dict`` mask for ``FrozenDict`` parameters (or a list for a tuple) would otherwise fail JAX's
-  prefix matching on the container type alone. Other nodes are kept as they are.
-
-  Raises:
-    ValueError: naming ``owner``, ``argname`` and the tree path where the keys differ.
-  """
-  if isinstance(prefix, Mapping) and isinstance(tree, Mapping):
-    children, treedef = _one_level(tree)
-    if not all(isinstance(k, jax.tree_util.DictKey) for k, _ in children):
-      return prefix  # a custom mapping node: leave the matching to JAX
-    keys = [k.key for k, _ in children]
-    missing = [k for k in keys if k not in prefix]
-    extra = [k for k in prefix if k not in set(keys)]
-    if missing or extra:
-      detail = []
-      if missing:
-        detail.append("no entry for " + ", ".join(repr(k) for k in missing))
-      if extra:
-        detail.append("unexpected " + ", ".join(repr(k) for k in extra))
-      raise ValueError(
-          f"{owner}: `{argname}` does not match the parameters at {key_path_str(path)}: "
-          + "; ".join(detail)
-      )
-    return treedef.unflatten([
-        align_prefix(owner, argname, prefix[k.key], child, (*path, k)) for k, child in children
-    ])
-  if (isinstance(prefix, (list, tuple)) and isinstance(tree, (list, tuple))
-      and not hasattr(prefix, "_fields") and len(prefix) == len(tree)):
-    children, treedef = _one_level(tree)
-    if len(children) != len(prefix):
-      return prefix
-    return treedef.unflatten([
-        align_prefix(owner, argname, p, child, (*path, k))
-        for p, (k, child) in zip(prefix, children)
-    ])
-  return prefix
 
 
 def mask_tree(tree: Any, mask: Any) -> Any:
@@ -105,23 +60,6 @@ def mask_tree(tree: Any, mask: Any) -> Any:
   )
 
 
-def is_mask_callable(mask: Any) -> bool:
-  """Whether ``mask`` is a function of the parameters rather than a tree (Optax's rule)."""
-  flags = jax.tree_util.tree_leaves(jax.tree_util.tree_map(callable, mask))
-  return bool(flags) and all(flags)
-
-
-def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
-  """A mask or label tree (or the result of calling it on ``tree``) aligned with ``tree``.
-
-  A callable is called on ``tree`` with its variable wrappers (Flax NNX ``Param``) replaced by
-  their arrays, so it sees the same paths whether ``init`` got variables and ``update`` arrays
-  (as ``nnx.Optimizer`` calls them) or not; its result is then a prefix of both trees.
-  """
-  value = spec(unwrap_variables(tree)) if is_mask_callable(spec) else spec
-  return align_prefix(owner, argname, value, tree)
-
-
 def is_params_marker(params: Any) -> bool:
   """Whether ``params`` is the leafless stand-in ``tree_map_params`` initialises states with."""
   return isinstance(params, ParamsMarker)
@@ -139,6 +77,7 @@ def _apply_mask(owner: str, tree: Any, mask: Any) -> Any:
 class Masked(Transformation):
   name = "masked"
   requires_float = False
+  elementwise_on_flat_params = "children"  # the mask is resolved per leaf, one value per buffer
   State = MaskedState
   inner: Any = child_field()
   mask: Any = static_field()
