@@ -16,7 +16,13 @@ steadax.set_strict(True)
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "x32_only: run only with jax_enable_x64 off")
-  config.addinivalue_line("markers", "slow: a longer test (still part of make test)")
+  config.addinivalue_line("markers", "slow: a longer test (still part of make test; run first)")
+
+
+def pytest_collection_modifyitems(config, items):
+  # The slow tests first (otherwise in collection order): under pytest-xdist a long test collected
+  # late keeps one worker busy after the other has run out of tests.
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -32,6 +32,7 @@ def standard_promotion():
   jax.config.update("jax_numpy_dtype_promotion", previous)
 
 
+@pytest.mark.slow
 def test_cases_run_and_report(tmp_path, standard_promotion):
   results = {name: CASES[name](harness.SMOKE, harness.Progress(enabled=False))
              for name in SMOKE_CASES}

@@ -26,7 +26,8 @@ import pytest
 
 import steadax
 
-pytestmark = pytest.mark.x32_only  # bit-identity across processes; dtypes are covered elsewhere
+pytestmark = [pytest.mark.x32_only, pytest.mark.slow]  # bit-identity across processes; dtypes are
+# covered elsewhere
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = "tests.checkpoint._kill_resume_worker"

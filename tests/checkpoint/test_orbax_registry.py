@@ -20,8 +20,9 @@ import steadax
 
 from . import _registry_run as run
 
-pytestmark = pytest.mark.x32_only  # bit-exact storage of every dtype the x32 states hold; the
-# dtype-dependent part (each dtype's bytes) is tested in both modes by test_checkpoint.py
+# Bit-exact storage of every dtype the x32 states hold; the dtype-dependent part (each dtype's bytes)
+# is tested in both modes by test_checkpoint.py. Slow: the module's tests share one compiled run.
+pytestmark = [pytest.mark.x32_only, pytest.mark.slow]
 
 STEPS, MORE = 3, 2
 
