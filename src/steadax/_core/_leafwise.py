@@ -79,8 +79,10 @@ def place_like(reference: Any, value: Any) -> Any:
   * **Automatic axes under ``jit``** (the layout is the compiler's choice, unknown while tracing):
     ``shard_alike`` ties the two values into one sharding group, so the partitioner gives the
     result the parameter's sharding (a local slice of a replicated result, no collective) and a
-    fresh zero, which depends on nothing, is not left replicated or on one device. On one device
-    the group is dropped at compile time.
+    fresh zero, which depends on nothing, is not left replicated or on one device. With one device
+    there is no layout to choose and no group is emitted: JAX numbers sharding groups from a
+    process-wide counter, so a group would make the program's text depend on what the process
+    lowered before, and miss the persistent compilation cache in every other process.
   * **Manual axes** (inside ``shard_map``): values are per-device blocks already; unchanged.
   * **Concrete arrays** (no tracing): ``device_put`` to the reference's sharding when it differs.
 
@@ -109,7 +111,7 @@ def place_like(reference: Any, value: Any) -> Any:
       return value
     if "Explicit" in kinds and have is not None and want.spec != have.spec:
       value = jax.sharding.reshard(value, want)
-    if (not kinds or "Auto" in kinds) and isinstance(reference, jax.core.Tracer):
+    if (not kinds or "Auto" in kinds) and isinstance(reference, jax.core.Tracer) and jax.device_count() > 1:
       value = shard_alike(reference, value)[1]
     return value
   want = getattr(reference, "sharding", None)
