@@ -245,9 +245,11 @@ def _kinds(p):
 
 
 def _grouped_params():
-  return {"b1": jnp.linspace(-1.0, 1.0, 3), "b2": jnp.linspace(0.5, 1.5, 4),
-          "w1": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "w2": jnp.linspace(0.0, 1.0, 8).reshape(2, 4),
-          "big": jnp.linspace(-1.0, 1.0, 40).reshape(5, 8),  # above MAX: kept
+  f32 = jnp.float32  # float32 in both x64 modes: the buffer keys name the dtype
+  return {"b1": jnp.linspace(-1.0, 1.0, 3, dtype=f32), "b2": jnp.linspace(0.5, 1.5, 4, dtype=f32),
+          "w1": jnp.linspace(-1.0, 1.0, 6, dtype=f32).reshape(2, 3),
+          "w2": jnp.linspace(0.0, 1.0, 8, dtype=f32).reshape(2, 4),
+          "big": jnp.linspace(-1.0, 1.0, 40, dtype=f32).reshape(5, 8),  # above MAX: kept
           "h": jnp.linspace(-1.0, 1.0, 5, dtype=jnp.bfloat16)}
 
 

@@ -143,7 +143,8 @@ def test_map_params_treats_fused_buffers_as_non_parameters():
   # have: the marker's state has no buffers at all. They are flat buffers, not parameter-shaped
   # trees, so they go to transform_non_params; the unfused part of a chain maps as usual.
   tx = steadax.chain(steadax.trace(0.9), steadax.fuse(steadax.adam(0.1)))
-  state = tx.init(PARAMS)
+  params = {"w": jnp.zeros(2, jnp.float32), "b": jnp.zeros(1, jnp.float32)}  # in both x64 modes
+  state = tx.init(params)
   mapped = steadax.tree_map_params(tx, lambda x: ("param", x.shape), state,
                                    transform_non_params=lambda x: ("other", x.shape))
   assert mapped[0].trace == {"w": ("param", (2,)), "b": ("param", (1,))}
