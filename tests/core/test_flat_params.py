@@ -317,6 +317,12 @@ def test_a_mask_that_splits_a_buffer_is_refused_naming_the_leaves():
   steadax.adamw(0.1, mask=lambda p: jax.tree_util.tree_map(lambda _: True, p)).init(flat)
 
 
+def test_a_mask_over_a_tree_holding_flat_params_below_its_root_is_refused():
+  flat = steadax.flat_params(_grouped_params(), max_leaf_size=MAX, groups=_decay)
+  with pytest.raises(ValueError, match="masked: the parameters hold a FlatParams below their root"):
+    steadax.adamw(0.1, mask=_decay).init({"model": flat})
+
+
 def test_fuse_still_refuses_masks():
   with pytest.raises(ValueError, match="fuse: cannot fuse masked"):
     steadax.fuse(steadax.adamw(0.1, mask=_decay))

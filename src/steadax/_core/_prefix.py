@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from ._flat import FlatParams
+from ._flat import FlatParams, contains_flat_params
 from ._policy import key_path_str
 from ._tree import unwrap_variables
 
@@ -116,5 +116,10 @@ def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
                          "parameters'.")
       return spec
     return tree.per_buffer(owner, argname, prefix_leaves(owner, argname, spec, tree.leaf_view()))
+  if contains_flat_params(tree):
+    # Below the root, the mask would be matched against the buffers themselves (a function that
+    # looks at each leaf's ndim would see vectors): refused rather than silently wrong.
+    raise ValueError(f"{owner}: the parameters hold a FlatParams below their root; a {argname} "
+                     "works on FlatParams given as the parameters themselves.")
   value = spec(unwrap_variables(tree)) if is_mask_callable(spec) else spec
   return align_prefix(owner, argname, value, tree)
