@@ -158,3 +158,5 @@ def test_map_params_names_where_the_state_does_not_match():
   with pytest.raises(ValueError, match=r"tree_map_params: `state` does not have the structure .* at \[1\]"):
     steadax.tree_map_params(steadax.chain(steadax.trace(0.9), steadax.sgd(0.1, momentum=0.9)),
                             lambda x: x, state)
+  with pytest.raises(ValueError, match=r"tree_map_params: `state` does not have the structure .* at <root>: expected"):
+    steadax.tree_map_params(steadax.adam(0.1), lambda x: x, jnp.zeros(2))

@@ -17,17 +17,18 @@ from ._flat import FlatParams, contains_flat_params
 from ._policy import key_path_str
 from ._tree import unwrap_variables
 
-__all__ = ["align_prefix", "is_mask_callable", "prefix_leaves", "resolve_prefix"]
+__all__ = ["align_prefix", "is_mask_callable", "one_level", "prefix_leaves", "resolve_prefix"]
 
 
 def _is_none(x: Any) -> bool:
   return x is None
 
 
-def _one_level(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
-  """The children of ``tree``'s root node with their key entries, and the root's treedef."""
+def one_level(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
+  """The children of ``tree``'s root node with their key entries, and the root's treedef (a leaf:
+  itself, with key None, and a leaf's treedef)."""
   children, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
-  return [(path[0], child) for path, child in children], treedef
+  return [(path[0] if path else None, child) for path, child in children], treedef
 
 
 def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple = ()) -> Any:
@@ -40,7 +41,7 @@ def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple =
     ValueError: naming ``owner``, ``argname`` and the tree path where the keys differ.
   """
   if isinstance(prefix, Mapping) and isinstance(tree, Mapping):
-    children, treedef = _one_level(tree)
+    children, treedef = one_level(tree)
     if not all(isinstance(k, jax.tree_util.DictKey) for k, _ in children):
       return prefix  # a custom mapping node: leave the matching to JAX
     keys = [k.key for k, _ in children]
@@ -61,7 +62,7 @@ def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple =
     ])
   if (isinstance(prefix, (list, tuple)) and isinstance(tree, (list, tuple))
       and not hasattr(prefix, "_fields") and len(prefix) == len(tree)):
-    children, treedef = _one_level(tree)
+    children, treedef = one_level(tree)
     if len(children) != len(prefix):
       return prefix
     return treedef.unflatten([

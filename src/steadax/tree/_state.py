@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 
 from .._core._policy import key_path_str
+from .._core._prefix import one_level
 from .._core._state_tree import Filtering
 from .._core._state_tree import NamedTupleKey as NamedTupleKey
 from .._core._state_tree import ParamsMarker as _ParamsMarker
@@ -134,16 +135,13 @@ def tree_map_params(
       # its structure (a fused state's buffers depend on the parameters' shapes, which the marker
       # does not have; they are flat buffers, not parameter-shaped trees).
       return jax.tree_util.tree_map(non_params, value)
-    one_level = lambda node: jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)  # noqa: E731
     skeleton_children, skeleton_def = one_level(skeleton_node)
     children, treedef = one_level(value)
     if skeleton_def != treedef:
       raise ValueError(
           f"tree_map_params: `state` does not have the structure `initable.init` gives at "
           f"{key_path_str(path)}: expected {skeleton_def}, got {treedef}.")
-    keys = [k for k, _ in jax.tree_util.tree_flatten_with_path(
-        value, is_leaf=lambda x: x is not value)[0]]
-    return jax.tree_util.tree_unflatten(treedef, [
-        visit(sk, child, path + k) for sk, child, k in zip(skeleton_children, children, keys)])
+    return treedef.unflatten([visit(sk, child, (*path, key))
+                              for (_, sk), (key, child) in zip(skeleton_children, children)])
 
   return visit(skeleton, state, ())
