@@ -87,6 +87,12 @@ _BRACKET = ("low", "value_low", "slope_low", "high", "value_high", "slope_high",
             "value_cubic_ref", "safe_stepsize", "safe_value")
 
 
+def _bracket_field(name: str) -> property:
+  """``_Search``'s read of one ``_BRACKET`` scalar, at its place in ``_BRACKET``."""
+  index = _BRACKET.index(name)
+  return property(lambda self: self.bracket[index])
+
+
 @state_roles(count=COUNTER, stepsize=SCALAR, value=SCALAR, grad=accumulator(), slope=SCALAR,
              decrease_error=SCALAR, curvature_error=SCALAR, interval_found=OTHER, done=OTHER,
              failed=OTHER, bracket=OTHER, safe_grad=accumulator())  # bracket: _BRACKET's SCALARs
@@ -109,16 +115,16 @@ class _Search(NamedTuple):
   bracket: jax.Array
   safe_grad: Any
 
-  low = property(lambda self: self.bracket[0])
-  value_low = property(lambda self: self.bracket[1])
-  slope_low = property(lambda self: self.bracket[2])
-  high = property(lambda self: self.bracket[3])
-  value_high = property(lambda self: self.bracket[4])
-  slope_high = property(lambda self: self.bracket[5])
-  cubic_ref = property(lambda self: self.bracket[6])
-  value_cubic_ref = property(lambda self: self.bracket[7])
-  safe_stepsize = property(lambda self: self.bracket[8])
-  safe_value = property(lambda self: self.bracket[9])
+  low = _bracket_field("low")
+  value_low = _bracket_field("value_low")
+  slope_low = _bracket_field("slope_low")
+  high = _bracket_field("high")
+  value_high = _bracket_field("value_high")
+  slope_high = _bracket_field("slope_high")
+  cubic_ref = _bracket_field("cubic_ref")
+  value_cubic_ref = _bracket_field("value_cubic_ref")
+  safe_stepsize = _bracket_field("safe_stepsize")
+  safe_value = _bracket_field("safe_value")
 
 
 def _search(**fields: Any) -> _Search:
