@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._contract import ContractError, conform_init, conform_state, conform_updates
+from ._containers import in_init_containers
+from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
 from ._flat import contains_flat_params
 from ._leafwise import leafwise
 from ._roles import check_roles, init_from_roles, roles_of
@@ -384,8 +385,11 @@ class Transformation(GradientTransformationExtraArgs):
     updates = _python_numbers_as_arrays(updates)
     params = _python_numbers_as_arrays(params)
     _check_state_type(self, state)
+    # A framework may have given the state back in other containers (NNX): see _containers.
+    state, back, context = in_init_containers(self, state, updates if params is None else params)
     try:
-      new_updates, new_state = self.update_fn(updates, state, params, **extra_args)
+      with context:
+        new_updates, new_state = self.update_fn(updates, state, params, **extra_args)
     except InputMismatchError as error:
       raise error.within(self.owner) from error.__cause__
     except (ValueError, TypeError) as error:
@@ -395,32 +399,10 @@ class Transformation(GradientTransformationExtraArgs):
       if message is None:
         raise
       raise InputMismatchError(message) from error
-    new_state = conform_state(self.owner, state, new_state)
+    new_state = back(conform_state(self.owner, state, new_state))
     if self.updates_follow_params:
       new_updates = conform_updates(self.owner, updates, params, new_updates)
     return new_updates, new_state
-
-
-class InputMismatchError(TypeError, ValueError):
-  """The arguments of ``update`` do not belong together: a state from another transformation's
-  ``init``, or updates, params and state with different tree structures.
-
-  The message names the transformation (and the wrappers around it, outermost first), the trees
-  involved and the paths where they differ.
-  """
-
-  def within(self, owner: str) -> InputMismatchError:
-    """The same error with ``owner`` (an enclosing transformation) named in front.
-
-    An error that ``owner``'s own ``update_fn`` raised (its message starts with ``owner``) is
-    returned as it is, once.
-    """
-    if not getattr(self, "_named", False) and str(self.args[0]).startswith(f"{owner}:"):
-      self._named = True
-      return self
-    error = InputMismatchError(f"{owner} > {self.args[0]}")
-    error._named = True
-    return error
 
 
 def _check_param_leaves(owner: str, params: Any) -> None:

@@ -25,11 +25,33 @@ import numpy as np
 from ._config import is_strict
 from ._policy import compute_dtype, key_path_str
 
-__all__ = ["ContractError", "collect_drift", "conform_init", "conform_state", "conform_updates", "is_weak"]
+__all__ = ["ContractError", "InputMismatchError", "collect_drift", "conform_init", "conform_state", "conform_updates", "is_weak"]
 
 
 class ContractError(TypeError):
   """A transformation broke the type-stability contract (names the transformation and path)."""
+
+
+class InputMismatchError(TypeError, ValueError):
+  """The arguments of ``update`` do not belong together: a state from another transformation's
+  ``init``, or updates, params and state with different tree structures.
+
+  The message names the transformation (and the wrappers around it, outermost first), the trees
+  involved and the paths where they differ.
+  """
+
+  def within(self, owner: str) -> InputMismatchError:
+    """The same error with ``owner`` (an enclosing transformation) named in front.
+
+    An error that ``owner``'s own ``update_fn`` raised (its message starts with ``owner``) is
+    returned as it is, once.
+    """
+    if not getattr(self, "_named", False) and str(self.args[0]).startswith(f"{owner}:"):
+      self._named = True
+      return self
+    error = InputMismatchError(f"{owner} > {self.args[0]}")
+    error._named = True
+    return error
 
 
 # The contract checker's diagnosis (steadax.testing): strict mode raises on the first drifting leaf,
