@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, cast, dataclass_transform
+from typing import Any, Self, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
@@ -111,8 +111,8 @@ def child_field(default: Any = dataclasses.MISSING, *, default_factory: Any = da
   return _declare(_CHILD, default, default_factory, None, kwargs)
 
 
-def static_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
-                 **kwargs: Any) -> Any:
+def static_field(default: Any = dataclasses.MISSING, *, check: Callable | None = None,
+                 default_factory: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
   """Declare a static field: auxiliary data, part of the compiled program's identity.
 
   Flags, dtypes, masks, integer sizes used in Python control flow and user callables are static.
@@ -120,6 +120,8 @@ def static_field(default: Any = dataclasses.MISSING, *, default_factory: Any = d
 
   Args:
     default: the default value.
+    check: ``check(owner, name, value)`` run on the value whenever the object is built (any
+      ``__init__``, ``.replace``), as for ``hyper_field``.
     default_factory: as in ``dataclasses.field``.
     **kwargs: passed to ``dataclasses.field``.
 
@@ -132,7 +134,7 @@ def static_field(default: Any = dataclasses.MISSING, *, default_factory: Any = d
     >>> jax.tree_util.tree_leaves(Flagged(True))
     []
   """
-  return _declare(_STATIC, default, default_factory, None, kwargs)
+  return _declare(_STATIC, default, default_factory, check, kwargs)
 
 
 def _static_equal(a: Any, b: Any) -> bool:
@@ -225,11 +227,39 @@ def _is_concrete(value: Any) -> bool:
   return not any(isinstance(l, jax.core.Tracer) for l in jax.tree_util.tree_leaves(value))
 
 
+def _finish(obj: Any) -> None:
+  """What every built Module gets, whoever wrote its ``__init__``: plain callables in dynamic fields
+  wrapped in ``Fn``, and every field's check run on its (concrete) value."""
+  cls = type(obj)
+  d = obj.__dict__
+  for name in cls._dynamic_fields:
+    value = d[name]
+    frozen = _freeze_callables(value)
+    if frozen is not value:
+      object.__setattr__(obj, name, frozen)
+  owner = getattr(obj, "owner", cls.__name__)
+  for name, check in cls._field_checks:
+    value = d[name]
+    if _is_concrete(value):
+      check(owner, name, value)
+
+
+class _ModuleMeta(type):
+  """Runs ``_finish`` after any ``__init__`` (the generated one or a class's own), as Equinox's
+  metaclass runs its checks: no subclass can build an unchecked object."""
+
+  def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+    obj = super().__call__(*args, **kwargs)
+    if isinstance(obj, Module):  # a __new__ may return another class (function-pair adapters)
+      _finish(obj)
+    return obj
+
+
 # For type checkers: subclasses are frozen dataclasses whose fields are declared by these specifiers
 # (``__init_subclass__`` applies ``dataclasses.dataclass`` at run time).
 @dataclass_transform(frozen_default=True, eq_default=False,
                      field_specifiers=(hyper_field, child_field, static_field, dataclasses.field))
-class Module:
+class Module(metaclass=_ModuleMeta):
   """Base class: subclasses become frozen dataclasses registered as JAX pytrees.
 
   Every annotated field must be declared with ``hyper_field``, ``child_field`` or ``static_field``.
@@ -269,24 +299,7 @@ class Module:
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
     cls._dynamic_fields = dynamic
     cls._static_fields = static
-
-    generated_init = cls.__init__
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-      generated_init(self, *args, **kw)
-      for name in dynamic:
-        value = self.__dict__[name]
-        frozen = _freeze_callables(value)
-        if frozen is not value:
-          object.__setattr__(self, name, frozen)
-      owner = getattr(self, "owner", type(self).__name__)
-      for name, check in checks:
-        value = self.__dict__[name]
-        if _is_concrete(value):
-          check(owner, name, value)
-
-    __init__.__wrapped__ = generated_init
-    cls.__init__ = __init__
+    cls._field_checks = checks
 
     def flatten_with_keys(obj):
       d = obj.__dict__
@@ -322,9 +335,36 @@ class Module:
   def __hash__(self) -> int:
     return hash(jax.tree_util.tree_structure(self))
 
-  def replace(self, **changes: Any):
-    """A copy with some fields changed (``dataclasses.replace``: converted and checked again)."""
-    return dataclasses.replace(cast(Any, self), **changes)
+  def replace(self, **changes: Any) -> Self:
+    """A copy with some fields changed, checked again as a new object is.
+
+    Works on the fields (``dataclasses.fields``), whatever the class's constructor takes:
+    ``__post_init__`` (where a class has one) and the fields' checks run on the copy.
+
+    Args:
+      **changes: new values of fields, by name.
+
+    Returns:
+      The copy.
+
+    Example:
+      >>> import steadax
+      >>> steadax.MultiSteps(steadax.sgd(1.0), 2).replace(k=3).k
+      3
+    """
+    names = {f.name for f in dataclasses.fields(cast(Any, self))}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+      raise TypeError(f"{type(self).__name__}.replace: no field named {', '.join(unknown)}; the "
+                      f"fields are {', '.join(sorted(names))}.")
+    new = object.__new__(type(self))
+    new.__dict__.update(self.__dict__)
+    new.__dict__.update(changes)
+    post_init = getattr(new, "__post_init__", None)
+    if post_init is not None:
+      post_init()
+    _finish(new)
+    return new
 
 
 class Fn(Module):

@@ -53,6 +53,11 @@ def _check_k(what: str, k: Any) -> None:
         "least 1.")
 
 
+def _check_constant_k(owner: str, name: str, k: Any) -> None:
+  if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+    raise ValueError(f"{owner}: every_k_schedule must be at least 1, got {k!r}.")
+
+
 class ShouldSkipUpdateFunction(Protocol):
   """``fn(updates, gradient_step, params) -> (should_skip, skip_state)`` for ``MultiSteps``.
 
@@ -198,7 +203,7 @@ class MultiSteps(Transformation):
   State = MultiStepsState
   opt: Any = child_field()
   schedule: Any = hyper_field(None)
-  k: int | None = static_field(default=None)
+  k: int | None = static_field(default=None, check=_check_constant_k)
   use_grad_mean: bool = static_field(default=True)
   should_skip_update_fn: Callable | None = static_field(default=None)
   accumulator_dtype: Any = static_field(default=jnp.float32)
@@ -212,10 +217,7 @@ class MultiSteps(Transformation):
       accumulator_dtype: Any = jnp.float32,
   ):
     if isinstance(every_k_schedule, (int, np.integer)) and not isinstance(every_k_schedule, bool):
-      if int(every_k_schedule) < 1:
-        raise ValueError(
-            f"MultiSteps: every_k_schedule must be at least 1, got {every_k_schedule}.")
-      k, schedule = int(every_k_schedule), None
+      k, schedule = int(every_k_schedule), None  # checked by the field (so `.replace(k=0)` too)
     elif callable(every_k_schedule):
       k, schedule = None, every_k_schedule
       check_schedule_output("MultiSteps", "every_k_schedule", schedule)
@@ -231,13 +233,6 @@ class MultiSteps(Transformation):
     set_(self, "use_grad_mean", bool(use_grad_mean))
     set_(self, "should_skip_update_fn", should_skip_update_fn)
     set_(self, "accumulator_dtype", accumulator_dtype)
-
-  def replace(self, **changes: Any) -> MultiSteps:
-    """A copy with some fields changed (the constructor takes Optax's arguments, not the fields)."""
-    new = object.__new__(type(self))
-    new.__dict__.update(self.__dict__)
-    new.__dict__.update(changes)
-    return new
 
   @property
   def inner_opt(self) -> GradientTransformation:
