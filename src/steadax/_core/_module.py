@@ -358,8 +358,8 @@ class Module(metaclass=_ModuleMeta):
       raise TypeError(f"{type(self).__name__}.replace: no field named {', '.join(unknown)}; the "
                       f"fields are {', '.join(sorted(names))}.")
     new = object.__new__(type(self))
-    new.__dict__.update(self.__dict__)
-    new.__dict__.update(changes)
+    for name, value in {**self.__dict__, **changes}.items():
+      object.__setattr__(new, name, value)
     post_init = getattr(new, "__post_init__", None)
     if post_init is not None:
       post_init()
