@@ -192,8 +192,8 @@ def install() -> Switch:
     ... from optax.contrib import muon
     ... print(optax is steadax, otu is steadax.tree_utils, muon is steadax.contrib.muon)
     ... '''
-    >>> subprocess.run([sys.executable, "-c", program], capture_output=True, text=True).stdout
-    'True True True\n'
+    >>> subprocess.run([sys.executable, "-c", program], capture_output=True, text=True).stdout.split()
+    ['True', 'True', 'True']
   """
   if _finder() is not None:
     return Switch(installed=False)
