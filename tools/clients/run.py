@@ -58,9 +58,13 @@ LIBRARIES = (
     Library("gpjax", ("tests/test_fit.py", "tests/test_mean_functions.py",
                       "tests/test_integration_equinox.py", "tests/test_state_space/test_fit.py")),
     # blackjax.vi (optax optimizers), blackjax.optimizers.lbfgs (optax.lbfgs and its zoom line
-    # search, under pathfinder) and adaptation.chees (an optax optimizer).
-    Library("blackjax", ("tests/vi", "tests/optimizers", "tests/adaptation",
-                         "tests/mcmc/test_sampling.py")),
+    # search, under pathfinder) and chees_adaptation (an optax optimizer): the vi and optimizers
+    # tests, the adaptation tests that import optax or run pathfinder, and the two chees tests of
+    # the (long) sampling file.
+    Library("blackjax", ("tests/vi", "tests/optimizers", "tests/adaptation/test_adaptation.py",
+                         "tests/adaptation/test_pathfinder_adaptation_multichain.py",
+                         "tests/mcmc/test_sampling.py::LinearRegressionTest::test_chees0",
+                         "tests/mcmc/test_sampling.py::LinearRegressionTest::test_chees1")),
     # flowjax.train's fit_to_data / fit_to_key_based_loss (optax.adam by default).
     # FlowJAX's configuration checks every annotation of its functions at run time (jaxtyping with
     # beartype): `optimizer: optax.GradientTransformation` then checks steadax's transformations.
