@@ -114,3 +114,14 @@ def test_private_names_table_is_current_and_public():
       obj = steadax
       for part in path.split("."):
         obj = getattr(obj, part)
+
+
+@pytest.mark.parametrize("argv,code", [([], 2), (["-m"], 2), (["-c"], 2), (["--help"], 0)])
+def test_runner_usage(argv, code, capsys):
+  from steadax.as_optax.__main__ import main
+
+  with pytest.raises(SystemExit) as exit_info:
+    main(argv)
+  assert exit_info.value.code == code
+  assert "usage: python -m steadax.as_optax" in "".join(capsys.readouterr())
+  assert not steadax.as_optax.is_installed()  # nothing ran: the switch stays off
