@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz
+.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz clients
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -19,6 +19,10 @@ $(VENV)/.dev: $(VENV)/.created pyproject.toml
 
 $(VENV)/.bench: $(VENV)/.created pyproject.toml
 	$(PIP) install --quiet -e '.[bench]'
+	touch $@
+
+$(VENV)/.clients: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[dev,clients]'
 	touch $@
 
 $(VENV)/.examples: $(VENV)/.created pyproject.toml
@@ -71,5 +75,13 @@ BENCH_ARGS ?=
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
+# Libraries built on Optax (NumPyro, GPJax, BlackJAX, FlowJAX) run the tests of theirs that use
+# Optax twice, with Optax and under `python -m steadax.as_optax` (tools/clients/run.py): a table per
+# library; fails when a test passing with Optax does not pass with steadax. Slow (tens of minutes):
+# not part of make test. Their sources are downloaded once into .clients/.
+CLIENTS_ARGS ?=
+clients: $(VENV)/.clients
+	$(PY) tools/clients/run.py $(CLIENTS_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info
+	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info .clients

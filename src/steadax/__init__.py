@@ -344,6 +344,7 @@ from . import experimental as experimental
 from . import checkpoint as checkpoint
 # The contract checker for any transformation (docs/testing.md).
 from . import testing as testing
+from . import as_optax as as_optax
 from .tree_utils import tree_map_params as tree_map_params
 # The loss names Optax also keeps at its top level (optax 0.2.8).
 from .losses import (
