@@ -39,6 +39,7 @@ a Module can be a dictionary key or a ``static_argnums`` argument.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any, Self, cast, dataclass_transform
 
@@ -253,6 +254,19 @@ class _ModuleMeta(type):
     if isinstance(obj, Module):  # a __new__ may return another class (function-pair adapters)
       _finish(obj)
     return obj
+
+  @property
+  def __signature__(cls) -> inspect.Signature:
+    # ``inspect.signature(cls)`` would read this metaclass's ``__call__(*args, **kwargs)``: give
+    # the constructor's, found as inspect finds it for a class without one (the ``__new__`` or
+    # ``__init__`` defined closest in the MRO), without its first parameter.
+    for base in cls.__mro__:
+      for name in ("__new__", "__init__"):
+        if name in base.__dict__ and base is not object:
+          method = getattr(cls, name)
+          parameters = list(inspect.signature(method).parameters.values())
+          return inspect.Signature(parameters[1:], return_annotation=inspect.Signature.empty)
+    return inspect.Signature()
 
 
 # For type checkers: subclasses are frozen dataclasses whose fields are declared by these specifiers
