@@ -72,5 +72,5 @@ def test_a_stateful_schedule_whose_state_turns_float_is_named_not_truncated():
   params = jnp.ones(2, jnp.float32)
   state = tx.init(params)
   with steadax.strict_mode(False):
-    with pytest.raises(steadax.ContractError, match=r"step_size.*int32 to float32"):
+    with pytest.raises(steadax.ContractError, match=r"schedule for 'step_size' at \.total.*int32 to float32"):
       tx.update(params, state, params, addendum=jnp.asarray(0.3, jnp.float32))

@@ -6,9 +6,8 @@
    where ``params`` is None).
 3. ``init`` returns strongly typed arrays only.
 
-Structure and shape drift always raise, and so does a state leaf that drifts from an integer (or
-bool) dtype to a floating one (casting back would truncate it). Dtype drift and weak-typed leaves
-raise in strict mode and are cast back otherwise. All checks look only at shapes and dtypes, so under ``jit`` they run once,
+Structure and shape drift always raise. Dtype drift and weak-typed leaves raise in strict mode and
+are cast back otherwise. All checks look only at shapes and dtypes, so under ``jit`` they run once,
 at trace time, and cost nothing per step.
 """
 
@@ -146,14 +145,6 @@ def conform_state(owner: str, old_state: Any, new_state: Any) -> Any:
         raise ContractError(
             f"{owner}: state leaf at {where} changed shape from {old_shape} to {new_shape}."
         )
-      if bad_dtype and jnp.issubdtype(new_dtype, jnp.inexact) and not jnp.issubdtype(old_dtype, jnp.inexact):
-        # Cast back, a fractional value would be truncated (0.3 -> 0): a wrong result, not a
-        # dtype to restore, so this raises in every mode.
-        raise ContractError(
-            f"{owner}: state leaf at {where} changed dtype from {np.dtype(old_dtype).name} to "
-            f"{np.dtype(new_dtype).name}; casting it back would drop its fractional part. Make the "
-            f"state {np.dtype(new_dtype).name} from init (a user's stateful schedule or function "
-            "should return its state in the dtype its init made).")
       if is_strict():
         change = (
             f"dtype from {np.dtype(old_dtype).name} to {np.dtype(new_dtype).name}"

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
+from .._core._contract import ContractError
 from .._core._deprecations import warn_deprecated_call
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
@@ -147,6 +148,27 @@ def _as_declared(value: Any, dtype: Any) -> Any:
   return value
 
 
+def _check_schedule_state(owner: str, name: str, old: Any, new: Any) -> None:
+  """A stateful schedule's update that turns an integer state leaf floating is refused.
+
+  Outside strict mode the contract casts a drifting state leaf back to its dtype; here that would
+  truncate the schedule's value (a running total of 0.3 cast back to int32 is 0, and so is the
+  learning rate read from it). Optax lets the state change type instead.
+  """
+  old_leaves = jax.tree_util.tree_flatten_with_path(old)[0]
+  new_leaves = jax.tree_util.tree_leaves(new)
+  if len(old_leaves) != len(new_leaves):
+    return  # a structure change: the contract names it
+  for (path, a), b in zip(old_leaves, new_leaves):
+    if (hasattr(a, "dtype") and hasattr(b, "dtype") and not jnp.issubdtype(a.dtype, jnp.inexact)
+        and jnp.issubdtype(b.dtype, jnp.inexact)):
+      raise ContractError(
+          f"{owner}: the state of the schedule for {name!r} at {jax.tree_util.keystr(path)} "
+          f"changed dtype from {np.dtype(a.dtype).name} to {np.dtype(b.dtype).name} in its update; "
+          "cast back it would lose its fractional part. Make the schedule's init return this leaf "
+          f"as {np.dtype(b.dtype).name}.")
+
+
 def _is_static_value(value: Any) -> bool:
   # dtypes are callable (jnp.bfloat16(1.0)) but are never schedules.
   return value is None or isinstance(value, (bool, np.bool_, str, bytes, type, np.dtype))
@@ -265,6 +287,8 @@ class InjectHyperparams(Transformation):
         n: s.update(state.hyperparams_states[n], **extra_args)
         for n, s in zip(self.schedule_names, self.schedules)
     }
+    for name in self.schedule_names:
+      _check_schedule_state(self.owner, name, state.hyperparams_states[name], schedule_states[name])
     updates, inner_state = self._inner(hyperparams).update(
         updates, state.inner_state, params, **extra_args
     )
