@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import pytest
 
 import steadax
 
@@ -15,3 +16,9 @@ def test_add_decayed_weights_with_no_updates_returns_none():
   scheduled = steadax.add_decayed_weights(lambda count: 0.1)
   updates, state = scheduled.update(None, scheduled.init(params), params)
   assert updates is None and int(state.count) == 1
+
+
+def test_lion_mode_is_checked_when_built():
+  # Deliberate (docs/migrating.md): Optax raises at the first update.
+  with pytest.raises(ValueError, match="scale_by_lion: mode must be one of"):
+    steadax.scale_by_lion(mode="invalid_mode")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import steadax
 
@@ -30,3 +31,27 @@ def test_set_a_python_number_keeps_the_leaf_dtype():
   assert steadax.tree.get(steadax.tree.set(state, count=2.5), "count") == 2.5
   # Plain Python values stay as they are.
   assert steadax.tree.set({"h": {"learning_rate": 1.0}}, learning_rate=0.5) == {"h": {"learning_rate": 0.5}}
+
+
+def test_max_and_min_refuse_complex_leaves():
+  # Deliberate (docs/migrating.md): Optax returns the lexicographic extreme.
+  tree = {"a": jnp.asarray([1 + 2j, 3 - 1j], jnp.complex64)}
+  for reduce in (steadax.tree.max, steadax.tree.min):
+    with pytest.raises(TypeError, match="complex leaves have no order"):
+      reduce(tree)
+
+
+def test_tree_maths_of_numpy_arrays_gives_jax_arrays_of_the_x64_mode():
+  # Deliberate (docs/migrating.md): Optax computes numpy inputs with numpy (complex128 even with
+  # x64 off), so results differ in the last bits from steadax's complex64.
+  rng = np.random.default_rng(0)
+  x = {"a": rng.normal(size=8) + 1j * rng.normal(size=8)}
+  y = {"a": rng.normal(size=8) + 1j * rng.normal(size=8)}
+  expected_dtype = jax.dtypes.canonicalize_dtype(np.complex128)
+  quotient = steadax.tree.div(x, y)["a"]
+  assert isinstance(quotient, jax.Array) and quotient.dtype == expected_dtype
+  tol = float(np.finfo(expected_dtype).eps) * 8
+  np.testing.assert_allclose(np.asarray(quotient), x["a"] / y["a"], rtol=tol)
+  dot = steadax.tree.vdot(x, y)
+  assert dot.dtype == expected_dtype
+  np.testing.assert_allclose(complex(dot), np.vdot(x["a"], y["a"]), rtol=tol)

@@ -234,16 +234,18 @@ def _dtype_token(x: Any) -> Any:
   """A hashable stand-in for ``x`` in promotion: a numpy dtype, or a Python type when weak."""
   if isinstance(x, (bool, int, float, complex)):
     return type(x)
+  # numpy values and dtypes count in JAX's canonical dtype for the x64 mode (a numpy complex128 is
+  # complex64 with x64 off, as jnp makes it, and JAX's truncation warning is not raised per call).
   if isinstance(x, np.dtype):
-    return x
+    return np.dtype(jax.dtypes.canonicalize_dtype(x))
   dtype = getattr(x, "dtype", None)
   if dtype is None:
-    return np.asarray(x).dtype
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.asarray(x).dtype))
   aval = getattr(x, "aval", None)
   if aval is not None and getattr(aval, "weak_type", False):
     kind = np.dtype(dtype).kind
     return {"b": bool, "i": int, "u": int, "f": float, "V": float, "c": complex}.get(kind, float)
-  return np.dtype(dtype)
+  return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
 _REPRESENTATIVE = {bool: False, int: 0, float: 0.0, complex: 0j}
