@@ -13,8 +13,8 @@ a public name (`alias.adam` is `optax.adam`) resolves to that public name, in bo
 attribute with no public name is a private helper: the access is recorded against the running test
 (which the driver then excludes from the comparison) and raises `PrivateOptaxHelper`. So both runs
 see the same tests and the comparison is of public behaviour only. `optax._src.test_utils` (Optax's
-assertion helpers, not the library under test) and the test modules themselves are imported as they
-are.
+assertion helpers, not the library under test), `optax._src.utils.x64_precision` (a context manager
+switching JAX's x64 flag) and the test modules themselves are used as they are.
 """
 
 import importlib
@@ -26,6 +26,10 @@ import optax as _optax
 BACKEND = os.environ.get('OPTAX_TESTS_BACKEND', 'optax')
 SUITE_PACKAGE = 'optax_suite'  # where the driver put the rewritten test files
 _TEST_INFRASTRUCTURE = ('optax._src.test_utils',)
+# Private names that are test infrastructure, not library behaviour: used as they are.
+_TEST_INFRASTRUCTURE_NAMES = {
+    ('optax._src.utils', 'x64_precision'),  # a context manager switching jax_enable_x64
+}
 
 # Private accesses of the running test (cleared by the conftest before each test).
 ACCESSED: set[str] = set()
@@ -50,7 +54,9 @@ def _public_namespaces():
       if name.startswith('_'):
         continue
       obj = getattr(module, name)
-      if isinstance(obj, types.ModuleType) and obj.__name__.startswith('optax.'):
+      # A submodule, not a module it imported (optax.experimental.aggregating imports
+      # optax._src.utils as `utils`: that is no public namespace).
+      if isinstance(obj, types.ModuleType) and obj.__name__.startswith(module.__name__ + '.'):
         sub = f'{path}.{name}'
         if sub not in found:
           found[sub] = obj
@@ -107,6 +113,8 @@ class _PrivateModule(types.ModuleType):
     if name.startswith('__'):
       raise AttributeError(name)
     obj = getattr(self._real, name)
+    if (self.__name__, name) in _TEST_INFRASTRUCTURE_NAMES:
+      return obj
     if isinstance(obj, types.ModuleType):
       return module(obj.__name__)
     places = _PUBLIC.get(id(obj), [])
