@@ -66,7 +66,7 @@ def _rewrite_imports(source: str, path: str) -> str:
       ]
     else:
       continue
-    first, last = node.lineno - 1, node.end_lineno - 1
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
     indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
     edits.append((first, last, ''.join(f'{indent}{s}\n' for s in statements)))
   for first, last, text in sorted(edits, reverse=True):

@@ -132,7 +132,7 @@ def _is_prng_key(value_or_dtype: Any) -> bool:
   """A typed PRNG key (``jax.random.key``), or its dtype."""
   dtype = getattr(value_or_dtype, "dtype", value_or_dtype)
   try:
-    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
   except TypeError:
     return False
 
