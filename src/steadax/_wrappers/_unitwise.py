@@ -230,7 +230,8 @@ def per_example_global_norm_clip(grads: Any, l2_norm_clip: float) -> tuple[Any, 
 
   Returns:
     ``(summed, num_clipped)``: the sum of the clipped gradients (``grads``' structure without the
-    batch axis, each leaf in its dtype; an integer leaf's sum in float32, or float64 under x64) and the int32 number of examples that were clipped.
+    batch axis, each leaf in its dtype; an integer leaf's sum in float32, or float64 under x64)
+    and the int32 number of examples that were clipped.
 
   Example:
     >>> import jax.numpy as jnp, steadax
