@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz clients
+.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz clients optax-tests
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -67,6 +67,18 @@ fuzz: $(VENV)/.dev
 # when an injected dtype bug is not caught by its tests.
 mutate: $(VENV)/.dev
 	$(PY) tests/mutation/run.py
+
+$(VENV)/.optax-tests: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[optax-tests]'
+	touch $@
+
+# Optax 0.2.8's own test files run against steadax's public API (tools/optax_tests.py): once with
+# Optax, once with steadax; prints the tests excluded (Optax private helpers), how many pass with
+# Optax, how many of those pass with steadax, and each difference. Slow (not part of make test).
+# OPTAX_TESTS_ARGS: e.g. --files 'losses/*' -k softmax, --reuse-optax; see --help.
+OPTAX_TESTS_ARGS ?=
+optax-tests: $(VENV)/.optax-tests
+	$(PY) tools/optax_tests.py -n 2 $(OPTAX_TESTS_ARGS)
 
 # steadax against Optax (benchmarks/run.py). Writes
 # benchmarks/results/<machine>-<date>.{json,png} and the README's benchmark section.

@@ -181,6 +181,8 @@ def conform_state(owner: str, old_state: Any, new_state: Any) -> Any:
 
 def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any) -> Any:
   """Check the updates' structure and shapes and give each leaf its parameter's dtype."""
+  if old_updates is None and new_updates is None:
+    return None  # no updates at all, whatever the params: nothing to check or cast
   old_leaves, old_def = jax.tree_util.tree_flatten(old_updates)
   new_leaves, new_def = jax.tree_util.tree_flatten(new_updates)
   if old_def != new_def:

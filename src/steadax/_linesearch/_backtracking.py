@@ -199,7 +199,8 @@ def scale_by_backtracking_linesearch(
     slope_rtol: the Armijo constant ``c1`` in (0, 1).
     decrease_factor: the reduction factor in (0, 1).
     increase_factor: growth of the first trial over the previous step size (``1`` keeps it,
-      ``math.inf`` restarts from ``max_learning_rate`` each time).
+      ``math.inf`` restarts from ``max_learning_rate`` each time; positive, and below 1 it shrinks
+      the first trial, as in Optax).
     max_learning_rate: the largest step size tried.
     atol: absolute slack of the condition.
     rtol: relative slack of the condition (relative to ``f(w)``).
@@ -228,7 +229,7 @@ def scale_by_backtracking_linesearch(
   check_nonnegative(owner, "max_backtracking_steps", max_backtracking_steps)
   check_range(owner, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
   check_range(owner, "decrease_factor", decrease_factor, 0.0, 1.0, low_open=True, high_open=True)
-  check_range(owner, "increase_factor", increase_factor, 1.0, float("inf"))
+  check_positive(owner, "increase_factor", increase_factor)  # below 1 shrinks the first trial (Optax)
   check_positive(owner, "max_learning_rate", max_learning_rate)
   check_nonnegative(owner, "atol", atol)
   check_nonnegative(owner, "rtol", rtol)

@@ -369,7 +369,9 @@ def scale_by_zoom_linesearch(
     max_linesearch_steps: the most objective evaluations per search.
     max_learning_rate: the largest step size tried, or None for no bound.
     tol: tolerance on both conditions.
-    increase_factor: growth factor of the trial step while bracketing.
+    increase_factor: growth factor of the trial step while bracketing (positive; at or below 1
+      the trials do not grow and a search that needs a longer step ends at ``max_linesearch_steps``,
+      as in Optax).
     slope_rtol: the sufficient decrease constant ``c1``.
     curv_rtol: the curvature constant ``c2`` (``math.inf`` keeps only sufficient decrease).
     approx_dec_rtol: relative closeness to ``f(w)`` below which the approximate Wolfe condition
@@ -405,7 +407,7 @@ def scale_by_zoom_linesearch(
   if max_learning_rate is not None:
     check_positive(owner, "max_learning_rate", max_learning_rate)
   check_nonnegative(owner, "tol", tol)
-  check_range(owner, "increase_factor", increase_factor, 1.0, float("inf"), low_open=True)
+  check_positive(owner, "increase_factor", increase_factor)  # as Optax: no bound at 1
   check_range(owner, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
   check_nonnegative(owner, "curv_rtol", curv_rtol)
   if approx_dec_rtol is not None:

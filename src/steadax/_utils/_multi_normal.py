@@ -130,6 +130,7 @@ def multi_normal(loc: Any, log_scale: Any) -> MultiNormalDiagFromLogScale:
     jax.lax.broadcast_shapes(loc.shape, log_scale.shape)
   except ValueError:
     raise ValueError(
-        f"{owner}: the shapes of `loc` {loc.shape} and `log_scale` {log_scale.shape} do not broadcast."
+        f"{owner}: Incompatible shapes for broadcasting: `loc` {loc.shape} and `log_scale` "
+        f"{log_scale.shape}."
     ) from None
   return MultiNormalDiagFromLogScale(loc, log_scale)

@@ -37,8 +37,8 @@ def _check_distributions(fn: str, predictions: jax.Array) -> None:
   if sums.size and not np.allclose(sums, 1.0, rtol=1e-5, atol=1e-5 if predictions.dtype.itemsize
                                    > 2 else 1e-2):
     raise ValueError(
-        f"{fn}: with apply_softmax=False, predictions must be probability distributions over the "
-        f"last axis; their sums range over [{sums.min():.6f}, {sums.max():.6f}]."
+        f"{fn}: with apply_softmax=False, predictions must be valid probability distributions over "
+        f"the last axis; their sums range over [{sums.min():.6f}, {sums.max():.6f}]."
     )
 
 

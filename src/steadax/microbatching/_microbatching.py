@@ -357,7 +357,7 @@ def microbatch(
     batch_size = sizes.pop()
     if batch_size % microbatch_size:
       raise ValueError(
-          f"microbatch: microbatch_size={microbatch_size} must divide the batch size {batch_size}."
+          f"microbatch: the batch size {batch_size} is not divisible by microbatch_size={microbatch_size}."
       )
     num_microbatches = batch_size // microbatch_size
     split_args = list(args)

@@ -383,7 +383,11 @@ def _l2(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
     if np.size(x):
       peak = jnp.maximum(peak, jnp.max(jnp.abs(cast(x, cdt))).astype(rdt))
   unit = jnp.where(peak > 0, peak, jnp.ones_like(peak))
-  norm = unit * jnp.sqrt(_sum_sq([cast(x, cdt) / cast(unit, cdt) for x in leaves], cdt))
+  squares = _sum_sq([cast(x, cdt) / cast(unit, cdt) for x in leaves], cdt)
+  # sqrt's derivative at 0 is infinite: times the zero that `maximum` gives the untaken branch it
+  # makes the ball's gradient at a zero tree NaN, where it is the identity's (1).
+  nonzero = squares > 0
+  norm = unit * jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, squares, jnp.ones_like(squares))), 0)
   radius = hyper(scale, rdt)
   # The ball keeps the tree when ||x|| <= scale; the sphere divides by ||x|| (NaN for a zero tree,
   # whose projection onto the sphere is not unique).

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
+from .._core._contract import ContractError
 from .._core._deprecations import warn_deprecated_call
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
@@ -127,6 +128,47 @@ def _is_numeric(value: Any) -> bool:
   return isinstance(value, (int, float, np.number, np.ndarray, jax.Array))
 
 
+def _is_prng_key(value_or_dtype: Any) -> bool:
+  """A typed PRNG key (``jax.random.key``), or its dtype."""
+  dtype = getattr(value_or_dtype, "dtype", value_or_dtype)
+  try:
+    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
+  except TypeError:
+    return False
+
+
+def _as_declared(value: Any, dtype: Any) -> Any:
+  """A hyperparameter in its declared dtype. A typed PRNG key (noisy_sgd's ``key``, injected as in
+  Optax) has no numeric dtype to cast to: it must come back a key of the same implementation."""
+  if not _is_prng_key(dtype):
+    return cast(value, dtype)
+  if not _is_prng_key(value) or value.dtype != dtype or np.shape(value) != ():
+    raise TypeError(f"inject_hyperparams: a PRNG key hyperparameter ({dtype}) was given "
+                    f"{type(value).__name__} {getattr(value, 'dtype', '')}; keep it a scalar key.")
+  return value
+
+
+def _check_schedule_state(owner: str, name: str, old: Any, new: Any) -> None:
+  """A stateful schedule's update that turns an integer state leaf floating is refused.
+
+  Outside strict mode the contract casts a drifting state leaf back to its dtype; here that would
+  truncate the schedule's value (a running total of 0.3 cast back to int32 is 0, and so is the
+  learning rate read from it). Optax lets the state change type instead.
+  """
+  old_leaves = jax.tree_util.tree_flatten_with_path(old)[0]
+  new_leaves = jax.tree_util.tree_leaves(new)
+  if len(old_leaves) != len(new_leaves):
+    return  # a structure change: the contract names it
+  for (path, a), b in zip(old_leaves, new_leaves):
+    if (hasattr(a, "dtype") and hasattr(b, "dtype") and not jnp.issubdtype(a.dtype, jnp.inexact)
+        and jnp.issubdtype(b.dtype, jnp.inexact)):
+      raise ContractError(
+          f"{owner}: the state of the schedule for {name!r} at {jax.tree_util.keystr(path)} "
+          f"changed dtype from {np.dtype(a.dtype).name} to {np.dtype(b.dtype).name} in its update; "
+          "cast back it would lose its fractional part. Make the schedule's init return this leaf "
+          f"as {np.dtype(b.dtype).name}.")
+
+
 def _is_static_value(value: Any) -> bool:
   # dtypes are callable (jnp.bfloat16(1.0)) but are never schedules.
   return value is None or isinstance(value, (bool, np.bool_, str, bytes, type, np.dtype))
@@ -159,7 +201,9 @@ class InjectHyperparams(Transformation):
     hyperparams.update(self._scheduled({n: s.init() for n, s in zip(self.schedule_names, self.schedules)}, {}))
     return fusion_blocker(self._inner(hyperparams), flat_params)
 
-  def _dtype_for(self, value: Any) -> np.dtype:
+  def _dtype_for(self, value: Any) -> Any:
+    if _is_prng_key(value):
+      return value.dtype
     dtype = declared_dtype(value)
     if self.hyperparam_dtype is not None and jnp.issubdtype(dtype, jnp.floating):
       dtype = np.dtype(jax.dtypes.canonicalize_dtype(self.hyperparam_dtype))
@@ -182,7 +226,8 @@ class InjectHyperparams(Transformation):
   def init_fn(self, params):
     schedule_states = {n: s.init() for n, s in zip(self.schedule_names, self.schedules)}
     hyperparams = {
-        n: cast(v, d) for n, v, d in zip(self.numeric_names, self.numeric_values, self.numeric_dtypes)
+        n: _as_declared(v, d)
+        for n, v, d in zip(self.numeric_names, self.numeric_values, self.numeric_dtypes)
     }
     hyperparams.update(self._scheduled(schedule_states, {}))
     return InjectStatefulHyperparamsState(
@@ -212,6 +257,9 @@ class InjectHyperparams(Transformation):
     hyperparams = {}
     for name, value in given.items():
       dtype = dtypes[name]
+      if _is_prng_key(dtype):
+        hyperparams[name] = _as_declared(value, dtype)
+        continue
       incoming = np.dtype(jnp.result_type(value))
       if jnp.issubdtype(dtype, jnp.integer) and not jnp.issubdtype(incoming, jnp.integer):
         raise TypeError(
@@ -232,13 +280,15 @@ class InjectHyperparams(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     hyperparams = {
-        n: cast(state.hyperparams[n], d) for n, d in zip(self.numeric_names, self.numeric_dtypes)
+        n: _as_declared(state.hyperparams[n], d) for n, d in zip(self.numeric_names, self.numeric_dtypes)
     }
     hyperparams.update(self._scheduled(state.hyperparams_states, extra_args))
     schedule_states = {
         n: s.update(state.hyperparams_states[n], **extra_args)
         for n, s in zip(self.schedule_names, self.schedules)
     }
+    for name in self.schedule_names:
+      _check_schedule_state(self.owner, name, state.hyperparams_states[name], schedule_states[name])
     updates, inner_state = self._inner(hyperparams).update(
         updates, state.inner_state, params, **extra_args
     )

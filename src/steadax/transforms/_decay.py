@@ -46,6 +46,8 @@ class AddDecayedWeights(Transformation):
       wd = self.weight_decay
       if isinstance(wd, (int, float)) and wd == 0:
         return updates, state
+    if updates is None:  # no updates at all (Optax's `update(None, state, params)`): none to add to
+      return None, state
 
     # Decoupled weight decay: the decay term is added to the update, not to the gradient of the
     # loss (Loshchilov & Hutter 2019, Algorithm 2, line 12).
