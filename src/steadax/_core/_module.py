@@ -80,8 +80,9 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     A dataclass field.
 
   Example:
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
+    >>> import jax, steadax
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
     >>> jax.tree_util.tree_leaves(Scale(0.5))
     [0.5]
   """
@@ -101,10 +102,11 @@ def child_field(default: Any = dataclasses.MISSING, *, default_factory: Any = da
     A dataclass field.
 
   Example:
-    >>> class Wrap(Module):
-    ...   inner: Any = child_field()
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
+    >>> import jax, steadax
+    >>> class Wrap(steadax.Module):
+    ...   inner: steadax.Module = steadax.child_field()
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
     >>> len(jax.tree_util.tree_leaves(Wrap(Scale(2.0))))
     1
   """
@@ -127,8 +129,9 @@ def static_field(default: Any = dataclasses.MISSING, *, default_factory: Any = d
     A dataclass field.
 
   Example:
-    >>> class Flagged(Module):
-    ...   flag: bool = static_field(False)
+    >>> import jax, steadax
+    >>> class Flagged(steadax.Module):
+    ...   flag: bool = steadax.static_field(False)
     >>> jax.tree_util.tree_leaves(Flagged(True))
     []
   """
@@ -235,10 +238,10 @@ class Module:
   Every annotated field must be declared with ``hyper_field``, ``child_field`` or ``static_field``.
 
   Example:
-    >>> import jax
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
-    ...   flag: bool = static_field(False)
+    >>> import jax, steadax
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
+    ...   flag: bool = steadax.static_field(False)
     >>> tx = Scale(0.5)
     >>> jax.tree_util.tree_structure(jax.tree_util.tree_map(lambda _: False, tx)) == (
     ...     jax.tree_util.tree_structure(tx))
@@ -334,7 +337,8 @@ class Fn(Module):
   when the object is built; calling it calls the function.
 
   Example:
-    >>> f = Fn(lambda count: 2 * count)
+    >>> import jax, steadax
+    >>> f = steadax.Fn(lambda count: 2 * count)
     >>> f(3), jax.tree_util.tree_leaves(f)
     (6, [])
   """
