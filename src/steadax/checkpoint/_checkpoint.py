@@ -99,7 +99,7 @@ def leaf_path(key_path: Any) -> str:
   Example:
     >>> import jax, steadax
     >>> state = steadax.adam(0.1).init({"w": jax.numpy.zeros(2)})
-    >>> [leaf_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+    >>> [steadax.checkpoint.leaf_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
     ['0/count', '0/mu/w', '0/nu/w']
   """
   return "/".join(_entry_str(e) for e in key_path) or "<root>"
@@ -177,7 +177,7 @@ def describe_transformation(tx: Any) -> str:
 
   Example:
     >>> import steadax
-    >>> describe_transformation(steadax.sgd(lambda count: 0.1))
+    >>> steadax.checkpoint.describe_transformation(steadax.sgd(lambda count: 0.1))
     'Chain(transforms=(_Identity(), ScaleByLearningRate(learning_rate=Fn(fn=<function <lambda>>), flip_sign=True)))'
   """
   return _ADDRESS.sub("", repr(tx))
@@ -541,8 +541,8 @@ def all_steps(directory: str | os.PathLike) -> list[int]:
     The sorted steps.
 
   Example:
-    >>> import tempfile
-    >>> all_steps(tempfile.mkdtemp())
+    >>> import tempfile, steadax
+    >>> steadax.checkpoint.all_steps(tempfile.mkdtemp())
     []
   """
   directory = os.fspath(directory)
@@ -566,7 +566,7 @@ def latest_step(directory: str | os.PathLike) -> int | None:
     >>> directory = tempfile.mkdtemp()
     >>> for step in (10, 20):
     ...   _ = steadax.checkpoint.save_step(directory, step, steadax.sgd(0.1).init({}))
-    >>> latest_step(directory)
+    >>> steadax.checkpoint.latest_step(directory)
     20
   """
   steps = all_steps(directory)
