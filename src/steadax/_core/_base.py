@@ -1,7 +1,5 @@
 """Transformations: Optax's ``GradientTransformation`` interface as frozen pytree objects."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 import dataclasses
 import functools
@@ -11,6 +9,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ._contract import ContractError, conform_init, conform_state, conform_updates
 from ._flat import contains_flat_params
@@ -409,7 +408,7 @@ class InputMismatchError(TypeError, ValueError):
   involved and the paths where they differ.
   """
 
-  def within(self, owner: str) -> InputMismatchError:
+  def within(self, owner: str) -> "InputMismatchError":
     """The same error with ``owner`` (an enclosing transformation) named in front.
 
     An error that ``owner``'s own ``update_fn`` raised (its message starts with ``owner``) is
@@ -741,7 +740,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     raise InputMismatchError(message) from error
 
 
-def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
+def incremental_update(new_tensors: Params, old_tensors: Params, step_size: ArrayLike) -> Params:
   """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leaf by leaf.
 
   Args:

@@ -11,8 +11,6 @@ are cast back otherwise. All checks look only at shapes and dtypes, so under ``j
 at trace time, and cost nothing per step.
 """
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 from collections.abc import Iterator

@@ -15,8 +15,6 @@ and ``shared_args`` puts the one description from ``ARGS`` in its place when the
 (``help()``, the docs and doctests see the full text). An unknown name raises at import time.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import TypeVar
 

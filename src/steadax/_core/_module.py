@@ -36,15 +36,13 @@ every node), which equal Modules share: hashing never reads a leaf, so it works 
 a Module can be a dictionary key or a ``static_argnums`` argument.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from collections.abc import Callable
-from typing import Any, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
+from typing import Any, ClassVar, cast, dataclass_transform, get_origin
 
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
@@ -256,7 +254,8 @@ class Module:
     # structure must never be inferred from a value.
     for name in cls.__dict__["__annotations__"]:
       annotation = cls.__dict__["__annotations__"][name]
-      if isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar")):
+      if annotation is ClassVar or get_origin(annotation) is ClassVar or (
+          isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar"))):
         continue
       default = cls.__dict__.get(name, dataclasses.MISSING)
       if not (isinstance(default, dataclasses.Field) and _KIND in default.metadata):

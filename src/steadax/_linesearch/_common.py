@@ -12,8 +12,6 @@ Conventions (one place, so every line search and L-BFGS agree):
   drop-in replacement for it.
 """
 
-from __future__ import annotations
-
 import inspect
 from collections.abc import Callable
 from typing import Any

@@ -1,7 +1,5 @@
 """Conditional wrappers: conditionally_transform, conditionally_mask, apply_if_finite, zero_nans."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 import jax
@@ -13,6 +11,7 @@ from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._branching import all_finite, check_predicate, pinned_state, pinned_updates, zero_updates
+from .._core._types import ArrayTree, OptState
 
 __all__ = [
     "ConditionFn",
@@ -38,7 +37,7 @@ class ConditionFn(Protocol):
 class ConditionallyTransformState(NamedTuple):
   """State of ``conditionally_transform``: the inner state and the int32 call count."""
 
-  inner_state: Any
+  inner_state: OptState
   step: jax.Array
 
 
@@ -47,7 +46,7 @@ class ConditionallyMaskState(NamedTuple):
   """State of ``conditionally_mask``: the int32 call count and the inner state."""
 
   step: jax.Array
-  inner_state: Any
+  inner_state: OptState
 
 
 def _run_inner(owner, inner, updates, state, params, extra_args):
@@ -177,7 +176,7 @@ class ApplyIfFiniteState(NamedTuple):
   notfinite_count: jax.Array
   last_finite: jax.Array
   total_notfinite: jax.Array
-  inner_state: Any
+  inner_state: OptState
 
 
 class _ApplyIfFinite(Transformation):
@@ -248,7 +247,7 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
 class ZeroNansState(NamedTuple):
   """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN."""
 
-  found_nan: Any
+  found_nan: ArrayTree
 
 
 class _ZeroNans(Transformation):

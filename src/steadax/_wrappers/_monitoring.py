@@ -1,12 +1,11 @@
 """Monitoring: snapshot, monitor and measure_with_ema keep measurements of the updates in state."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import (
     EmptyState,
@@ -182,7 +181,7 @@ class _MeasureWithEma(Transformation):
 
 
 def measure_with_ema(
-    measure: Callable[[Any], Any], decay: Any, debias: bool = True, accumulator_dtype: Any = None
+    measure: Callable[[Any], Any], decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None
 ) -> Transformation:
   """An exponential moving average of ``measure(updates)``, for use in ``monitor``.
 

@@ -7,8 +7,6 @@ therefore share one tree structure, and stacking their leaves gives one transfor
 with the tree path, configurations that would need different programs.
 """
 
-from __future__ import annotations
-
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any

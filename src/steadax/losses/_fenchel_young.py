@@ -1,7 +1,5 @@
 """Fenchel-Young losses built from a regularized max function."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

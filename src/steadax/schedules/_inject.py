@@ -13,8 +13,6 @@ Every update rebuilds the inner transformation from the current values; steadax 
 frozen pytrees, so building one from traced values inside ``jit`` or ``lax.scan`` costs nothing.
 """
 
-from __future__ import annotations
-
 import functools
 import inspect
 from collections.abc import Callable, Iterable
@@ -30,6 +28,7 @@ from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._common import cast, declared_dtype
+from .._core._types import OptState, Schedule
 
 __all__ = [
     "InjectHyperparamsState",
@@ -50,7 +49,7 @@ class InjectHyperparamsState(NamedTuple):
 
   count: jax.Array
   hyperparams: dict[str, Any]
-  inner_state: Any
+  inner_state: OptState
 
 
 @state_roles(count=COUNTER, hyperparams=OTHER, hyperparams_states=OTHER, inner_state=INNER)
@@ -68,7 +67,7 @@ class InjectStatefulHyperparamsState(NamedTuple):
   count: jax.Array
   hyperparams: dict[str, Any]
   hyperparams_states: dict[str, Any]
-  inner_state: Any
+  inner_state: OptState
 
 
 @runtime_checkable
@@ -103,7 +102,7 @@ class WrappedSchedule(Module):
     Array(0.75, dtype=float32)
   """
 
-  schedule_fn: Any = hyper_field()
+  schedule_fn: Callable[..., Any] = hyper_field()
 
   def init(self) -> WrappedScheduleState:
     return WrappedScheduleState(count=zero_count())
@@ -253,7 +252,7 @@ class InjectHyperparams(Transformation):
 def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any | None = None,
+    hyperparam_dtype: np.dtype | None = None,
 ) -> Callable[..., InjectHyperparams]:
   """Turns a transformation factory into one whose hyperparameters live in the state.
 
@@ -362,7 +361,7 @@ def inject_hyperparams(
 def inject_stateful_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any | None = None,
+    hyperparam_dtype: np.dtype | None = None,
 ) -> Callable[..., InjectHyperparams]:
   """The same as ``inject_hyperparams`` (Optax's older name; both accept stateful schedules).
 

@@ -1,7 +1,5 @@
 """join_schedules: run schedules one after another, each restarted at its boundary."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any
 

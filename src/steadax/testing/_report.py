@@ -1,7 +1,5 @@
 """The result of ``check_transformation``: every violation with its check, configuration and tree path."""
 
-from __future__ import annotations
-
 import dataclasses
 import re
 
@@ -59,7 +57,7 @@ class ConformanceError(AssertionError):
   """Raised by ``ConformanceReport.raise_if_failed`` (and ``check_transformation(...,
   raise_on_failure=True)``); its message is the report, and ``.report`` holds it."""
 
-  def __init__(self, report: ConformanceReport):
+  def __init__(self, report: "ConformanceReport"):
     super().__init__(str(report))
     self.report = report
 
@@ -94,7 +92,7 @@ class ConformanceReport:
   def __bool__(self) -> bool:
     raise TypeError("the truth value of a ConformanceReport is ambiguous; use `report.ok`.")
 
-  def raise_if_failed(self) -> ConformanceReport:
+  def raise_if_failed(self) -> "ConformanceReport":
     """Raise a ``ConformanceError`` (an AssertionError) holding this report if any check failed.
 
     Returns:

@@ -17,8 +17,6 @@ References:
   type).
 """
 
-from __future__ import annotations
-
 import functools
 import math
 from typing import Any, NamedTuple
@@ -26,6 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -37,6 +36,7 @@ from .._core._tree import tree_map, zeros_mirroring
 from .._core._docs import shared_args
 from ._adam import adam_scalars, adam_step, check_decay_below_one
 from ._matrix import replicate_whole
+from .._core._types import Updates
 
 __all__ = ["BlockQuantized", "ScaleByAdam8bitState", "scale_by_adam_8bit", "dynamic_quantization_map"]
 
@@ -61,8 +61,8 @@ class ScaleByAdam8bitState(NamedTuple):
   full-precision array (small tensors) or a ``BlockQuantized`` pair."""
 
   count: jax.Array
-  mu: Any
-  nu: Any
+  mu: Updates
+  nu: Updates
 
 
 @functools.lru_cache(maxsize=None)
@@ -269,10 +269,10 @@ class ScaleByAdam8bit(Transformation):
 
 @shared_args
 def scale_by_adam_8bit(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
     *,
     block_size: int = 256,
     min_8bit_size: int = 4096,

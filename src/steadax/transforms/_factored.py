@@ -11,14 +11,13 @@ References:
   ``decay_rate_fn``).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -28,6 +27,7 @@ from .._core._policy import COUNTER_DTYPE, accumulator_dtype, hyper, safe_increm
 from .._core._roles import COUNTER, OTHER, state_roles
 from .._core._tree import tree_map, zeros_mirroring
 from ._moments import abs_sq
+from .._core._types import Params
 
 __all__ = ["FactoredState", "scale_by_factored_rms"]
 
@@ -47,9 +47,9 @@ class FactoredState(NamedTuple):
   """
 
   count: jax.Array
-  v_row: Any
-  v_col: Any
-  v: Any
+  v_row: Params
+  v_col: Params
+  v: Params
 
 
 def _decay_rate_pow(step: jax.Array, exponent: Any = 0.8) -> jax.Array:
@@ -162,10 +162,10 @@ class ScaleByFactoredRms(Transformation):
 
 def scale_by_factored_rms(
     factored: bool = True,
-    decay_rate: Any = 0.8,
-    step_offset: Any = 0,
+    decay_rate: ArrayLike = 0.8,
+    step_offset: ArrayLike = 0,
     min_dim_size_to_factor: int = 128,
-    epsilon: Any = 1e-30,
+    epsilon: ArrayLike = 1e-30,
     decay_rate_fn: Callable[[Any, Any], Any] = _decay_rate_pow,
 ) -> Transformation:
   """Divides updates by a factored estimate of the root mean square of the gradients (Adafactor).

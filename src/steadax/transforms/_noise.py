@@ -6,13 +6,12 @@ References:
   counted from 1, i.e. ``eta / t^gamma``).
 """
 
-from __future__ import annotations
-
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -87,7 +86,7 @@ class AddNoise(Transformation):
     return out, AddNoiseState(count=count, rng_key=rng_key)
 
 
-def add_noise(eta: Any, gamma: Any, key: Any = None, *, seed: int | None = None) -> Transformation:
+def add_noise(eta: ArrayLike, gamma: ArrayLike, key: ArrayLike | None = None, *, seed: int | None = None) -> Transformation:
   """Adds Gaussian noise of variance ``eta / t^gamma`` to the updates (``t`` counts from 1).
 
   The noise is drawn in at least float32 and added before rounding to each leaf's dtype, so

@@ -9,8 +9,6 @@ Every state here obeys the type-stability contract: int32 counters, accumulators
 dtype (real for sums of squares), arithmetic in at least float32.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, Union
 
@@ -35,6 +33,7 @@ from ..._core._policy import cast, compute_dtype, key_path_str, safe_increment, 
 from ..._core._roles import COUNTER, OTHER, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
 from ...tree._state import tree_get
+from ..._core._types import Params
 
 __all__ = [
     "PerElementUpdates",
@@ -286,7 +285,7 @@ class AccumulateAvgUpdatesState(NamedTuple):
 
   micro_step: jax.Array
   ready: jax.Array
-  avg_grad: Any
+  avg_grad: Params
 
 
 class _AccumulateAvg(Transformation):
