@@ -182,7 +182,7 @@ class _WithExtraArgs(GradientTransformationExtraArgs):
     return self.inner.update(updates, state, params)
 
 
-def with_extra_args_support(tx: GradientTransformation | tuple[Any, Any]) -> GradientTransformationExtraArgs:
+def with_extra_args_support(tx: GradientTransformation | tuple[TransformInitFn, TransformUpdateFn]) -> GradientTransformationExtraArgs:
   """Wrap ``tx`` so its ``update`` accepts (and ignores) keyword extras.
 
   Args:

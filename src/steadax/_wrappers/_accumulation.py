@@ -25,7 +25,7 @@ from ._branching import (
     sum_of_squares,
     zero_updates,
 )
-from .._core._types import OptState, Params, Updates
+from .._core._types import OptState, Params, Schedule, Updates
 
 __all__ = [
     "ShouldSkipUpdateFunction",
@@ -206,7 +206,7 @@ class MultiSteps(Transformation):
   def __init__(
       self,
       opt: GradientTransformation,
-      every_k_schedule: int | Callable[[jax.Array], Any],
+      every_k_schedule: int | Schedule,
       use_grad_mean: bool = True,
       should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
       accumulator_dtype: DTypeLike = jnp.float32,

@@ -10,6 +10,7 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._base import (
     EmptyState,
     GradientTransformation,
+    GradientTransformationExtraArgs,
     Transformation,
     with_extra_args_support,
 )
@@ -19,6 +20,7 @@ from .._core._roles import INNER, OTHER, state_roles
 from .._core._tree import cast_like
 from ..transforms._scaling import ema
 from ._branching import pinned_state, strong
+from .._core._types import Params
 
 __all__ = ["SnapshotState", "MonitorState", "snapshot", "monitor", "measure_with_ema"]
 
@@ -34,7 +36,7 @@ class SnapshotState(NamedTuple):
 class MonitorState(NamedTuple):
   """State of ``monitor``: the last measurements by name and the measures' own states."""
 
-  measurements: dict[str, Any]
+  measurements: dict[str, Params]
   measure_states: tuple
 
 
@@ -55,7 +57,7 @@ class _Snapshot(Transformation):
     return updates, SnapshotState({self.measure_name: value})
 
 
-def snapshot(measure_name: str, measure: Callable[[Any], Any]) -> Transformation:
+def snapshot(measure_name: str, measure: Callable[[Params], Params]) -> Transformation:
   """Stores ``measure(updates)`` in the state, to look at updates midway through a chain.
 
   Args:
@@ -125,7 +127,7 @@ class _Monitor(Transformation):
     return updates, MonitorState(measurements=measurements, measure_states=tuple(states))
 
 
-def monitor(measures: dict[str, Any]) -> Transformation:
+def monitor(measures: dict[str, Callable[[Params], Params] | GradientTransformationExtraArgs]) -> Transformation:
   """Records several measurements of the updates, some of them stateful (``measure_with_ema``).
 
   Args:
@@ -181,7 +183,7 @@ class _MeasureWithEma(Transformation):
 
 
 def measure_with_ema(
-    measure: Callable[[Any], Any], decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None
+    measure: Callable[[Params], Params], decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None
 ) -> Transformation:
   """An exponential moving average of ``measure(updates)``, for use in ``monitor``.
 

@@ -21,7 +21,7 @@ from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
 from ..transforms._masked import Masked, is_params_marker, resolve_prefix
-from .._core._types import Params
+from .._core._types import OptState, Params
 
 __all__ = [
     "PartitionState",
@@ -42,7 +42,7 @@ class PartitionState(NamedTuple):
       parameters carrying that label.
   """
 
-  inner_states: Mapping[Hashable, Any]
+  inner_states: Mapping[Hashable, OptState]
 
 
 MultiTransformState = PartitionState  # Optax's older name

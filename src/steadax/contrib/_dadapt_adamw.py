@@ -143,7 +143,7 @@ class DAdaptAdamW(Transformation):
 
 def dadapt_adamw(
     learning_rate: ScalarOrSchedule = 1.0,
-    betas: tuple[Any, Any] = (0.9, 0.999),
+    betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),
     eps: ArrayLike = 1e-8,
     estim_lr0: ArrayLike = 1e-6,
     weight_decay: ArrayLike = 0.0,

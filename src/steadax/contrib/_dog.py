@@ -16,7 +16,7 @@ under ``jax.eval_shape``. Complex parameters use ``|.|`` norms.
 """
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -173,7 +173,7 @@ def _check_init_step(owner: str, init_step: Any) -> tuple[str, Any]:
   return kind, value
 
 
-def scale_by_dog(init_step: tuple[str, Any], eps: ArrayLike = 1e-8) -> Transformation:
+def scale_by_dog(init_step: tuple[Literal["distance", "learning_rate", "heuristic"], ArrayLike], eps: ArrayLike = 1e-8) -> Transformation:
   """Scales updates by DoG's step size ``max_dist / sqrt(Σ ||g||^2 + eps)`` (no sign flip).
 
   Args:
@@ -235,7 +235,7 @@ def _with_decay(owner: str, weight_decay: Any, mask: Any, core: Transformation, 
 @shared_args
 def dog(
     learning_rate: ScalarOrSchedule = 1.0,
-    init_step: tuple[str, Any] = ("heuristic", 1e-6),
+    init_step: tuple[Literal["distance", "learning_rate", "heuristic"], ArrayLike] = ("heuristic", 1e-6),
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike | None = None,
     mask: Any | Callable[[Any], Any] | None = None,

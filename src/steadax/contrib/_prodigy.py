@@ -140,7 +140,7 @@ class Prodigy(Transformation):
 
 def prodigy(
     learning_rate: ScalarOrSchedule = 1.0,
-    betas: tuple[Any, Any] = (0.9, 0.999),
+    betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),
     beta3: ArrayLike | None = None,
     eps: ArrayLike = 1e-8,
     estim_lr0: ArrayLike = 1e-6,

@@ -44,7 +44,7 @@ def ranking_softmax_loss(
     *,
     where: ArrayLike | None = None,
     weights: ArrayLike | None = None,
-    reduce_fn: Callable[..., Any] | None = jnp.mean,
+    reduce_fn: Callable[..., ArrayLike] | None = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross entropy between item scores and relevance labels.
 

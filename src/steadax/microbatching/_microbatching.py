@@ -61,10 +61,10 @@ class Accumulator:
     Array([2.], dtype=float32)
   """
 
-  init: Callable[[Any], Any]
-  update: Callable[[Any, Any, Any], Any]
-  finalize: Callable[[Any], Any]
-  aggregate: Callable[[Any], Any]
+  init: Callable[[Params], Params]
+  update: Callable[[Params, Params, int], Params]
+  finalize: Callable[[Params], Params]
+  aggregate: Callable[[Params], Params]
 
 
 class AccumulationType(enum.Enum):
@@ -451,8 +451,8 @@ def micro_grad(
     keep_batch_dim: bool = True,
     microbatch_size: int | None = None,
     accumulator: Accumulator | AccumulationType | Any = AccumulationType.SUM,
-    transform_fn: Callable[[Any], Any] = lambda g: g,
-    metrics_fn: Callable[[Any], Any] = lambda g: None,
+    transform_fn: Callable[[Params], Params] = lambda g: g,
+    metrics_fn: Callable[[Params], Params | None] = lambda g: None,
     num_real_microbatches: int | jax.Array | None = None,
 ) -> Callable[..., tuple[Any, Any]]:
   """Per-example gradients, transformed (clipped, squared...) and combined, with per-example outputs.

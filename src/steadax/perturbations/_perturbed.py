@@ -10,6 +10,7 @@ from jax.typing import ArrayLike
 from .._core._policy import cast, compute_dtype, hyper
 from ..tree._leafwise import arith_dtype, as_array, cast_to, map_leaves, with_weak
 from ..tree._random import tree_random_like
+from .._core._types import Params
 
 __all__ = ["Normal", "Gumbel", "make_perturbed_fun"]
 
@@ -70,7 +71,7 @@ def _magic_box(x: jax.Array) -> jax.Array:
 
 
 def make_perturbed_fun(
-    fun: Callable[[Any], Any],
+    fun: Callable[[Params], Params],
     num_samples: int = 1000,
     sigma: ArrayLike = 0.1,
     noise: Normal | Gumbel = Gumbel(),

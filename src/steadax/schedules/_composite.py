@@ -256,7 +256,7 @@ def cosine_onecycle_schedule(
   )
 
 
-def sgdr_schedule(cosine_kwargs: Iterable[dict[str, Any]]) -> JoinedSchedule:
+def sgdr_schedule(cosine_kwargs: Iterable[dict[str, float]]) -> JoinedSchedule:
   """SGD with warm restarts: ``warmup_cosine_decay_schedule`` cycles one after another.
 
   Args:

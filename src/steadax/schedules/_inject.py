@@ -48,7 +48,7 @@ class InjectHyperparamsState(NamedTuple):
   """
 
   count: jax.Array
-  hyperparams: dict[str, Any]
+  hyperparams: dict[str, jax.Array]
   inner_state: OptState
 
 
@@ -65,7 +65,7 @@ class InjectStatefulHyperparamsState(NamedTuple):
   """
 
   count: jax.Array
-  hyperparams: dict[str, Any]
+  hyperparams: dict[str, jax.Array]
   hyperparams_states: dict[str, Any]
   inner_state: OptState
 
@@ -102,7 +102,7 @@ class WrappedSchedule(Module):
     Array(0.75, dtype=float32)
   """
 
-  schedule_fn: Callable[..., Any] = hyper_field()
+  schedule_fn: Schedule = hyper_field()
 
   def init(self) -> WrappedScheduleState:
     return WrappedScheduleState(count=zero_count())
@@ -336,7 +336,7 @@ def inject_hyperparams(
       elif _is_stateful_schedule(value):
         scheduled[name] = value
       elif callable(value) and not isinstance(value, GradientTransformation):
-        scheduled[name] = WrappedSchedule(value)
+        scheduled[name] = WrappedSchedule(value)  # pyright: ignore[reportArgumentType]  (a callable hyperparameter is a schedule)
       elif _is_numeric(value):
         numeric[name] = value
       else:

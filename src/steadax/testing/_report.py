@@ -53,15 +53,6 @@ def path_in_message(text: str) -> str:
   return found.group(1) if found else ""
 
 
-class ConformanceError(AssertionError):
-  """Raised by ``ConformanceReport.raise_if_failed`` (and ``check_transformation(...,
-  raise_on_failure=True)``); its message is the report, and ``.report`` holds it."""
-
-  def __init__(self, report: "ConformanceReport"):
-    super().__init__(str(report))
-    self.report = report
-
-
 @dataclasses.dataclass(frozen=True)
 class ConformanceReport:
   """What ``check_transformation`` found.
@@ -131,3 +122,12 @@ class ConformanceReport:
   def __repr__(self) -> str:
     return (f"ConformanceReport({self.name!r}, violations={len(self.violations)}, "
             f"passed={len(self.passed)}, skipped={len(self.skipped)})")
+
+
+class ConformanceError(AssertionError):
+  """Raised by ``ConformanceReport.raise_if_failed`` (and ``check_transformation(...,
+  raise_on_failure=True)``); its message is the report, and ``.report`` holds it."""
+
+  def __init__(self, report: ConformanceReport):
+    super().__init__(str(report))
+    self.report = report

@@ -52,7 +52,7 @@ class FactoredState(NamedTuple):
   v: Params
 
 
-def _decay_rate_pow(step: jax.Array, exponent: Any = 0.8) -> jax.Array:
+def _decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
   """Adafactor's default schedule ``1 - (step + 1)**(-exponent)`` (Shazeer & Stern 2018, §7.2)."""
   t = hyper(step, jnp.float32) + np.float32(1)  # float32 whatever the parameters, as in Optax
   return np.float32(1) - t ** (-hyper(exponent, jnp.float32))
@@ -166,7 +166,7 @@ def scale_by_factored_rms(
     step_offset: ArrayLike = 0,
     min_dim_size_to_factor: int = 128,
     epsilon: ArrayLike = 1e-30,
-    decay_rate_fn: Callable[[Any, Any], Any] = _decay_rate_pow,
+    decay_rate_fn: Callable[[ArrayLike, ArrayLike], ArrayLike] = _decay_rate_pow,
 ) -> Transformation:
   """Divides updates by a factored estimate of the root mean square of the gradients (Adafactor).
 

@@ -78,7 +78,7 @@ def tree_map_params(
     /,
     *rest: Any,
     transform_non_params: Callable[..., Any] | None = None,
-    is_leaf: Callable[[Any], bool] | None = None,
+    is_leaf: Callable[[Params], bool] | None = None,
 ) -> Any:
   """Applies ``f`` to every copy of the parameter tree inside an optimizer state.
 
