@@ -53,8 +53,15 @@ class EmptyState(NamedTuple):
 def init_empty_state(params: Params) -> EmptyState:
   """Init function of stateless transformations: returns ``EmptyState()``.
 
+  Args:
+    params: the parameters (unused).
+
+  Returns:
+    ``EmptyState()``.
+
   Example:
-    >>> init_empty_state({"w": 1.0})
+    >>> import steadax
+    >>> steadax.init_empty_state({"w": 1.0})
     EmptyState()
   """
   del params

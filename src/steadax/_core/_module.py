@@ -335,6 +335,9 @@ class Fn(Module):
   ``hyper_field`` and ``child_field`` fields wrap plain callables (a schedule written as a ``def``) in ``Fn``
   when the object is built; calling it calls the function.
 
+  Attributes:
+    fn: the callable (static: part of the compiled program's identity).
+
   Example:
     >>> import jax, steadax
     >>> f = steadax.Fn(lambda count: 2 * count)

@@ -119,6 +119,7 @@ def adamw(
   )
 
 
+@shared_args
 def nadam(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -130,7 +131,20 @@ def nadam(
     nesterov: bool = True,
     nu_dtype: DTypeLike | None = None,
 ) -> Chain:
-  """NAdam (Dozat 2016): ``adam`` with Nesterov momentum. Arguments as ``adam``.
+  """NAdam (Dozat 2016): ``adam`` with Nesterov momentum.
+
+  Args:
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
+    nesterov: Nesterov momentum (True here; False gives ``adam``).
+    nu_dtype: <shared>
+
+  Returns:
+    The optimizer, ``adam``'s chain.
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -141,6 +155,7 @@ def nadam(
   return adam(learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype)
 
 
+@shared_args
 def nadamw(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -154,7 +169,22 @@ def nadamw(
     nesterov: bool = True,
     nu_dtype: DTypeLike | None = None,
 ) -> Chain:
-  """NAdamW: ``adamw`` with Nesterov momentum. Arguments as ``adamw``.
+  """NAdamW: ``adamw`` with Nesterov momentum.
+
+  Args:
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
+    weight_decay: <shared>
+    mask: <shared>
+    nesterov: Nesterov momentum (True here; False gives ``adamw``).
+    nu_dtype: <shared>
+
+  Returns:
+    The optimizer, ``adamw``'s chain.
 
   Example:
     >>> import jax.numpy as jnp, steadax

@@ -35,7 +35,12 @@ class ConditionFn(Protocol):
 
 @state_roles(inner_state=INNER, step=COUNTER)
 class ConditionallyTransformState(NamedTuple):
-  """State of ``conditionally_transform``: the inner state and the int32 call count."""
+  """State of ``conditionally_transform``: the inner state and the int32 call count.
+
+  Attributes:
+    inner_state: the state of the inner transformation.
+    step: the number of calls so far (int32).
+  """
 
   inner_state: OptState
   step: jax.Array
@@ -43,7 +48,12 @@ class ConditionallyTransformState(NamedTuple):
 
 @state_roles(step=COUNTER, inner_state=INNER)
 class ConditionallyMaskState(NamedTuple):
-  """State of ``conditionally_mask``: the int32 call count and the inner state."""
+  """State of ``conditionally_mask``: the int32 call count and the inner state.
+
+  Attributes:
+    step: the number of calls so far (int32).
+    inner_state: the state of the inner transformation.
+  """
 
   step: jax.Array
   inner_state: OptState
@@ -245,7 +255,11 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
 
 @state_roles(found_nan=OTHER)  # bool scalars per parameter: not shaped like them
 class ZeroNansState(NamedTuple):
-  """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN."""
+  """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN.
+
+  Attributes:
+    found_nan: one bool scalar per parameter, True where the last update had a NaN.
+  """
 
   found_nan: ArrayTree
 

@@ -48,7 +48,12 @@ class FusedState(NamedTuple):
 
 
 class Fused(Transformation):
-  """The transformation ``fuse`` returns."""
+  """The transformation ``fuse`` returns.
+
+  Attributes:
+    inner: the elementwise transformation run on the flat buffers.
+    max_leaf_size: leaves larger than this many elements stay separate (not copied into a buffer).
+  """
 
   name = "fuse"
   requires_float = False  # the inner transformation checks its parameters

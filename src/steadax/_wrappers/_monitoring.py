@@ -27,14 +27,23 @@ __all__ = ["SnapshotState", "MonitorState", "snapshot", "monitor", "measure_with
 
 @state_roles(measurement=OTHER)  # shaped like the measure's output, not like the parameters
 class SnapshotState(NamedTuple):
-  """State of ``snapshot``: ``{measure_name: measurement}`` of the last updates."""
+  """State of ``snapshot``: ``{measure_name: measurement}`` of the last updates.
+
+  Attributes:
+    measurement: ``{measure_name: measurement}`` of the last updates.
+  """
 
   measurement: dict[str, Any]
 
 
 @state_roles(measurements=OTHER, measure_states=INNER)
 class MonitorState(NamedTuple):
-  """State of ``monitor``: the last measurements by name and the measures' own states."""
+  """State of ``monitor``: the last measurements by name and the measures' own states.
+
+  Attributes:
+    measurements: the last measurement of each measure, by name.
+    measure_states: the states of the stateful measures (``measure_with_ema`` ...), in order.
+  """
 
   measurements: dict[str, Params]
   measure_states: tuple

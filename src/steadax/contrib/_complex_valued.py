@@ -29,7 +29,11 @@ class SplitRealAndImaginaryArrays(NamedTuple):
 
 @state_roles(inner_state=INNER)
 class SplitRealAndImaginaryState(NamedTuple):
-  """State of ``split_real_and_imaginary``: the inner transformation's state."""
+  """State of ``split_real_and_imaginary``: the inner transformation's state.
+
+  Attributes:
+    inner_state: the state of the inner transformation.
+  """
 
   inner_state: OptState
 

@@ -38,7 +38,11 @@ __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggreg
 
 @state_roles(rng_key=OTHER)
 class DifferentiallyPrivateAggregateState(NamedTuple):
-  """State of ``differentially_private_aggregate``: the typed PRNG key of the noise."""
+  """State of ``differentially_private_aggregate``: the typed PRNG key of the noise.
+
+  Attributes:
+    rng_key: the typed PRNG key of the next noise draw.
+  """
 
   rng_key: jax.Array
 

@@ -46,6 +46,15 @@ class ProdigyState(NamedTuple):
   ``exp_avg``, ``exp_avg_sq`` and ``grad_sum`` are statistics of ``d * g`` with ``d`` starting at
   ``estim_lr0`` (1e-6): they are stored in at least float32 (in float16 they underflow and the
   first step overshoots). ``params0`` is a copy of the initial parameters in their dtype.
+
+  Attributes:
+    exp_avg: first moment of ``d * g``.
+    exp_avg_sq: second moment of ``d * g``.
+    grad_sum: the weighted sum of ``d * g``, the estimate's denominator.
+    params0: the initial parameters.
+    estim_lr: the current estimate ``d`` of the distance to the solution.
+    numerator_weighted: the running numerator of the estimate.
+    count: the number of updates so far (int32, saturating at its maximum).
   """
 
   exp_avg: Params

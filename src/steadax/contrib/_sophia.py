@@ -45,7 +45,11 @@ __all__ = ["HutchinsonState", "SophiaState", "hutchinson_estimator_diag_hessian"
 
 @state_roles(key=OTHER)
 class HutchinsonState(NamedTuple):
-  """State of ``hutchinson_estimator_diag_hessian``: the typed PRNG key."""
+  """State of ``hutchinson_estimator_diag_hessian``: the typed PRNG key.
+
+  Attributes:
+    key: the typed PRNG key of the next probe vector.
+  """
 
   key: jax.Array
 

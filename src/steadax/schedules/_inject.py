@@ -45,6 +45,11 @@ class InjectHyperparamsState(NamedTuple):
   """Optax's older record for injected hyperparameters (kept for compatibility).
 
   ``inject_hyperparams`` returns ``InjectStatefulHyperparamsState``, as Optax does.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    hyperparams: the current value of each injected hyperparameter, by name.
+    inner_state: the state of the inner transformation.
   """
 
   count: jax.Array
@@ -93,6 +98,9 @@ class WrappedSchedule(Module):
 
   ``schedule_fn`` stays a pytree leaf when it is a steadax schedule, so its values can change
   without recompiling.
+
+  Attributes:
+    schedule_fn: the schedule, a function of the int32 step count.
 
   Example:
     >>> import jax.numpy as jnp, steadax

@@ -126,7 +126,11 @@ class ConformanceReport:
 
 class ConformanceError(AssertionError):
   """Raised by ``ConformanceReport.raise_if_failed`` (and ``check_transformation(...,
-  raise_on_failure=True)``); its message is the report, and ``.report`` holds it."""
+  raise_on_failure=True)``); its message is the report, and ``.report`` holds it.
+
+  Args:
+    report: the failed ``ConformanceReport``.
+  """
 
   def __init__(self, report: ConformanceReport):
     super().__init__(str(report))

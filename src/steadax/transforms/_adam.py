@@ -34,7 +34,13 @@ __all__ = [
 
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator("nu_dtype", real=True))
 class ScaleByAdamState(NamedTuple):
-  """State of ``scale_by_adam`` (and ``scale_by_adamax``): int32 count, first and second moments."""
+  """State of ``scale_by_adam`` (and ``scale_by_adamax``): int32 count, first and second moments.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment, one leaf per parameter.
+    nu: the second moment (real), one leaf per parameter.
+  """
 
   count: jax.Array
   mu: Updates
@@ -44,7 +50,14 @@ class ScaleByAdamState(NamedTuple):
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator(real=True),
              nu_max=accumulator(real=True))
 class ScaleByAmsgradState(NamedTuple):
-  """State of ``scale_by_amsgrad``: Adam's state plus the running maximum of ``nu``."""
+  """State of ``scale_by_amsgrad``: Adam's state plus the running maximum of ``nu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second moment.
+    nu_max: the running maximum of ``nu``.
+  """
 
   count: jax.Array
   mu: Updates

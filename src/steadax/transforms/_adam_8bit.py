@@ -46,6 +46,10 @@ class BlockQuantized(NamedTuple):
 
   The value of element ``i`` is ``map[codes.flat[i]] * scale[i // block_size]``; the padding at the
   end of the last block is zero.
+
+  Attributes:
+    codes: uint8 codes, shape ``[blocks, block_size]``: indices into the quantization map.
+    scale: float32 scale of each block, shape ``[blocks]``.
   """
 
   codes: jax.Array
@@ -58,7 +62,13 @@ class BlockQuantized(NamedTuple):
 @state_roles(count=COUNTER, mu=OTHER, nu=OTHER)
 class ScaleByAdam8bitState(NamedTuple):
   """State of ``scale_by_adam_8bit``: the int32 count and the moments, each leaf either a
-  full-precision array (small tensors) or a ``BlockQuantized`` pair."""
+  full-precision array (small tensors) or a ``BlockQuantized`` pair.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment: per leaf a full-precision array or a ``BlockQuantized``.
+    nu: the second moment, stored as ``mu`` is.
+  """
 
   count: jax.Array
   mu: Updates

@@ -45,7 +45,13 @@ __all__ = [
 
 @state_roles(count=COUNTER, mu=accumulator(), nu=accumulator(real=True))
 class ScaleByBeliefState(NamedTuple):
-  """State of ``scale_by_belief``: int32 count, first moment, second central moment."""
+  """State of ``scale_by_belief``: int32 count, first moment, second central moment.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second central moment (of the gradient's deviation from ``mu``).
+  """
 
   count: jax.Array
   mu: Updates
@@ -54,7 +60,15 @@ class ScaleByBeliefState(NamedTuple):
 
 @state_roles(m=accumulator(), v=accumulator(), n=accumulator(real=True), g=accumulator(), t=COUNTER)
 class ScaleByAdanState(NamedTuple):
-  """State of ``scale_by_adan``: the three moments, the previous gradient and the int32 count."""
+  """State of ``scale_by_adan``: the three moments, the previous gradient and the int32 count.
+
+  Attributes:
+    m: the first moment of the gradients.
+    v: the first moment of the gradient differences.
+    n: the second moment of the corrected gradients.
+    g: the previous gradient.
+    t: the number of updates so far (int32, saturating at its maximum).
+  """
 
   m: Params
   v: Params

@@ -39,7 +39,12 @@ __all__ = [
 
 @state_roles(e_g=accumulator(real=True), e_x=accumulator(real=True))
 class ScaleByAdaDeltaState(NamedTuple):
-  """State of ``scale_by_adadelta``: running averages of squared gradients and squared updates."""
+  """State of ``scale_by_adadelta``: running averages of squared gradients and squared updates.
+
+  Attributes:
+    e_g: running average of the squared gradients.
+    e_x: running average of the squared updates.
+  """
 
   e_g: Params
   e_x: Params
@@ -48,7 +53,13 @@ class ScaleByAdaDeltaState(NamedTuple):
 # nu holds one real scalar per leaf (not a tree mirroring the parameters' shapes): OTHER.
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=OTHER)
 class ScaleByNovogradState(NamedTuple):
-  """State of ``scale_by_novograd``: int32 count, first moment, one second moment per leaf."""
+  """State of ``scale_by_novograd``: int32 count, first moment, one second moment per leaf.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second moment, one scalar per leaf.
+  """
 
   count: jax.Array
   mu: Updates
@@ -58,7 +69,12 @@ class ScaleByNovogradState(NamedTuple):
 # mu holds, per leaf, a list of cover vectors (not the parameters' shapes): OTHER.
 @state_roles(mu=OTHER, nu=accumulator())
 class ScaleBySM3State(NamedTuple):
-  """State of ``scale_by_sm3``: per leaf, one accumulator vector per axis (``mu``) and momentum."""
+  """State of ``scale_by_sm3``: per leaf, one accumulator vector per axis (``mu``) and momentum.
+
+  Attributes:
+    mu: per leaf, one accumulator vector per axis.
+    nu: the momentum.
+  """
 
   mu: Updates
   nu: Updates

@@ -20,7 +20,11 @@ AddDecayedWeightsState = EmptyState
 
 @state_roles(count=COUNTER)
 class WeightDecaySchedule(NamedTuple):
-  """State of ``add_decayed_weights`` with a scheduled weight decay: the int32 count."""
+  """State of ``add_decayed_weights`` with a scheduled weight decay: the int32 count.
+
+  Attributes:
+    count: the step count (int32) the weight-decay schedule is evaluated at.
+  """
 
   count: jax.Array
 

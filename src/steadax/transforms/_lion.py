@@ -24,7 +24,12 @@ _MODES = ("hard", "smooth", "refined")
 
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"))
 class ScaleByLionState(NamedTuple):
-  """State of ``scale_by_lion``: the int32 count and the momentum ``mu``."""
+  """State of ``scale_by_lion``: the int32 count and the momentum ``mu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the momentum.
+  """
 
   count: jax.Array
   mu: Updates

@@ -29,7 +29,14 @@ __all__ = ["ScaleByMarsState", "scale_by_mars"]
              prev_grad=accumulator())
 class ScaleByMarsState(NamedTuple):
   """State of ``scale_by_mars``: int32 count, Adam's moments of the corrected gradient, and the
-  previous raw gradient (MARS-approx's stand-in for the gradient at the previous iterate)."""
+  previous raw gradient (MARS-approx's stand-in for the gradient at the previous iterate).
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment of the corrected gradient.
+    nu: the second moment of the corrected gradient.
+    prev_grad: the previous raw gradient.
+  """
 
   count: jax.Array
   mu: Updates

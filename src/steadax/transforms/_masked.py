@@ -29,7 +29,11 @@ class MaskedNode(NamedTuple):
 
 @state_roles(inner_state=INNER)
 class MaskedState(NamedTuple):
-  """State of ``masked``: the inner transformation's state over the masked-in parameters."""
+  """State of ``masked``: the inner transformation's state over the masked-in parameters.
+
+  Attributes:
+    inner_state: the state of the inner transformation, over the masked-in parameters.
+  """
 
   inner_state: OptState
 

@@ -25,7 +25,12 @@ __all__ = ["AddNoiseState", "add_noise"]
 
 @state_roles(count=COUNTER, rng_key=OTHER)
 class AddNoiseState(NamedTuple):
-  """State of ``add_noise``: the int32 count (for annealing) and the typed PRNG key."""
+  """State of ``add_noise``: the int32 count (for annealing) and the typed PRNG key.
+
+  Attributes:
+    count: the number of updates so far (int32), for the noise's annealing.
+    rng_key: the typed PRNG key of the next noise draw.
+  """
 
   count: jax.Array
   rng_key: jax.Array

@@ -24,7 +24,12 @@ __all__ = ["ScaleByOptimisticGradientState", "scale_by_optimistic_gradient"]
 
 @state_roles(is_initial_step=OTHER, previous_gradient=accumulator())
 class ScaleByOptimisticGradientState(NamedTuple):
-  """State of ``scale_by_optimistic_gradient``: a bool first-step flag and the previous gradient."""
+  """State of ``scale_by_optimistic_gradient``: a bool first-step flag and the previous gradient.
+
+  Attributes:
+    is_initial_step: a bool scalar, True before the first update.
+    previous_gradient: the previous gradient.
+  """
 
   is_initial_step: jax.Array
   previous_gradient: Updates

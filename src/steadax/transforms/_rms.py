@@ -38,14 +38,23 @@ __all__ = [
 
 @state_roles(nu=accumulator(real=True))
 class ScaleByRmsState(NamedTuple):
-  """State of ``scale_by_rms`` without bias correction: the real second moment ``nu``."""
+  """State of ``scale_by_rms`` without bias correction: the real second moment ``nu``.
+
+  Attributes:
+    nu: the second moment (real).
+  """
 
   nu: Updates
 
 
 @state_roles(count=COUNTER, nu=accumulator(real=True))
 class ScaleByRmsWithCountState(NamedTuple):
-  """State of ``scale_by_rms(bias_correction=True)``: the int32 count and ``nu``."""
+  """State of ``scale_by_rms(bias_correction=True)``: the int32 count and ``nu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    nu: the second moment (real).
+  """
 
   count: jax.Array
   nu: Updates
@@ -53,7 +62,12 @@ class ScaleByRmsWithCountState(NamedTuple):
 
 @state_roles(mu=accumulator(), nu=accumulator(real=True))
 class ScaleByRStdDevState(NamedTuple):
-  """State of ``scale_by_stddev`` without bias correction: first moment ``mu``, real ``nu``."""
+  """State of ``scale_by_stddev`` without bias correction: first moment ``mu``, real ``nu``.
+
+  Attributes:
+    mu: the first moment.
+    nu: the second moment (real).
+  """
 
   mu: Updates
   nu: Updates
@@ -61,7 +75,13 @@ class ScaleByRStdDevState(NamedTuple):
 
 @state_roles(count=COUNTER, mu=accumulator(), nu=accumulator(real=True))
 class ScaleByRStdDevWithCountState(NamedTuple):
-  """State of ``scale_by_stddev(bias_correction=True)``: the int32 count, ``mu`` and ``nu``."""
+  """State of ``scale_by_stddev(bias_correction=True)``: the int32 count, ``mu`` and ``nu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second moment (real).
+  """
 
   count: jax.Array
   mu: Updates
@@ -70,7 +90,11 @@ class ScaleByRStdDevWithCountState(NamedTuple):
 
 @state_roles(sum_of_squares=accumulator(real=True))
 class ScaleByRssState(NamedTuple):
-  """State of ``scale_by_rss``: the real running sum of squared updates."""
+  """State of ``scale_by_rss``: the real running sum of squared updates.
+
+  Attributes:
+    sum_of_squares: the running sum of squared updates (real).
+  """
 
   sum_of_squares: Params
 

@@ -28,7 +28,12 @@ __all__ = ["ScaleByRpropState", "scale_by_rprop"]
 
 @state_roles(step_sizes=accumulator(), prev_updates=accumulator())
 class ScaleByRpropState(NamedTuple):
-  """State of ``scale_by_rprop``: the current step size and the last update, per coordinate."""
+  """State of ``scale_by_rprop``: the current step size and the last update, per coordinate.
+
+  Attributes:
+    step_sizes: the current step size of each coordinate.
+    prev_updates: the last update of each coordinate.
+  """
 
   step_sizes: Params
   prev_updates: Params

@@ -34,21 +34,34 @@ ScaleState = EmptyState
 
 @state_roles(count=COUNTER)
 class ScaleByScheduleState(NamedTuple):
-  """State of ``scale_by_schedule``: the int32 step count."""
+  """State of ``scale_by_schedule``: the int32 step count.
+
+  Attributes:
+    count: the step count (int32) the schedule is evaluated at.
+  """
 
   count: jax.Array
 
 
 @state_roles(trace=accumulator("accumulator_dtype"))
 class TraceState(NamedTuple):
-  """State of ``trace``: the momentum buffer."""
+  """State of ``trace``: the momentum buffer.
+
+  Attributes:
+    trace: the momentum buffer, one leaf per parameter.
+  """
 
   trace: Params
 
 
 @state_roles(count=COUNTER, ema=accumulator("accumulator_dtype"))
 class EmaState(NamedTuple):
-  """State of ``ema``: the int32 count and the running average."""
+  """State of ``ema``: the int32 count and the running average.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    ema: the exponential moving average of the updates, one leaf per parameter.
+  """
 
   count: jax.Array
   ema: Params

@@ -116,7 +116,13 @@ def scale_by_polyak(
 @state_roles(max_dist=OTHER, grad_sum_of_squares=OTHER, init_params=OTHER)
 class ScaleByDistanceOverGradientsState(NamedTuple):
   """State of ``scale_by_distance_over_gradients`` (per leaf: the largest distance travelled, the
-  sum of squared gradient norms as a length-1 vector, and the initial parameters)."""
+  sum of squared gradient norms as a length-1 vector, and the initial parameters).
+
+  Attributes:
+    max_dist: per leaf, the largest distance travelled from the initial parameters.
+    grad_sum_of_squares: per leaf, the sum of squared gradient norms (a length-1 vector).
+    init_params: the initial parameters.
+  """
 
   max_dist: jax.Array
   grad_sum_of_squares: Updates

@@ -281,7 +281,13 @@ def average_per_element_updates(per_elt_axis: int | Sequence[int] = 0) -> Aggreg
 @state_roles(micro_step=COUNTER, ready=OTHER, avg_grad=accumulator())
 class AccumulateAvgUpdatesState(NamedTuple):
   """State of ``accumulate_avg_updates``: the int32 micro-step, whether the last step emitted, and
-  the running mean of the updates."""
+  the running mean of the updates.
+
+  Attributes:
+    micro_step: the micro-step within the accumulation (int32).
+    ready: bool scalar, True when the last step emitted the average.
+    avg_grad: the running mean of the updates.
+  """
 
   micro_step: jax.Array
   ready: jax.Array

@@ -75,7 +75,14 @@ def get_batch_size_from_per_elt_updates(per_elt_updates: Params, per_elt_axis: i
              sum_sq_diff_grads=accumulator(real=True))
 class PerElementMeanAndSumSqDiffGradsState(NamedTuple):
   """State of ``get_per_element_mean_and_sum_sq_diff_grads`` with accumulation: the int32
-  micro-step, whether the last step emitted, the running mean and the sum of squared deviations."""
+  micro-step, whether the last step emitted, the running mean and the sum of squared deviations.
+
+  Attributes:
+    micro_step: the micro-step within the accumulation (int32).
+    ready: bool scalar, True when the last step emitted the statistics.
+    mean_grads: the running mean of the per-element gradients.
+    sum_sq_diff_grads: the running sum of squared deviations from the mean.
+  """
 
   micro_step: jax.Array
   ready: jax.Array
@@ -185,7 +192,14 @@ def get_per_element_mean_and_sum_sq_diff_grads(
              variance_grads_ema=accumulator(real=True))
 class PerElementMeanAndVarianceEMAState(NamedTuple):
   """State of ``track_per_element_mean_and_variance_with_ema``: the int32 count, the decay, and the
-  moving averages of the mean and of the variance of per-element gradients."""
+  moving averages of the mean and of the variance of per-element gradients.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    ema_decay: the decay of the moving averages.
+    mean_grads_ema: the moving average of the mean of per-element gradients.
+    variance_grads_ema: the moving average of their variance.
+  """
 
   count: jax.Array
   ema_decay: jax.Array
