@@ -54,7 +54,7 @@ def fill_shared(doc: str, owner: str) -> str:
     The docstring with every marker filled in.
 
   Example:
-    >>> print(fill_shared("Args:\n  b1: <shared>", "f"))
+    >>> print(fill_shared("Args:\\n  b1: <shared>", "f"))
     Args:
       b1: decay of the first moment, in [0, 1).
   """
