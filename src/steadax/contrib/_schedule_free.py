@@ -123,7 +123,7 @@ class ScheduleFree(Transformation):
 
 def schedule_free(
     base_optimizer: GradientTransformation,
-    learning_rate: ScalarOrSchedule | ArrayLike,
+    learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
     weight_lr_power: ArrayLike = 2.0,
     state_dtype: DTypeLike | None = None,
@@ -154,7 +154,7 @@ def schedule_free(
                       b1, weight_lr_power, state_dtype=state_dtype)
 
 
-def _warmup(learning_rate, warmup_steps):
+def _warmup(learning_rate: Any, warmup_steps: int | None) -> ScalarOrSchedule:
   if warmup_steps is None:
     return learning_rate
   return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
