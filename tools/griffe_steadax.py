@@ -8,15 +8,32 @@
   its public names by redundant aliases, ``from ._x import A as A`` (the convention type checkers
   read too); griffe treats imported names as private unless listed in ``__all__``, so these are
   marked public.
+* ``SharedArguments``: ``name: <shared>`` lines of a docstring (``steadax._core._docs``) are filled in
+  at import time for ``help()``; griffe reads the source, not the imported object, so the extension
+  applies the same ``fill_shared`` with the same ``ARGS`` (loaded from src/steadax/_core/_docs.py by
+  path: one source for both, without importing steadax and JAX into the docs build).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import pathlib
 import re
 from typing import Any
 
 import griffe
+
+_DOCS_MODULE = pathlib.Path(__file__).resolve().parents[1] / "src" / "steadax" / "_core" / "_docs.py"
+
+
+def _load_fill_shared():
+  spec = importlib.util.spec_from_file_location("_steadax_docs_for_griffe", _DOCS_MODULE)
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.fill_shared
+
 
 _HEADING = re.compile(r"^(\s*)Example:[ \t]*$", flags=re.M)
 
@@ -27,6 +44,20 @@ class ExampleSections(griffe.Extension):
   def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
     if obj.docstring is not None:
       obj.docstring.value = _HEADING.sub(r"\1Examples:", obj.docstring.value)
+
+
+class SharedArguments(griffe.Extension):
+  """Fills in ``name: <shared>`` argument descriptions, as ``shared_args`` does at import time."""
+
+  def __init__(self) -> None:
+    super().__init__()
+    self._fill = _load_fill_shared()
+
+  def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+    if obj.path.startswith("steadax._core._docs"):
+      return  # the mechanism's own docstrings show the marker as an example
+    if obj.docstring is not None and "<shared>" in obj.docstring.value:
+      obj.docstring.value = self._fill(obj.docstring.value, obj.path)
 
 
 class RedundantAliasesArePublic(griffe.Extension):

@@ -1,7 +1,5 @@
 """Transformations: Optax's ``GradientTransformation`` interface as frozen pytree objects."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 import dataclasses
 import functools
@@ -11,6 +9,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ._containers import in_init_containers
 from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
@@ -55,8 +54,15 @@ class EmptyState(NamedTuple):
 def init_empty_state(params: Params) -> EmptyState:
   """Init function of stateless transformations: returns ``EmptyState()``.
 
+  Args:
+    params: the parameters (unused).
+
+  Returns:
+    ``EmptyState()``.
+
   Example:
-    >>> init_empty_state({"w": 1.0})
+    >>> import steadax
+    >>> steadax.init_empty_state({"w": 1.0})
     EmptyState()
   """
   del params
@@ -209,7 +215,7 @@ class _WithExtraArgs(GradientTransformationExtraArgs):
     return self.inner.update(updates, state, params)
 
 
-def with_extra_args_support(tx: GradientTransformation | tuple[Any, Any]) -> GradientTransformationExtraArgs:
+def with_extra_args_support(tx: GradientTransformation | tuple[TransformInitFn, TransformUpdateFn]) -> GradientTransformationExtraArgs:
   """Wrap ``tx`` so its ``update`` accepts (and ignores) keyword extras.
 
   Args:
@@ -750,7 +756,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     raise InputMismatchError(message) from error
 
 
-def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
+def incremental_update(new_tensors: Params, old_tensors: Params, step_size: ArrayLike) -> Params:
   """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leaf by leaf.
 
   Args:

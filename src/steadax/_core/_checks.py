@@ -1,7 +1,5 @@
 """Validation of hyperparameters at construction time (concrete values only; tracers pass)."""
 
-from __future__ import annotations
-
 import inspect
 import math
 from typing import Any

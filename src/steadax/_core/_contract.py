@@ -11,8 +11,6 @@ are cast back otherwise. All checks look only at shapes and dtypes, so under ``j
 at trace time, and cost nothing per step.
 """
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 from collections.abc import Iterator
@@ -40,7 +38,7 @@ class InputMismatchError(TypeError, ValueError):
   involved and the paths where they differ.
   """
 
-  def within(self, owner: str) -> InputMismatchError:
+  def within(self, owner: str) -> "InputMismatchError":
     """The same error with ``owner`` (an enclosing transformation) named in front.
 
     An error that ``owner``'s own ``update_fn`` raised (its message starts with ``owner``) is

@@ -9,8 +9,6 @@ and drops each entry when the Optax release it mirrors drops it. The names stay 
 ``__all__``, as in Optax.
 """
 
-from __future__ import annotations
-
 import sys
 import warnings
 from collections.abc import Callable

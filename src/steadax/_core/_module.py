@@ -36,16 +36,14 @@ every node), which equal Modules share: hashing never reads a leaf, so it works 
 a Module can be a dictionary key or a ``static_argnums`` argument.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, Self, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
+from typing import Any, ClassVar, Self, cast, dataclass_transform, get_origin
 
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
@@ -81,8 +79,9 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     A dataclass field.
 
   Example:
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
+    >>> import jax, steadax
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
     >>> jax.tree_util.tree_leaves(Scale(0.5))
     [0.5]
   """
@@ -102,10 +101,11 @@ def child_field(default: Any = dataclasses.MISSING, *, default_factory: Any = da
     A dataclass field.
 
   Example:
-    >>> class Wrap(Module):
-    ...   inner: Any = child_field()
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
+    >>> import jax, steadax
+    >>> class Wrap(steadax.Module):
+    ...   inner: steadax.Module = steadax.child_field()
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
     >>> len(jax.tree_util.tree_leaves(Wrap(Scale(2.0))))
     1
   """
@@ -130,8 +130,9 @@ def static_field(default: Any = dataclasses.MISSING, *, check: Callable | None =
     A dataclass field.
 
   Example:
-    >>> class Flagged(Module):
-    ...   flag: bool = static_field(False)
+    >>> import jax, steadax
+    >>> class Flagged(steadax.Module):
+    ...   flag: bool = steadax.static_field(False)
     >>> jax.tree_util.tree_leaves(Flagged(True))
     []
   """
@@ -279,10 +280,10 @@ class Module(metaclass=_ModuleMeta):
   Every annotated field must be declared with ``hyper_field``, ``child_field`` or ``static_field``.
 
   Example:
-    >>> import jax
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
-    ...   flag: bool = static_field(False)
+    >>> import jax, steadax
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
+    ...   flag: bool = steadax.static_field(False)
     >>> tx = Scale(0.5)
     >>> jax.tree_util.tree_structure(jax.tree_util.tree_map(lambda _: False, tx)) == (
     ...     jax.tree_util.tree_structure(tx))
@@ -297,7 +298,8 @@ class Module(metaclass=_ModuleMeta):
     # structure must never be inferred from a value.
     for name in cls.__dict__["__annotations__"]:
       annotation = cls.__dict__["__annotations__"][name]
-      if isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar")):
+      if annotation is ClassVar or get_origin(annotation) is ClassVar or (
+          isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar"))):
         continue
       default = cls.__dict__.get(name, dataclasses.MISSING)
       if not (isinstance(default, dataclasses.Field) and _KIND in default.metadata):
@@ -387,8 +389,12 @@ class Fn(Module):
   ``hyper_field`` and ``child_field`` fields wrap plain callables (a schedule written as a ``def``) in ``Fn``
   when the object is built; calling it calls the function.
 
+  Attributes:
+    fn: the callable (static: part of the compiled program's identity).
+
   Example:
-    >>> f = Fn(lambda count: 2 * count)
+    >>> import jax, steadax
+    >>> f = steadax.Fn(lambda count: 2 * count)
     >>> f(3), jax.tree_util.tree_leaves(f)
     (6, [])
   """

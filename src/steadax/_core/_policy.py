@@ -8,8 +8,6 @@
 * Hyperparameters are cast to the computation dtype; they never widen state.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any
 

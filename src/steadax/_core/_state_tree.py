@@ -11,8 +11,6 @@ NamedTuples and Modules, so ``get(state, "ScaleByAdamState")`` returns the whole
 Other containers (tuples of a ``chain``, lists, custom pytrees) are searched through.
 """
 
-from __future__ import annotations
-
 import copy
 import dataclasses
 from collections.abc import Callable
@@ -23,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._module import Module
+from ._types import Params
 
 __all__ = [
     "NamedTupleKey",
@@ -144,7 +143,7 @@ def _find(tree: Any, path: KeyPath, key: Any) -> list[tuple[KeyPath, Any]]:
 
 
 def tree_get_all_with_path(
-    tree: Any, key: Any, filtering: Filtering | None = None
+    tree: Params, key: Any, filtering: Filtering | None = None
 ) -> list[tuple[KeyPath, Any]]:
   """Every value named ``key`` in ``tree``, with its path.
 
@@ -226,7 +225,7 @@ def _replace(node: Any, path: KeyPath, values: dict[str, Any], filtering: Filter
   return node
 
 
-def tree_set(tree: Any, filtering: Filtering | None = None, /, **kwargs: Any) -> Any:
+def tree_set(tree: Params, filtering: Filtering | None = None, /, **kwargs: Any) -> Any:
   """A copy of ``tree`` with every value named by a keyword replaced by that keyword's value.
 
   Replaces exactly the values ``get_all_with_path(tree, key, filtering)`` returns, for each

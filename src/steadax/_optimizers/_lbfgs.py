@@ -8,8 +8,6 @@ scalar statistics dtype (the widest floating dtype among the params, at least fl
 also the dtype of the curvature weights ``rho = 1 / Re<y, s>``.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -25,7 +23,7 @@ from .._core._module import static_field
 from .._core._policy import accumulator_dtype, compute_dtype, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule, Updates
 from .._linesearch._common import real_vdot
 from .._linesearch._zoom import scale_by_zoom_linesearch
 from ..transforms._scaling import scale, scale_by_learning_rate
@@ -52,10 +50,10 @@ class ScaleByLBFGSState(NamedTuple):
   """
 
   count: jax.Array
-  params: Any
-  updates: Any
-  diff_params_memory: Any
-  diff_updates_memory: Any
+  params: Params
+  updates: Updates
+  diff_params_memory: Params
+  diff_updates_memory: Params
   weights_memory: jax.Array
 
 

@@ -4,8 +4,6 @@ Norms accumulate in at least float32 (the widest dtype present for mixed trees);
 written back in each input's dtype.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
@@ -16,6 +14,7 @@ from .._core._base import EmptyState, Transformation
 from .._core._leafwise import Scalars, leafwise, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, cast, compute_dtype, hyper, key_path_str, real_dtype
+from .._core._types import Updates
 
 __all__ = [
     "AdaptiveGradClipState",
@@ -221,7 +220,7 @@ def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.
   return summed, num_clipped
 
 
-def per_example_global_norm_clip(grads: Any, l2_norm_clip: float) -> tuple[Any, jax.Array]:
+def per_example_global_norm_clip(grads: Updates, l2_norm_clip: float) -> tuple[Any, jax.Array]:
   """Clips each example's gradient to global norm ``l2_norm_clip`` and sums over the examples.
 
   Args:
@@ -251,7 +250,7 @@ def per_example_global_norm_clip(grads: Any, l2_norm_clip: float) -> tuple[Any, 
 
 
 def per_example_layer_norm_clip(
-    grads: Any, global_l2_norm_clip: float, uniform: bool = True
+    grads: Updates, global_l2_norm_clip: float, uniform: bool = True
 ) -> tuple[Any, Any]:
   """Clips each example's gradient layer by layer (leaf by leaf) and sums over the examples.
 

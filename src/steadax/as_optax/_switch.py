@@ -15,7 +15,6 @@ module a loader creates (every other attribute only where it is missing), so ``e
 steadax's own spec back: ``steadax.__spec__.name`` stays ``"steadax"``.
 """
 
-from __future__ import annotations
 
 import importlib
 import importlib.abc
@@ -141,7 +140,7 @@ class Switch:
   def __init__(self, installed: bool):
     self.installed = installed
 
-  def __enter__(self) -> Switch:
+  def __enter__(self) -> "Switch":
     return self
 
   def __exit__(self, *exc_info: object) -> None:

@@ -4,14 +4,13 @@ All of them work on log-probabilities computed with a max shift in at least floa
 1e4 and bfloat16 inputs stay finite; the result takes the inputs' floating dtype (see _common).
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -52,10 +51,10 @@ def _prepare_softmax(fn: str, logits: Any, labels: Any, axis: Axis, where: Any,
 
 
 def softmax_cross_entropy(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Cross entropy between the softmax of ``logits`` and target distributions ``labels``.
 
@@ -96,7 +95,7 @@ def softmax_cross_entropy(
   return cast(loss, out_dtype)
 
 
-def safe_softmax_cross_entropy(logits: Any, labels: Any) -> jax.Array:
+def safe_softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Softmax cross entropy over the last axis with the convention ``0 \log 0 = 0``.
 
   Unlike :func:`softmax_cross_entropy`, a class with ``logits=-inf`` and ``labels=0`` contributes
@@ -160,10 +159,10 @@ _safe_weighted_log_probs.defjvp(_safe_weighted_log_probs_jvp, symbolic_zeros=Tru
 
 
 def softmax_cross_entropy_with_integer_labels(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     axis: int | tuple[int, ...] = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Softmax cross entropy with the target given as integer class indices.
 
@@ -223,7 +222,7 @@ def softmax_cross_entropy_with_integer_labels(
   return cast(loss, out_dtype)
 
 
-def sigmoid_binary_cross_entropy(logits: Any, labels: Any) -> jax.Array:
+def sigmoid_binary_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Elementwise binary cross entropy of independent sigmoid predictions.
 
   .. math::
@@ -272,11 +271,11 @@ def _log_weighted_sum(w1: jax.Array, a: jax.Array, w2: jax.Array, b: jax.Array) 
 
 
 def sigmoid_focal_loss(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     *,
-    alpha: Any = None,
-    gamma: Any = 2.0,
+    alpha: ArrayLike | None = None,
+    gamma: ArrayLike = 2.0,
 ) -> jax.Array:
   r"""Focal loss: sigmoid cross entropy scaled down on well-classified examples.
 
@@ -325,12 +324,12 @@ def sigmoid_focal_loss(
 
 
 def poly_loss_cross_entropy(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     *,
-    epsilon: Any = 2.0,
+    epsilon: ArrayLike = 2.0,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Poly-1 loss: softmax cross entropy plus ``epsilon`` times the first polynomial term.
 

@@ -11,8 +11,6 @@ pass or in the gradient: excluded entries are replaced by finite values before a
 (the "double where" idiom).
 """
 
-from __future__ import annotations
-
 import operator
 from collections.abc import Sequence
 from typing import Any

@@ -1,7 +1,5 @@
 """Shared helpers of the schedules: the evaluation dtype, the step count, argument checks."""
 
-from __future__ import annotations
-
 import math
 from typing import Any
 

@@ -13,8 +13,6 @@ Every update rebuilds the inner transformation from the current values; steadax 
 frozen pytrees, so building one from traced values inside ``jit`` or ``lax.scan`` costs nothing.
 """
 
-from __future__ import annotations
-
 import functools
 import inspect
 from collections.abc import Callable, Iterable
@@ -31,6 +29,7 @@ from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._common import cast, declared_dtype
+from .._core._types import OptState, Schedule
 
 __all__ = [
     "InjectHyperparamsState",
@@ -47,11 +46,16 @@ class InjectHyperparamsState(NamedTuple):
   """Optax's older record for injected hyperparameters (kept for compatibility).
 
   ``inject_hyperparams`` returns ``InjectStatefulHyperparamsState``, as Optax does.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    hyperparams: the current value of each injected hyperparameter, by name.
+    inner_state: the state of the inner transformation.
   """
 
   count: jax.Array
-  hyperparams: dict[str, Any]
-  inner_state: Any
+  hyperparams: dict[str, jax.Array]
+  inner_state: OptState
 
 
 @state_roles(count=COUNTER, hyperparams=OTHER, hyperparams_states=OTHER, inner_state=INNER)
@@ -67,9 +71,9 @@ class InjectStatefulHyperparamsState(NamedTuple):
   """
 
   count: jax.Array
-  hyperparams: dict[str, Any]
+  hyperparams: dict[str, jax.Array]
   hyperparams_states: dict[str, Any]
-  inner_state: Any
+  inner_state: OptState
 
 
 @runtime_checkable
@@ -96,6 +100,9 @@ class WrappedSchedule(Module):
   ``schedule_fn`` stays a pytree leaf when it is a steadax schedule, so its values can change
   without recompiling.
 
+  Attributes:
+    schedule_fn: the schedule, a function of the int32 step count.
+
   Example:
     >>> import jax.numpy as jnp, steadax
     >>> sched = steadax.WrappedSchedule(steadax.linear_schedule(1.0, 0.0, 4))
@@ -104,7 +111,7 @@ class WrappedSchedule(Module):
     Array(0.75, dtype=float32)
   """
 
-  schedule_fn: Any = hyper_field()
+  schedule_fn: Schedule = hyper_field()
 
   def init(self) -> WrappedScheduleState:
     return WrappedScheduleState(count=zero_count())
@@ -303,7 +310,7 @@ class InjectHyperparams(Transformation):
 def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any | None = None,
+    hyperparam_dtype: np.dtype | None = None,
 ) -> Callable[..., InjectHyperparams]:
   """Turns a transformation factory into one whose hyperparameters live in the state.
 
@@ -387,7 +394,7 @@ def inject_hyperparams(
       elif _is_stateful_schedule(value):
         scheduled[name] = value
       elif callable(value) and not isinstance(value, GradientTransformation):
-        scheduled[name] = WrappedSchedule(value)
+        scheduled[name] = WrappedSchedule(value)  # pyright: ignore[reportArgumentType]  (a callable hyperparameter is a schedule)
       elif _is_numeric(value):
         numeric[name] = value
       else:
@@ -412,7 +419,7 @@ def inject_hyperparams(
 def inject_stateful_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any | None = None,
+    hyperparam_dtype: np.dtype | None = None,
 ) -> Callable[..., InjectHyperparams]:
   """The same as ``inject_hyperparams`` (Optax's older name; both accept stateful schedules).
 
