@@ -46,6 +46,8 @@ import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
 
+from ._policy import hyperparam_dtype
+
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
 _KIND = "steadax_kind"
@@ -223,13 +225,55 @@ def _freeze_callables(value: Any) -> Any:
   return value
 
 
+def _as_python_number(leaf: Any) -> Any:
+  """A concrete scalar hyperparameter as the Python number it stands for, when that keeps its type.
+
+  ``adam(1e-3)``, ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))`` and
+  ``adam(jnp.array(1e-3))`` mean the same float32 learning rate, but as ``jit`` arguments they are
+  four kinds of leaf (weak or strong, numpy or jax), four cache keys: a step compiled for one
+  compiled again for the next. A 0-d value whose declared dtype (``_policy.hyperparam_dtype``:
+  weak values and 32-bit ones are what a Python number declares) is the Python number's becomes
+  that number, exactly (a float32 or float64 value is a Python float without rounding). A value
+  that declares another dtype (a float64 array under x64, a bfloat16 one) is kept: schedules
+  evaluate in it, so it is a different program. Tracers, arrays with a shape, keys and other
+  objects are kept as they are.
+  """
+  if type(leaf) in (bool, int, float, complex) or isinstance(leaf, jax.core.Tracer):
+    return leaf
+  if not isinstance(leaf, (np.ndarray, np.generic, jax.Array)) or np.ndim(leaf) != 0:
+    return leaf
+  dtype = leaf.dtype
+  if not isinstance(dtype, np.dtype):  # typed PRNG keys (an extended dtype) and the like
+    return leaf
+  if dtype == np.bool_:
+    return bool(leaf)
+  kind = {"i": int, "u": int, "f": float, "c": complex}.get(dtype.kind)
+  if kind is None:
+    return leaf
+  declared = jax.dtypes.canonicalize_dtype(hyperparam_dtype(leaf))
+  if declared != jax.dtypes.canonicalize_dtype(hyperparam_dtype(kind(0))):
+    return leaf
+  return kind(leaf.item())
+
+
+def _canonical_hyper(value: Any) -> Any:
+  """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
+  (schedules) are left alone: they canonicalize their own fields when built."""
+  if value is None or isinstance(value, Module):
+    return value
+  if isinstance(value, (tuple, list, dict)):
+    return jax.tree_util.tree_map(_as_python_number, value, is_leaf=lambda x: isinstance(x, Module))
+  return _as_python_number(value)
+
+
 def _is_concrete(value: Any) -> bool:
   return not any(isinstance(l, jax.core.Tracer) for l in jax.tree_util.tree_leaves(value))
 
 
 def _finish(obj: Any) -> None:
   """What every built Module gets, whoever wrote its ``__init__``: plain callables in dynamic fields
-  wrapped in ``Fn``, and every field's check run on its (concrete) value."""
+  wrapped in ``Fn``, concrete scalar hyperparameters as one kind of leaf (``_canonical_hyper``), and
+  every field's check run on its (concrete) value."""
   cls = type(obj)
   d = obj.__dict__
   for name in cls._dynamic_fields:
@@ -237,6 +281,11 @@ def _finish(obj: Any) -> None:
     frozen = _freeze_callables(value)
     if frozen is not value:
       object.__setattr__(obj, name, frozen)
+  for name in cls._hyper_fields:
+    value = d[name]
+    canonical = _canonical_hyper(value)
+    if canonical is not value:
+      object.__setattr__(obj, name, canonical)
   owner = getattr(obj, "owner", cls.__name__)
   for name, check in cls._field_checks:
     value = d[name]
@@ -294,12 +343,14 @@ class Module(metaclass=_ModuleMeta):
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
+    hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
     cls._dynamic_fields = dynamic
     cls._static_fields = static
     cls._field_checks = checks
+    cls._hyper_fields = hypers
 
     def flatten_with_keys(obj):
       d = obj.__dict__
