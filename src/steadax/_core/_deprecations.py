@@ -19,8 +19,8 @@ from typing import Any
 __all__ = ["deprecation_getattr", "warn_deprecated_call"]
 
 
-def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], Any] | None]]
-                        ) -> Callable[[str], Any]:
+def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], Any] | None]],
+                        stacklevel: int = 2) -> Callable[[str], Any]:
   """A module ``__getattr__`` serving the deprecated names of ``table``.
 
   Args:
@@ -47,7 +47,7 @@ def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], An
       message, target = table[name]
       if target is None:
         raise AttributeError(message)
-      warnings.warn(message, DeprecationWarning, stacklevel=2)
+      warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
       return target()
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
