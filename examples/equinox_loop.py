@@ -1,7 +1,8 @@
 """steadax in an Equinox loop: ``eqx.filter_jit``, ``eqx.partition`` and the optimizer as an argument.
 
-Run: ``.venv/bin/python examples/equinox_loop.py`` (about 10-20 s on a 2-core CPU; needs equinox, in
-the ``examples`` and ``dev`` extras). Prints one row per run: the optimizer, the loss before and
+Run: ``make example NAME=equinox_loop`` (about 10-20 s on a 2-core CPU; make creates ``.venv`` with
+the ``examples`` extra, which has equinox; then ``.venv/bin/python examples/equinox_loop.py`` works
+too). Prints one row per run: the optimizer, the loss before and
 after training, and how many times the step was traced.
 
 The model is an ``eqx.nn.MLP``; ``eqx.partition(model, eqx.is_inexact_array)`` splits its arrays from
