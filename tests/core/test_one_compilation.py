@@ -2,8 +2,9 @@
 
 A jitted step taking the transformation as an argument is keyed on each leaf's kind (Python
 number, numpy scalar, jax array; weak or strong); ``Module`` builds every concrete scalar that
-declares a Python number's dtype as that number, so all the ways of writing a float32 learning rate
-share one program, in both x64 modes (this file runs in both passes of make test).
+declares a Python number's dtype as the weakly typed array of that number, so all the ways of
+writing a float32 learning rate share one program under ``jax.jit`` and ``eqx.filter_jit``, in
+both x64 modes (this file runs in both passes of make test).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import steadax
 
@@ -58,17 +60,42 @@ def test_schedule_arguments_compile_once():
   assert len(traces) == 1, f"the step was traced {len(traces)} times"
 
 
-def test_the_number_is_kept_exactly_and_declared_dtypes_are_kept():
-  (lr,) = [leaf for leaf in jax.tree_util.tree_leaves(steadax.scale_by_learning_rate(jnp.float32(1e-3)))]
-  assert type(lr) is float and lr == float(np.float32(1e-3))
-  assert type(jax.tree_util.tree_leaves(steadax.scale(np.int32(3)))[0]) is int
+def test_one_kind_of_leaf_and_declared_dtypes_are_kept():
+  # Every spelling becomes the weakly typed array of the number it stands for: JAX's own type of a
+  # Python number (float32, float64 under x64), which eqx.filter_jit traces (it holds Python
+  # numbers static).
+  for lr in _SPELLINGS:
+    (leaf,) = jax.tree_util.tree_leaves(steadax.scale_by_learning_rate(lr))
+    assert isinstance(leaf, jax.Array) and leaf.weak_type and leaf.shape == ()
+    assert leaf.dtype == jnp.asarray(1.0).dtype
+    assert float(leaf) == float(jnp.asarray(float(lr)))
+  assert type(jax.tree_util.tree_leaves(steadax.scale(np.int32(3)))[0]) is int  # counts stay ints
+  assert repr(steadax.scale_by_learning_rate(1e-3)) == (
+      "ScaleByLearningRate(learning_rate=0.001, flip_sign=True)")
   # A value declaring another dtype (bfloat16; float64 under x64) is a different program on
   # purpose: schedules and injected hyperparameters compute in it. It is kept as given.
   kept = jax.tree_util.tree_leaves(steadax.scale_by_learning_rate(jnp.asarray(1e-3, jnp.bfloat16)))[0]
-  assert kept.dtype == jnp.bfloat16
+  assert kept.dtype == jnp.bfloat16 and not kept.weak_type
   # Arrays with a shape (a swept configuration) and tracers are left alone.
   swept = steadax.sweep(steadax.sgd, learning_rate=[1e-3, 1e-2])
   assert any(np.shape(leaf) == (2,) for leaf in jax.tree_util.tree_leaves(swept))
   traced = jax.jit(lambda lr: jnp.asarray(isinstance(
       jax.tree_util.tree_leaves(steadax.scale_by_learning_rate(lr))[0], jax.core.Tracer)))
   assert bool(traced(jnp.float32(1e-3)))
+
+
+def test_equinox_filter_jit_traces_every_spelling_once():
+  eqx = pytest.importorskip("equinox")
+  traces = []
+
+  @eqx.filter_jit
+  def step(tx, state, params):
+    traces.append(1)
+    updates, state = tx.update(params, state, params)
+    return steadax.apply_updates(params, updates), state
+
+  params = jnp.ones(2)
+  state = steadax.sgd(1e-3).init(params)
+  for lr in _SPELLINGS:
+    params, state = step(steadax.sgd(lr), state, params)
+  assert len(traces) == 1, f"the step was traced {len(traces)} times"

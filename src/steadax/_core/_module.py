@@ -44,6 +44,7 @@ from typing import Any, Self, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
+import jax.numpy as jnp
 import numpy as np
 
 from ._policy import hyperparam_dtype
@@ -225,21 +226,25 @@ def _freeze_callables(value: Any) -> Any:
   return value
 
 
-def _as_python_number(leaf: Any) -> Any:
-  """A concrete scalar hyperparameter as the Python number it stands for, when that keeps its type.
+def _canonical_scalar(leaf: Any) -> Any:
+  """A concrete scalar hyperparameter as one kind of leaf: a weakly typed 0-d jax array.
 
   ``adam(1e-3)``, ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))`` and
-  ``adam(jnp.array(1e-3))`` mean the same float32 learning rate, but as ``jit`` arguments they are
-  four kinds of leaf (weak or strong, numpy or jax), four cache keys: a step compiled for one
-  compiled again for the next. A 0-d value whose declared dtype (``_policy.hyperparam_dtype``:
-  weak values and 32-bit ones are what a Python number declares) is the Python number's becomes
-  that number, exactly (a float32 or float64 value is a Python float without rounding). A value
-  that declares another dtype (a float64 array under x64, a bfloat16 one) is kept: schedules
-  evaluate in it, so it is a different program. Tracers, arrays with a shape, keys and other
-  objects are kept as they are.
+  ``adam(jnp.array(1e-3))`` mean the same learning rate, but as ``jit`` arguments they are four
+  kinds of leaf (a Python number, numpy or jax, weak or strong), four cache keys: a step compiled
+  for one is compiled again for the next. Each becomes the array ``jnp.asarray(number)`` of the
+  number it stands for (exactly: a float32 value is a Python float without rounding): weakly typed,
+  it is what a Python number is to JAX (float32, or float64 under x64, adopting the dtype of what it
+  meets; ``_policy.hyperparam_dtype`` reads it as a Python number), and as an array it is traced
+  by ``eqx.filter_jit``, which holds Python numbers static. A value that declares another dtype (a
+  float64 array under x64, a bfloat16 one) is kept: schedules evaluate in it, so it is a different
+  program. Integers and booleans stay Python numbers (step counts and sizes used in Python control
+  flow); tracers, arrays with a shape, keys and other objects are kept as they are.
   """
-  if type(leaf) in (bool, int, float, complex) or isinstance(leaf, jax.core.Tracer):
+  if type(leaf) in (bool, int) or isinstance(leaf, jax.core.Tracer):
     return leaf
+  if type(leaf) in (float, complex):
+    return jnp.asarray(leaf)
   if not isinstance(leaf, (np.ndarray, np.generic, jax.Array)) or np.ndim(leaf) != 0:
     return leaf
   dtype = leaf.dtype
@@ -253,17 +258,32 @@ def _as_python_number(leaf: Any) -> Any:
   declared = jax.dtypes.canonicalize_dtype(hyperparam_dtype(leaf))
   if declared != jax.dtypes.canonicalize_dtype(hyperparam_dtype(kind(0))):
     return leaf
-  return kind(leaf.item())
+  if kind is int:
+    return int(leaf.item())
+  if isinstance(leaf, jax.Array) and getattr(leaf, "weak_type", False):
+    return leaf
+  return jnp.asarray(kind(leaf.item()))
+
+
+def _as_number(leaf: Any) -> Any:
+  """A weakly typed concrete 0-d array as its Python number (for ``repr``); anything else as is."""
+  if (isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and leaf.ndim == 0
+      and getattr(leaf, "weak_type", False)):
+    value: Any = np.asarray(leaf)[()]
+    if np.issubdtype(value.dtype, np.floating):  # the shortest digits that give the stored value
+      return float(np.format_float_positional(value, unique=True))
+    return value.item()
+  return leaf
 
 
 def _canonical_hyper(value: Any) -> Any:
-  """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
+  """``value`` with its concrete scalar leaves in one kind (``_canonical_scalar``); Modules
   (schedules) are left alone: they canonicalize their own fields when built."""
   if value is None or isinstance(value, Module):
     return value
   if isinstance(value, (tuple, list, dict)):
-    return jax.tree_util.tree_map(_as_python_number, value, is_leaf=lambda x: isinstance(x, Module))
-  return _as_python_number(value)
+    return jax.tree_util.tree_map(_canonical_scalar, value, is_leaf=lambda x: isinstance(x, Module))
+  return _canonical_scalar(value)
 
 
 def _is_concrete(value: Any) -> bool:
@@ -340,7 +360,8 @@ class Module(metaclass=_ModuleMeta):
             f"{cls.__qualname__}.{name}: declare the field with hyper_field(...), child_field(...) or "
             "static_field(...); steadax never decides a field's kind from its value."
         )
-    dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
+    # repr=False: Module.__repr__ (or the class's own) shows hyperparameters as numbers.
+    dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
     hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
@@ -385,6 +406,20 @@ class Module(metaclass=_ModuleMeta):
 
   def __hash__(self) -> int:
     return hash(jax.tree_util.tree_structure(self))
+
+  def __repr__(self) -> str:
+    # The dataclass repr, with each concrete scalar hyperparameter (a weakly typed 0-d array, see
+    # _canonical_scalar) shown as the number it holds: ``Adam(b1=0.9, ...)``.
+    hypers = set(getattr(type(self), "_hyper_fields", ()))
+    shown = []
+    for f in dataclasses.fields(cast(Any, self)):
+      if not f.repr:
+        continue
+      value = self.__dict__.get(f.name)
+      if f.name in hypers:
+        value = jax.tree_util.tree_map(_as_number, value, is_leaf=lambda x: isinstance(x, Module))
+      shown.append(f"{f.name}={value!r}")
+    return f"{type(self).__qualname__}({', '.join(shown)})"
 
   def replace(self, **changes: Any) -> Self:
     """A copy with some fields changed, checked again as a new object is.
