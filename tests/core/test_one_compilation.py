@@ -1,10 +1,10 @@
 """One compilation for any learning rate: hyperparameter leaves are built as one kind of leaf.
 
 A jitted step taking the transformation as an argument is keyed on each leaf's kind (Python
-number, numpy scalar, jax array; weak or strong); ``Module`` builds every concrete scalar that
-declares a Python number's dtype as the weakly typed array of that number, so all the ways of
-writing a float32 learning rate share one program under ``jax.jit`` and ``eqx.filter_jit``, in
-both x64 modes (this file runs in both passes of make test).
+number, numpy scalar, jax array; weak or strong); ``Module`` stores every concrete scalar that
+declares a Python number's dtype as that number and flattens it as the weakly typed array of the
+number, so all the ways of writing a float32 learning rate share one program under ``jax.jit``
+and ``eqx.filter_jit``, in both x64 modes (this file runs in both passes of make test).
 """
 
 from __future__ import annotations
@@ -61,17 +61,18 @@ def test_schedule_arguments_compile_once():
 
 
 def test_one_kind_of_leaf_and_declared_dtypes_are_kept():
-  # Every spelling becomes the weakly typed array of the number it stands for: JAX's own type of a
-  # Python number (float32, float64 under x64), which eqx.filter_jit traces (it holds Python
-  # numbers static).
+  # Every spelling is stored as the Python number it stands for (exactly: what a closure computes
+  # with) and flattened as the weakly typed array of that number, JAX's own type of a Python
+  # number (float32, float64 under x64), which eqx.filter_jit traces (it holds numbers static).
   for lr in _SPELLINGS:
-    (leaf,) = jax.tree_util.tree_leaves(steadax.scale_by_learning_rate(lr))
+    tx = steadax.scale_by_learning_rate(lr)
+    assert type(tx.learning_rate) is float and tx.learning_rate == float(np.asarray(lr))
+    (leaf,) = jax.tree_util.tree_leaves(tx)
     assert isinstance(leaf, jax.Array) and leaf.weak_type and leaf.shape == ()
-    assert leaf.dtype == jnp.asarray(1.0).dtype
-    assert float(leaf) == float(jnp.asarray(float(lr)))
+    assert leaf.dtype == jnp.asarray(1.0).dtype and float(leaf) == float(jnp.asarray(tx.learning_rate))
   assert type(jax.tree_util.tree_leaves(steadax.scale(np.int32(3)))[0]) is int  # counts stay ints
-  assert repr(steadax.scale_by_learning_rate(1e-3)) == (
-      "ScaleByLearningRate(learning_rate=0.001, flip_sign=True)")
+  assert repr(steadax.scale_by_learning_rate(jnp.float32(0.5))) == (
+      "ScaleByLearningRate(learning_rate=0.5, flip_sign=True)")
   # A value declaring another dtype (bfloat16; float64 under x64) is a different program on
   # purpose: schedules and injected hyperparameters compute in it. It is kept as given.
   kept = jax.tree_util.tree_leaves(steadax.scale_by_learning_rate(jnp.asarray(1e-3, jnp.bfloat16)))[0]

@@ -44,7 +44,6 @@ from typing import Any, Self, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
-import jax.numpy as jnp
 import numpy as np
 
 from ._policy import hyperparam_dtype
@@ -85,8 +84,8 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
   Example:
     >>> class Scale(Module):
     ...   factor: float = hyper_field(1.0)
-    >>> jax.tree_util.tree_leaves(Scale(0.5))
-    [0.5]
+    >>> Scale(0.5).factor, jax.tree_util.tree_leaves(Scale(0.5))  # a number; as a leaf, JAX's
+    (0.5, [Array(0.5, dtype=float32, weak_type=True)])
   """
   return _declare(_HYPER, default, default_factory, check, kwargs)
 
@@ -226,25 +225,22 @@ def _freeze_callables(value: Any) -> Any:
   return value
 
 
-def _canonical_scalar(leaf: Any) -> Any:
-  """A concrete scalar hyperparameter as one kind of leaf: a weakly typed 0-d jax array.
+def _as_python_number(leaf: Any) -> Any:
+  """A concrete scalar hyperparameter as the Python number it stands for, when that keeps its type.
 
   ``adam(1e-3)``, ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))`` and
-  ``adam(jnp.array(1e-3))`` mean the same learning rate, but as ``jit`` arguments they are four
+  ``adam(jnp.array(1e-3))`` mean the same learning rate, but as ``jit`` arguments they were four
   kinds of leaf (a Python number, numpy or jax, weak or strong), four cache keys: a step compiled
-  for one is compiled again for the next. Each becomes the array ``jnp.asarray(number)`` of the
-  number it stands for (exactly: a float32 value is a Python float without rounding): weakly typed,
-  it is what a Python number is to JAX (float32, or float64 under x64, adopting the dtype of what it
-  meets; ``_policy.hyperparam_dtype`` reads it as a Python number), and as an array it is traced
-  by ``eqx.filter_jit``, which holds Python numbers static. A value that declares another dtype (a
-  float64 array under x64, a bfloat16 one) is kept: schedules evaluate in it, so it is a different
-  program. Integers and booleans stay Python numbers (step counts and sizes used in Python control
-  flow); tracers, arrays with a shape, keys and other objects are kept as they are.
+  for one was compiled again for the next. A 0-d value whose declared dtype
+  (``_policy.hyperparam_dtype``: weak values and 32-bit ones declare what a Python number does) is
+  the Python number's is stored as that number, exactly (a float32 value is a Python float
+  without rounding), and the number is given to JAX as one kind of leaf (``_as_leaf``). A value
+  that declares another dtype (a float64 array under x64, a bfloat16 one) is kept: schedules
+  evaluate in it, so it is a different program. Tracers, arrays with a shape, keys and other
+  objects are kept as they are.
   """
-  if type(leaf) in (bool, int) or isinstance(leaf, jax.core.Tracer):
+  if type(leaf) in (bool, int, float, complex) or isinstance(leaf, jax.core.Tracer):
     return leaf
-  if type(leaf) in (float, complex):
-    return jnp.asarray(leaf)
   if not isinstance(leaf, (np.ndarray, np.generic, jax.Array)) or np.ndim(leaf) != 0:
     return leaf
   dtype = leaf.dtype
@@ -258,32 +254,47 @@ def _canonical_scalar(leaf: Any) -> Any:
   declared = jax.dtypes.canonicalize_dtype(hyperparam_dtype(leaf))
   if declared != jax.dtypes.canonicalize_dtype(hyperparam_dtype(kind(0))):
     return leaf
-  if kind is int:
-    return int(leaf.item())
-  if isinstance(leaf, jax.Array) and getattr(leaf, "weak_type", False):
+  return kind(leaf.item())
+
+
+_LEAVES: dict = {}
+
+
+def _as_leaf(value: Any) -> Any:
+  """A Python float or complex hyperparameter as the leaf JAX sees: its weakly typed 0-d array.
+
+  A Python number is what a user writes and what a closure over the transformation computes with
+  (so ``1 - b2`` is formed before rounding, as in Optax); as a leaf it is the array JAX itself makes
+  of a Python number (float32, or float64 under x64, adopting the dtype it meets), so
+  ``eqx.filter_jit``, which holds Python numbers static, traces it, and ``jax.jit`` sees one kind of
+  leaf whatever the value was written as. Made when the transformation is flattened, never when it
+  is built (no device array at import time), once per value and x64 mode. Integers (counts and
+  sizes, used in Python control flow) stay Python ints.
+  """
+  if type(value) is float or type(value) is complex:
+    # float.hex tells -0.0 from 0.0 (equal, and equal keys).
+    key = (value.hex() if type(value) is float else (value.real.hex(), value.imag.hex()),
+           jax.config.jax_enable_x64)
+    leaf = _LEAVES.get(key)
+    if leaf is None:
+      if len(_LEAVES) > 4096:
+        _LEAVES.clear()
+      with jax.ensure_compile_time_eval():  # a concrete array even when flattened inside a trace
+        leaf = _LEAVES[key] = jax.numpy.asarray(value)
     return leaf
-  return jnp.asarray(kind(leaf.item()))
-
-
-def _as_number(leaf: Any) -> Any:
-  """A weakly typed concrete 0-d array as its Python number (for ``repr``); anything else as is."""
-  if (isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and leaf.ndim == 0
-      and getattr(leaf, "weak_type", False)):
-    value: Any = np.asarray(leaf)[()]
-    if np.issubdtype(value.dtype, np.floating):  # the shortest digits that give the stored value
-      return float(np.format_float_positional(value, unique=True))
-    return value.item()
-  return leaf
+  if isinstance(value, (tuple, list, dict)) and value:
+    return jax.tree_util.tree_map(_as_leaf, value, is_leaf=lambda x: isinstance(x, Module))
+  return value
 
 
 def _canonical_hyper(value: Any) -> Any:
-  """``value`` with its concrete scalar leaves in one kind (``_canonical_scalar``); Modules
+  """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
   (schedules) are left alone: they canonicalize their own fields when built."""
   if value is None or isinstance(value, Module):
     return value
   if isinstance(value, (tuple, list, dict)):
-    return jax.tree_util.tree_map(_canonical_scalar, value, is_leaf=lambda x: isinstance(x, Module))
-  return _canonical_scalar(value)
+    return jax.tree_util.tree_map(_as_python_number, value, is_leaf=lambda x: isinstance(x, Module))
+  return _as_python_number(value)
 
 
 def _is_concrete(value: Any) -> bool:
@@ -360,8 +371,7 @@ class Module(metaclass=_ModuleMeta):
             f"{cls.__qualname__}.{name}: declare the field with hyper_field(...), child_field(...) or "
             "static_field(...); steadax never decides a field's kind from its value."
         )
-    # repr=False: Module.__repr__ (or the class's own) shows hyperparameters as numbers.
-    dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
+    dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
     hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
@@ -373,13 +383,17 @@ class Module(metaclass=_ModuleMeta):
     cls._field_checks = checks
     cls._hyper_fields = hypers
 
+    leaf_form = tuple(n in hypers for n in dynamic)  # hyperparameters become _as_leaf's arrays
+
     def flatten_with_keys(obj):
       d = obj.__dict__
-      return [(k, d[n]) for k, n in zip(keys, dynamic)], _Aux(tuple(d[n] for n in static))
+      return ([(k, _as_leaf(d[n]) if h else d[n]) for k, n, h in zip(keys, dynamic, leaf_form)],
+              _Aux(tuple(d[n] for n in static)))
 
     def flatten(obj):
       d = obj.__dict__
-      return [d[n] for n in dynamic], _Aux(tuple(d[n] for n in static))
+      return ([_as_leaf(d[n]) if h else d[n] for n, h in zip(dynamic, leaf_form)],
+              _Aux(tuple(d[n] for n in static)))
 
     def unflatten(aux: _Aux, children):
       obj = object.__new__(cls)
@@ -406,20 +420,6 @@ class Module(metaclass=_ModuleMeta):
 
   def __hash__(self) -> int:
     return hash(jax.tree_util.tree_structure(self))
-
-  def __repr__(self) -> str:
-    # The dataclass repr, with each concrete scalar hyperparameter (a weakly typed 0-d array, see
-    # _canonical_scalar) shown as the number it holds: ``Adam(b1=0.9, ...)``.
-    hypers = set(getattr(type(self), "_hyper_fields", ()))
-    shown = []
-    for f in dataclasses.fields(cast(Any, self)):
-      if not f.repr:
-        continue
-      value = self.__dict__.get(f.name)
-      if f.name in hypers:
-        value = jax.tree_util.tree_map(_as_number, value, is_leaf=lambda x: isinstance(x, Module))
-      shown.append(f"{f.name}={value!r}")
-    return f"{type(self).__qualname__}({', '.join(shown)})"
 
   def replace(self, **changes: Any) -> Self:
     """A copy with some fields changed, checked again as a new object is.
