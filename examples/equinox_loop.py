@@ -10,8 +10,9 @@ the rest (activation functions), and the optimizer is initialised on the arrays.
 transformation is a pytree whose numeric hyperparameters are leaves, so the step takes the
 optimizer as an argument and ``eqx.filter_jit`` traces it once for every learning rate: the three
 AdamW runs below share one trace, however the learning rate is written. (``filter_jit`` holds
-Python floats static, but steadax stores a number hyperparameter as a weakly typed 0-d array, which
-it traces; a closure over an Optax optimizer bakes the learning rate into the program.)
+Python floats static, but a steadax transformation's number hyperparameters are weakly typed 0-d
+arrays as pytree leaves, which it traces; a closure over an Optax optimizer bakes the learning rate
+into the program.)
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def train(tx, x, y):
 def runs():
   schedule = optax.cosine_decay_schedule(1e-2, decay_steps=STEPS)
   return [
-      # Three spellings of a learning rate, one trace: steadax stores each as a weakly typed 0-d
+      # Three spellings of a learning rate, one trace: as a pytree leaf each is a weakly typed 0-d
       # array (eqx.filter_jit would hold a Python float leaf static: one trace per value).
       ("adamw, lr 3e-3", optax.adamw(3e-3, weight_decay=1e-4)),
       ("adamw, lr 1e-2", optax.adamw(jnp.float32(1e-2), weight_decay=1e-4)),
