@@ -274,7 +274,7 @@ def _as_leaf(value: Any) -> Any:
   if type(value) is float or type(value) is complex:
     # float.hex tells -0.0 from 0.0 (equal, and equal keys).
     key = (value.hex() if type(value) is float else (value.real.hex(), value.imag.hex()),
-           jax.config.jax_enable_x64)
+           cast(Any, jax.config).jax_enable_x64)
     leaf = _LEAVES.get(key)
     if leaf is None:
       if len(_LEAVES) > 4096:
