@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz clients optax-tests
+.PHONY: demo example docs typecheck test test-x64 test-fast bench clean mutate fuzz clients optax-tests
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -31,6 +31,13 @@ $(VENV)/.examples: $(VENV)/.created pyproject.toml
 
 demo: $(VENV)/.examples
 	$(PY) examples/demo.py
+
+# One example in the project's venv with the examples extra: make example NAME=fsdp ARGS="--steps 8".
+# (A bare `python examples/x.py` runs whichever python is first on PATH, which may lack steadax,
+# flax or equinox; `.venv/bin/python examples/x.py` works once this target has created the venv.)
+example: $(VENV)/.examples
+	@test -n "$(NAME)" || { echo "usage: make example NAME=<examples/NAME.py> [ARGS=...]"; exit 2; }
+	$(PY) examples/$(NAME).py $(ARGS)
 
 # The documentation site (mkdocs.yml): pages from docs/, API pages from the docstrings. Strict:
 # broken links, missing cross-references and docstring warnings fail the build. Output in site/

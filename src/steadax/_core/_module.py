@@ -45,6 +45,8 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import numpy as np
 from typing import Any, ClassVar, Self, cast, dataclass_transform, get_origin
 
+from ._policy import hyperparam_dtype
+
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
 _KIND = "steadax_kind"
@@ -82,8 +84,8 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     >>> import jax, steadax
     >>> class Scale(steadax.Module):
     ...   factor: float = steadax.hyper_field(1.0)
-    >>> jax.tree_util.tree_leaves(Scale(0.5))
-    [0.5]
+    >>> Scale(0.5).factor, jax.tree_util.tree_leaves(Scale(0.5))  # a number; as a leaf, JAX's
+    (0.5, [Array(0.5, dtype=float32, weak_type=True)])
   """
   return _declare(_HYPER, default, default_factory, check, kwargs)
 
@@ -225,13 +227,86 @@ def _freeze_callables(value: Any) -> Any:
   return value
 
 
+def _as_python_number(leaf: Any) -> Any:
+  """A concrete scalar hyperparameter as the Python number it stands for, when that keeps its type.
+
+  ``adam(1e-3)``, ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))`` and
+  ``adam(jnp.array(1e-3))`` mean the same learning rate, but as ``jit`` arguments they were four
+  kinds of leaf (a Python number, numpy or jax, weak or strong), four cache keys: a step compiled
+  for one was compiled again for the next. A 0-d value whose declared dtype
+  (``_policy.hyperparam_dtype``: weak values and 32-bit ones declare what a Python number does) is
+  the Python number's is stored as that number, exactly (a float32 value is a Python float
+  without rounding), and the number is given to JAX as one kind of leaf (``_as_leaf``). A value
+  that declares another dtype (a float64 array under x64, a bfloat16 one) is kept: schedules
+  evaluate in it, so it is a different program. Tracers, arrays with a shape, keys and other
+  objects are kept as they are.
+  """
+  if type(leaf) in (bool, int, float, complex) or isinstance(leaf, jax.core.Tracer):
+    return leaf
+  if not isinstance(leaf, (np.ndarray, np.generic, jax.Array)) or np.ndim(leaf) != 0:
+    return leaf
+  dtype = leaf.dtype
+  if not isinstance(dtype, np.dtype):  # typed PRNG keys (an extended dtype) and the like
+    return leaf
+  if dtype == np.bool_:
+    return bool(leaf)
+  kind = {"i": int, "u": int, "f": float, "c": complex}.get(dtype.kind)
+  if kind is None:
+    return leaf
+  declared = jax.dtypes.canonicalize_dtype(hyperparam_dtype(leaf))
+  if declared != jax.dtypes.canonicalize_dtype(hyperparam_dtype(kind(0))):
+    return leaf
+  return kind(leaf.item())
+
+
+_LEAVES: dict = {}
+
+
+def _as_leaf(value: Any) -> Any:
+  """A Python float or complex hyperparameter as the leaf JAX sees: its weakly typed 0-d array.
+
+  A Python number is what a user writes and what a closure over the transformation computes with
+  (so ``1 - b2`` is formed before rounding, as in Optax); as a leaf it is the array JAX itself makes
+  of a Python number (float32, or float64 under x64, adopting the dtype it meets), so
+  ``eqx.filter_jit``, which holds Python numbers static, traces it, and ``jax.jit`` sees one kind of
+  leaf whatever the value was written as. Made when the transformation is flattened, never when it
+  is built (no device array at import time), once per value and x64 mode. Integers (counts and
+  sizes, used in Python control flow) stay Python ints.
+  """
+  if type(value) is float or type(value) is complex:
+    # float.hex tells -0.0 from 0.0 (equal, and equal keys).
+    key = (value.hex() if type(value) is float else (value.real.hex(), value.imag.hex()),
+           cast(Any, jax.config).jax_enable_x64)
+    leaf = _LEAVES.get(key)
+    if leaf is None:
+      if len(_LEAVES) > 4096:
+        _LEAVES.clear()
+      with jax.ensure_compile_time_eval():  # a concrete array even when flattened inside a trace
+        leaf = _LEAVES[key] = jax.numpy.asarray(value)
+    return leaf
+  if isinstance(value, (tuple, list, dict)) and value:
+    return jax.tree_util.tree_map(_as_leaf, value, is_leaf=lambda x: isinstance(x, Module))
+  return value
+
+
+def _canonical_hyper(value: Any) -> Any:
+  """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
+  (schedules) are left alone: they canonicalize their own fields when built."""
+  if value is None or isinstance(value, Module):
+    return value
+  if isinstance(value, (tuple, list, dict)):
+    return jax.tree_util.tree_map(_as_python_number, value, is_leaf=lambda x: isinstance(x, Module))
+  return _as_python_number(value)
+
+
 def _is_concrete(value: Any) -> bool:
   return not any(isinstance(l, jax.core.Tracer) for l in jax.tree_util.tree_leaves(value))
 
 
 def _finish(obj: Any) -> None:
   """What every built Module gets, whoever wrote its ``__init__``: plain callables in dynamic fields
-  wrapped in ``Fn``, and every field's check run on its (concrete) value."""
+  wrapped in ``Fn``, concrete scalar hyperparameters as one kind of leaf (``_canonical_hyper``), and
+  every field's check run on its (concrete) value."""
   cls = type(obj)
   d = obj.__dict__
   for name in cls._dynamic_fields:
@@ -239,6 +314,11 @@ def _finish(obj: Any) -> None:
     frozen = _freeze_callables(value)
     if frozen is not value:
       object.__setattr__(obj, name, frozen)
+  for name in cls._hyper_fields:
+    value = d[name]
+    canonical = _canonical_hyper(value)
+    if canonical is not value:
+      object.__setattr__(obj, name, canonical)
   owner = getattr(obj, "owner", cls.__name__)
   for name, check in cls._field_checks:
     value = d[name]
@@ -310,20 +390,26 @@ class Module(metaclass=_ModuleMeta):
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
+    hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
     cls._dynamic_fields = dynamic
     cls._static_fields = static
     cls._field_checks = checks
+    cls._hyper_fields = hypers
+
+    leaf_form = tuple(n in hypers for n in dynamic)  # hyperparameters become _as_leaf's arrays
 
     def flatten_with_keys(obj):
       d = obj.__dict__
-      return [(k, d[n]) for k, n in zip(keys, dynamic)], _Aux(tuple(d[n] for n in static))
+      return ([(k, _as_leaf(d[n]) if h else d[n]) for k, n, h in zip(keys, dynamic, leaf_form)],
+              _Aux(tuple(d[n] for n in static)))
 
     def flatten(obj):
       d = obj.__dict__
-      return [d[n] for n in dynamic], _Aux(tuple(d[n] for n in static))
+      return ([_as_leaf(d[n]) if h else d[n] for n, h in zip(dynamic, leaf_form)],
+              _Aux(tuple(d[n] for n in static)))
 
     def unflatten(aux: _Aux, children):
       obj = object.__new__(cls)

@@ -110,7 +110,7 @@ def hvp(loss: LossFn, v: jax.Array, params: Params, inputs: jax.Array, targets: 
   """
   owner = "hvp"
   warn_deprecated_call("The function hvp is deprecated. This function will be/was removed in "
-                       "optax 0.2.9 (and in steadax with it).")
+                       "optax 0.2.9 (and in steadax with it).", at_caller=True)
   _check_callable(owner, "loss", loss)
   leaves, treedef, _ = _param_leaves(owner, params)
   size = sum(x.size for x in leaves)
@@ -150,7 +150,7 @@ def hessian_diag(loss: LossFn, params: Params, inputs: jax.Array, targets: jax.A
   """
   owner = "hessian_diag"
   warn_deprecated_call("The function hessian_diag is deprecated. This function will be/was removed in "
-                       "optax 0.2.9 (and in steadax with it).")
+                       "optax 0.2.9 (and in steadax with it).", at_caller=True)
   _check_callable(owner, "loss", loss)
   leaves, treedef, dtype = _param_leaves(owner, params)
   size = sum(x.size for x in leaves)
@@ -194,7 +194,7 @@ def fisher_diag(negative_log_likelihood: LossFn, params: Params, inputs: jax.Arr
   """
   owner = "fisher_diag"
   warn_deprecated_call("The function fisher_diag is deprecated. This function will be/was removed in "
-                       "optax 0.2.9 (and in steadax with it).")
+                       "optax 0.2.9 (and in steadax with it).", at_caller=True)
   _check_callable(owner, "negative_log_likelihood", negative_log_likelihood)
   leaves, treedef, dtype = _param_leaves(owner, params)
   grads = jax.grad(negative_log_likelihood)(treedef.unflatten(leaves), inputs, targets)

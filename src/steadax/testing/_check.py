@@ -199,7 +199,7 @@ def perturb_hyperparameters(tx: GradientTransformation, factor: float = 0.9) -> 
   Example:
     >>> import steadax
     >>> from steadax.testing import perturb_hyperparameters
-    >>> perturb_hyperparameters(steadax.scale(2.0)).step_size
+    >>> float(perturb_hyperparameters(steadax.scale(2.0)).step_size)
     1.8
   """
   def change(x):
@@ -207,6 +207,8 @@ def perturb_hyperparameters(tx: GradientTransformation, factor: float = 0.9) -> 
       return x * factor
     dtype = getattr(x, "dtype", None)
     if dtype is not None and hasattr(x, "shape") and jnp.issubdtype(dtype, jnp.inexact):
+      if getattr(x, "weak_type", False):  # a hyperparameter as steadax stores a number: stays weak
+        return x * factor
       return (x * factor).astype(dtype)
     return x
 
