@@ -148,10 +148,26 @@ def test_fused_state_round_trip_resumes_an_unfused_run():
     (lambda: steadax.lbfgs(), "linesearch"),
     (lambda: steadax.chain(steadax.adam(0.1), steadax.scale_by_trust_ratio()), "scale_by_trust_ratio"),
     (lambda: steadax.GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s)), "function pair"),
+    # Its grad_fn is the caller's function of the parameters: fuse would call it on the buffers.
+    (lambda: steadax.contrib.sam(steadax.sgd(0.1), steadax.sgd(0.05), opaque_mode=True), "sam .*grad_fn"),
 ])
 def test_refuses_transformations_that_are_not_elementwise(make, piece):
   with pytest.raises(ValueError, match=f"fuse: cannot fuse .*{piece}"):
     steadax.fuse(make())
+
+
+def test_opaque_sam_runs_on_flat_params_whose_grad_fn_reads_them():
+  # fuse refuses opaque SAM (above); on FlatParams its grad_fn gets FlatParams, read with .tree().
+  params = {"a": jnp.asarray([1.0, -2.0], jnp.float32), "b": jnp.asarray([0.5], jnp.float32)}
+  loss = lambda p: sum(jnp.sum(x ** 2) for x in jax.tree_util.tree_leaves(p))
+  tx = steadax.contrib.sam(steadax.sgd(0.1), steadax.sgd(0.05), opaque_mode=True)
+  flat = steadax.flat_params(params)
+  u, _ = tx.update(jax.grad(loss)(params), tx.init(params), params,
+                   grad_fn=lambda p, i: jax.grad(loss)(p))
+  fu, _ = tx.update(jax.grad(lambda f: loss(f.tree()))(flat), tx.init(flat), flat,
+                    grad_fn=lambda f, i: jax.grad(lambda f: loss(f.tree()))(f))
+  for a, b in zip(jax.tree_util.tree_leaves(u), jax.tree_util.tree_leaves(fu.tree())):
+    np.testing.assert_allclose(b, a, rtol=1e-6)
 
 
 def test_bad_input_names_the_path():

@@ -98,6 +98,15 @@ class SAM(Transformation):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
       raise ValueError(f"sam: sync_period must be an integer >= 1, got {n!r}.")
 
+  def fusion_blocker(self, flat_params: bool = False) -> str | None:
+    # In opaque mode grad_fn is the caller's function of the parameters, called on the points this
+    # update computes: fuse would call it on its own packed buffers, which the caller's function
+    # cannot read. On FlatParams it gets FlatParams, which the caller's loss reads with `.tree()`.
+    if self.opaque_mode and not flat_params:
+      return (f"{self.owner} (opaque_mode: grad_fn is called on the parameters, and fuse would pass "
+              "it its packed buffers)")
+    return super().fusion_blocker(flat_params)
+
   def init_fn(self, params):
     # The inner states and the cached outer point (a copy) are not zeros: built here.
     return SAMState(
