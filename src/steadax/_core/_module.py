@@ -84,8 +84,8 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     >>> import jax, steadax
     >>> class Scale(steadax.Module):
     ...   factor: float = steadax.hyper_field(1.0)
-    >>> Scale(0.5).factor, jax.tree_util.tree_leaves(Scale(0.5))  # a number; as a leaf, JAX's
-    (0.5, [Array(0.5, dtype=float32, weak_type=True)])
+    >>> jax.tree_util.tree_leaves(Scale(0.5))
+    [0.5]
   """
   return _declare(_HYPER, default, default_factory, check, kwargs)
 
@@ -228,18 +228,20 @@ def _freeze_callables(value: Any) -> Any:
 
 
 def _as_python_number(leaf: Any) -> Any:
-  """A concrete scalar hyperparameter as the Python number it stands for, when that keeps its type.
+  """A concrete scalar hyperparameter in one of two kinds of leaf: a Python number, or a weakly typed
+  0-d jax array.
 
-  ``adam(1e-3)``, ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))`` and
-  ``adam(jnp.array(1e-3))`` mean the same learning rate, but as ``jit`` arguments they were four
-  kinds of leaf (a Python number, numpy or jax, weak or strong), four cache keys: a step compiled
-  for one was compiled again for the next. A 0-d value whose declared dtype
+  ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))``, ``adam(jnp.array(1e-3))`` and
+  ``adam(jnp.asarray(1e-3, jnp.float32))`` mean the same learning rate, but as ``jit`` arguments
+  they were four kinds of leaf (numpy or jax, weak or strong), four cache keys: a step compiled for
+  one was compiled again for the next. A 0-d value whose declared dtype
   (``_policy.hyperparam_dtype``: weak values and 32-bit ones declare what a Python number does) is
-  the Python number's is stored as that number, exactly (a float32 value is a Python float
-  without rounding), and the number is given to JAX as one kind of leaf (``_as_leaf``). A value
-  that declares another dtype (a float64 array under x64, a bfloat16 one) is kept: schedules
-  evaluate in it, so it is a different program. Tracers, arrays with a shape, keys and other
-  objects are kept as they are.
+  the Python number's is stored as that number (numpy, host data, and Python numbers: what
+  Flax NNX accepts in an optimizer's static fields) or as the weakly typed jax array of it (a jax
+  array stays an array, which ``eqx.filter_jit`` traces; it holds numbers static), exactly: a
+  float32 value is a Python float without rounding. A value that declares another dtype (a float64
+  array under x64, a bfloat16 one) is kept: schedules evaluate in it, so it is a different program.
+  Tracers, arrays with a shape, keys and other objects are kept as they are.
   """
   if type(leaf) in (bool, int, float, complex) or isinstance(leaf, jax.core.Tracer):
     return leaf
@@ -256,37 +258,13 @@ def _as_python_number(leaf: Any) -> Any:
   declared = jax.dtypes.canonicalize_dtype(hyperparam_dtype(leaf))
   if declared != jax.dtypes.canonicalize_dtype(hyperparam_dtype(kind(0))):
     return leaf
-  return kind(leaf.item())
-
-
-_LEAVES: dict = {}
-
-
-def _as_leaf(value: Any) -> Any:
-  """A Python float or complex hyperparameter as the leaf JAX sees: its weakly typed 0-d array.
-
-  A Python number is what a user writes and what a closure over the transformation computes with
-  (so ``1 - b2`` is formed before rounding, as in Optax); as a leaf it is the array JAX itself makes
-  of a Python number (float32, or float64 under x64, adopting the dtype it meets), so
-  ``eqx.filter_jit``, which holds Python numbers static, traces it, and ``jax.jit`` sees one kind of
-  leaf whatever the value was written as. Made when the transformation is flattened, never when it
-  is built (no device array at import time), once per value and x64 mode. Integers (counts and
-  sizes, used in Python control flow) stay Python ints.
-  """
-  if type(value) is float or type(value) is complex:
-    # float.hex tells -0.0 from 0.0 (equal, and equal keys).
-    key = (value.hex() if type(value) is float else (value.real.hex(), value.imag.hex()),
-           cast(Any, jax.config).jax_enable_x64)
-    leaf = _LEAVES.get(key)
-    if leaf is None:
-      if len(_LEAVES) > 4096:
-        _LEAVES.clear()
-      with jax.ensure_compile_time_eval():  # a concrete array even when flattened inside a trace
-        leaf = _LEAVES[key] = jax.numpy.asarray(value)
+  number = kind(leaf.item())
+  if not isinstance(leaf, jax.Array) or kind is int:
+    return number
+  if getattr(leaf, "weak_type", False):
     return leaf
-  if isinstance(value, (tuple, list, dict)) and value:
-    return jax.tree_util.tree_map(_as_leaf, value, is_leaf=lambda x: isinstance(x, Module))
-  return value
+  with jax.ensure_compile_time_eval():  # a concrete array even when built inside a trace
+    return jax.numpy.asarray(number)
 
 
 def _canonical_hyper(value: Any) -> Any:
@@ -399,17 +377,13 @@ class Module(metaclass=_ModuleMeta):
     cls._field_checks = checks
     cls._hyper_fields = hypers
 
-    leaf_form = tuple(n in hypers for n in dynamic)  # hyperparameters become _as_leaf's arrays
-
     def flatten_with_keys(obj):
       d = obj.__dict__
-      return ([(k, _as_leaf(d[n]) if h else d[n]) for k, n, h in zip(keys, dynamic, leaf_form)],
-              _Aux(tuple(d[n] for n in static)))
+      return [(k, d[n]) for k, n in zip(keys, dynamic)], _Aux(tuple(d[n] for n in static))
 
     def flatten(obj):
       d = obj.__dict__
-      return ([_as_leaf(d[n]) if h else d[n] for n, h in zip(dynamic, leaf_form)],
-              _Aux(tuple(d[n] for n in static)))
+      return [d[n] for n in dynamic], _Aux(tuple(d[n] for n in static))
 
     def unflatten(aux: _Aux, children):
       obj = object.__new__(cls)
