@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo docs typecheck test test-x64 test-fast bench clean mutate fuzz
+.PHONY: demo example docs typecheck test test-x64 test-fast bench clean mutate fuzz clients optax-tests
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -21,12 +21,23 @@ $(VENV)/.bench: $(VENV)/.created pyproject.toml
 	$(PIP) install --quiet -e '.[bench]'
 	touch $@
 
+$(VENV)/.clients: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[dev,clients]'
+	touch $@
+
 $(VENV)/.examples: $(VENV)/.created pyproject.toml
 	$(PIP) install --quiet -e '.[examples]'
 	touch $@
 
 demo: $(VENV)/.examples
 	$(PY) examples/demo.py
+
+# One example in the project's venv with the examples extra: make example NAME=fsdp ARGS="--steps 8".
+# (A bare `python examples/x.py` runs whichever python is first on PATH, which may lack steadax,
+# flax or equinox; `.venv/bin/python examples/x.py` works once this target has created the venv.)
+example: $(VENV)/.examples
+	@test -n "$(NAME)" || { echo "usage: make example NAME=<examples/NAME.py> [ARGS=...]"; exit 2; }
+	$(PY) examples/$(NAME).py $(ARGS)
 
 # The documentation site (mkdocs.yml): pages from docs/, API pages from the docstrings. Strict:
 # broken links, missing cross-references and docstring warnings fail the build. Output in site/
@@ -64,6 +75,18 @@ fuzz: $(VENV)/.dev
 mutate: $(VENV)/.dev
 	$(PY) tests/mutation/run.py
 
+$(VENV)/.optax-tests: $(VENV)/.created pyproject.toml
+	$(PIP) install --quiet -e '.[optax-tests]'
+	touch $@
+
+# Optax 0.2.8's own test files run against steadax's public API (tools/optax_tests.py): once with
+# Optax, once with steadax; prints the tests excluded (Optax private helpers), how many pass with
+# Optax, how many of those pass with steadax, and each difference. Slow (not part of make test).
+# OPTAX_TESTS_ARGS: e.g. --files 'losses/*' -k softmax, --reuse-optax; see --help.
+OPTAX_TESTS_ARGS ?=
+optax-tests: $(VENV)/.optax-tests
+	$(PY) tools/optax_tests.py -n 2 $(OPTAX_TESTS_ARGS)
+
 # steadax against Optax (benchmarks/run.py). Writes
 # benchmarks/results/<machine>-<date>.{json,png} and the README's benchmark section.
 # BENCH_ARGS: --quick (a few minutes), --cases big,lbfgs, --no-readme; see --help.
@@ -71,5 +94,13 @@ BENCH_ARGS ?=
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
+# Libraries built on Optax (NumPyro, GPJax, BlackJAX, FlowJAX) run the tests of theirs that use
+# Optax twice, with Optax and under `python -m steadax.as_optax` (tools/clients/run.py): a table per
+# library; fails when a test passing with Optax does not pass with steadax. Slow (tens of minutes):
+# not part of make test. Their sources are downloaded once into .clients/.
+CLIENTS_ARGS ?=
+clients: $(VENV)/.clients
+	$(PY) tools/clients/run.py $(CLIENTS_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info
+	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info .clients

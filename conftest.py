@@ -29,13 +29,3 @@ def pytest_collection_modifyitems(config, items):
 def _strict_everywhere():
   with steadax.strict_mode(True):
     yield
-
-
-@pytest.fixture(autouse=True)
-def _doctest_namespace(doctest_namespace):
-  import jax.numpy as jnp
-
-  doctest_namespace["jnp"] = jnp
-  doctest_namespace["jax"] = jax
-  doctest_namespace["steadax"] = steadax
-  doctest_namespace["optax"] = steadax

@@ -204,6 +204,16 @@ def sweep_table(result: dict) -> list[str]:
                       "steadax/optax"], body)]
 
 
+def import_time_table(result: dict) -> list[str]:
+  n = result["numbers"]
+  body = [[what, _ms(n[f"optax_{key}_s"]), _ms(n[f"steadax_{key}_s"]),
+           f"{n[f'{key}_difference_s'] * 1e3:+.1f}", _ratio(n[f"{key}_ratio"])]
+          for what, key in (("import", "import"), ("import + adam(1e-3) + init", "first_use"))]
+  return [f"After `import jax`, fresh processes, median of {n['runs']} each "
+          "(benchmarks/import_time.py).", "",
+          *_markdown(["", "optax, ms", "steadax, ms", "difference, ms", "steadax/optax"], body)]
+
+
 TITLES = {
     "first_call": "First call of the AdamW training step (loss, gradient, update, apply: trace + "
                   "lower + compile + one step), seconds, one "
@@ -211,12 +221,14 @@ TITLES = {
     "memory": "Memory:",
     "lbfgs": "L-BFGS:",
     "sweep": "Learning-rate sweep:",
+    "import_time": "Import time:",
 }
 TABLES = {
     "first_call": lambda result: first_call_table(result["rows"]),
     "memory": memory_table,
     "lbfgs": lbfgs_table,
     "sweep": sweep_table,
+    "import_time": import_time_table,
 }
 
 

@@ -1,16 +1,18 @@
 """steadax in an Equinox loop: ``eqx.filter_jit``, ``eqx.partition`` and the optimizer as an argument.
 
-Run: ``.venv/bin/python examples/equinox_loop.py`` (about 10-20 s on a 2-core CPU; needs equinox, in
-the ``examples`` and ``dev`` extras). Prints one row per run: the optimizer, the loss before and
+Run: ``make example NAME=equinox_loop`` (about 10-20 s on a 2-core CPU; make creates ``.venv`` with
+the ``examples`` extra, which has equinox; then ``.venv/bin/python examples/equinox_loop.py`` works
+too). Prints one row per run: the optimizer, the loss before and
 after training, and how many times the step was traced.
 
 The model is an ``eqx.nn.MLP``; ``eqx.partition(model, eqx.is_inexact_array)`` splits its arrays from
 the rest (activation functions), and the optimizer is initialised on the arrays. A steadax
 transformation is a pytree whose numeric hyperparameters are leaves, so the step takes the
-optimizer as an argument and ``eqx.filter_jit`` traces it once for every learning rate given as an
-array: the three AdamW runs below share one trace. (``filter_jit`` treats Python floats as static,
-so ``adamw(3e-3)`` then ``adamw(1e-2)`` would trace twice; a closure over an Optax optimizer bakes
-the learning rate into the program either way.)
+optimizer as an argument and ``eqx.filter_jit`` traces it once for every learning rate: the three
+AdamW runs below share one trace, however the learning rate is written. (``filter_jit`` holds
+Python floats static, but a steadax transformation's number hyperparameters are weakly typed 0-d
+arrays as pytree leaves, which it traces; a closure over an Optax optimizer bakes the learning rate
+into the program.)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import steadax as optax  # the drop-in promise: Optax code runs unchanged
 
@@ -58,11 +61,11 @@ def train(tx, x, y):
 def runs():
   schedule = optax.cosine_decay_schedule(1e-2, decay_steps=STEPS)
   return [
-      # Arrays, not Python floats: eqx.filter_jit treats every non-array leaf as static, so a
-      # Python float learning rate would be part of the cache key (one trace per value).
-      ("adamw, lr 3e-3", optax.adamw(jnp.float32(3e-3), weight_decay=1e-4)),
+      # Three spellings of a learning rate, one trace: as a pytree leaf each is a weakly typed 0-d
+      # array (eqx.filter_jit would hold a Python float leaf static: one trace per value).
+      ("adamw, lr 3e-3", optax.adamw(3e-3, weight_decay=1e-4)),
       ("adamw, lr 1e-2", optax.adamw(jnp.float32(1e-2), weight_decay=1e-4)),
-      ("adamw, lr 3e-2", optax.adamw(jnp.float32(3e-2), weight_decay=1e-4)),
+      ("adamw, lr 3e-2", optax.adamw(np.float32(3e-2), weight_decay=1e-4)),
       ("adamw, cosine schedule", optax.adamw(schedule, weight_decay=1e-4)),
       ("chain(clip, lion)", optax.chain(optax.clip_by_global_norm(1.0), optax.lion(1e-3))),
   ]

@@ -9,7 +9,7 @@ range. The least-squares fit is non-convex (the two components can swap, a start
 onto one lifetime), so we fit from 16 starting points at once with ``jax.vmap`` over
 ``steadax.minimize(..., bounds=...)`` and keep the best. Runs in a few seconds on a CPU.
 
-    python examples/fit_bounded.py
+    make example NAME=fit_bounded           # or .venv/bin/python examples/fit_bounded.py
 """
 
 from __future__ import annotations

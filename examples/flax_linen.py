@@ -1,7 +1,7 @@
 """steadax in Flax Linen: a ``TrainState`` with masks and an integer leaf among the parameters.
 
-Run: ``.venv/bin/python examples/flax_linen.py`` (about 10-20 s on a 2-core CPU; needs flax, in the
-``examples`` and ``dev`` extras). Prints one row per optimizer: the loss before and after training,
+Run: ``make example NAME=flax_linen`` (about 10-20 s on a 2-core CPU; make creates ``.venv`` with
+the ``examples`` extra, which has flax; then ``.venv/bin/python examples/flax_linen.py`` works too). Prints one row per optimizer: the loss before and after training,
 how many leaves the weight-decay mask selects, whether the first layer moved, and the integer
 parameter's value and dtype after training.
 

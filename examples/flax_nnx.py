@@ -1,7 +1,7 @@
 """steadax in Flax NNX: ``nnx.Optimizer`` with five steadax optimizers on a small regression.
 
-Run: ``.venv/bin/python examples/flax_nnx.py`` (about 10-20 s on a 2-core CPU; needs flax, in the
-``examples`` and ``dev`` extras). Prints one row per optimizer: the loss before and after training,
+Run: ``make example NAME=flax_nnx`` (about 10-20 s on a 2-core CPU; make creates ``.venv`` with the
+``examples`` extra, which has flax; then ``.venv/bin/python examples/flax_nnx.py`` works too). Prints one row per optimizer: the loss before and after training,
 the learning rate it ended with and the number of state arrays.
 
 The optimizers show what NNX users reach for:

@@ -1,7 +1,8 @@
 """FSDP training of a small transformer with steadax on a virtual device mesh (runs on a laptop CPU).
 
-    python examples/fsdp.py                 # 8 virtual CPU devices, 40 micro-steps
-    python examples/fsdp.py --steps 8       # quicker
+    make example NAME=fsdp                     # 8 virtual CPU devices, 40 micro-steps
+    make example NAME=fsdp ARGS="--steps 8"    # quicker
+    .venv/bin/python examples/fsdp.py --steps 8  # the same, once make has created .venv
 
 Layout (docs/sharding.md): a 2x4 mesh ``("data", "fsdp")``. The batch is split over both axes (8-way
 data parallelism); every parameter is split over ``"fsdp"`` along its first axis (fully sharded data

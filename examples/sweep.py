@@ -1,6 +1,7 @@
 """A learning-rate sweep as one program: 8 MLPs trained at once with ``steadax.sweep`` and ``jax.vmap``.
 
-Run: ``.venv/bin/python examples/sweep.py`` (about 10-30 s on a 2-core CPU; no extra packages).
+Run: ``make example NAME=sweep`` (about 10-30 s on a 2-core CPU; make creates ``.venv``; then
+``.venv/bin/python examples/sweep.py`` works too).
 
 A steadax transformation is a pytree whose hyperparameters are leaves, so 8 configurations of
 ``adamw`` stack into one transformation with a learning rate of shape (8,), and ``jax.vmap`` trains

@@ -50,3 +50,17 @@ def test_equinox_example_traces_once_for_three_learning_rates(capsys):
   for name, first, final, _ in rows:
     assert final < 0.5 * first, name
   assert [traces for name, _, _, traces in rows if name.startswith("adamw, lr")] == [1, 0, 0]
+
+
+def test_every_example_says_how_to_run_it_with_the_projects_python():
+  # A bare ``python examples/x.py`` runs whichever python is first on PATH (often one without
+  # steadax, flax or equinox): each example names ``make example NAME=x`` (``make demo``) instead.
+  import ast
+  import re
+  makefile = (EXAMPLES.parent / "Makefile").read_text()
+  assert re.search(r"^example: ", makefile, flags=re.M) and "examples/$(NAME).py" in makefile
+  for path in sorted(EXAMPLES.glob("*.py")):
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert not re.search(r"(^|[\s`])python examples/", doc), path.name
+    target = "make demo" if path.stem == "demo" else f"make example NAME={path.stem}"
+    assert target in doc, path.name

@@ -233,6 +233,8 @@ EXTENSIONS = {
         "ScaleByOptimisticGradientState", "WeightDecaySchedule", "BacktrackingLinesearchInfo",
         # Checkpoints of states (docs/checkpointing.md).
         "checkpoint",
+        # The switch resolving `import optax` to steadax process-wide (docs/migrating.md).
+        "as_optax",
     },
     "tree": {"NamedTupleKey"},
     "contrib": {"scale_by_dog", "scale_by_dowg"},
@@ -248,7 +250,7 @@ LAYER_RANKS = {
     "second_order": 3, "assignment": 3, "perturbations": 3, "microbatching": 3, "experimental": 3,
     "checkpoint": 3,
     "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "testing": 6, "_solvers": 6,
-    "": 7,
+    "": 7, "as_optax": 7,
 }
 # (module, imported module) pairs that still point up; each must be removed from this table when
 # the import goes (test_imports_point_down_the_layers fails on a stale entry).

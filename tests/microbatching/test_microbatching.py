@@ -54,7 +54,7 @@ def test_keyword_batch_arguments_and_axes():
   out = jax.jit(M.microbatch(f, 0, 2, argnames="b", in_axes=(0, 1)))(a, b=b)
   # Each microbatch: 2 rows of a and 2 columns of b: sum(a rows) * 4, summed over 2 microbatches.
   np.testing.assert_allclose(out, np.full(3, 16.0))
-  with pytest.raises(ValueError, match="must divide the batch size 4"):
+  with pytest.raises(ValueError, match="batch size 4 is not divisible by microbatch_size"):
     M.microbatch(f, 0, 3, argnames="b", in_axes=(0, 1))(a, b=b)
   with pytest.raises(ValueError, match="one batch size"):
     M.microbatch(f, (0,), 2, argnames="b")(a, b=b)

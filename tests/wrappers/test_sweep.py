@@ -247,7 +247,8 @@ def test_leaves_must_stack():
   with pytest.raises(TypeError, match=r"sweep\(_Toy\): the leaf at \.factor is a str"):
     optax.sweep(_Toy, factor=["a", "b"])
   with pytest.raises(TypeError, match=r"sweep: the leaf at \.factor has dtypes that do not promote"):
-    optax.sweep([_Toy(jnp.ones((), jnp.int32)), _Toy(jnp.ones((), jnp.bfloat16))])
+    # Shape (1,): a 0-d int32 leaf is built as the Python int it stands for (one kind of leaf).
+    optax.sweep([_Toy(jnp.ones((1,), jnp.int32)), _Toy(jnp.ones((1,), jnp.bfloat16))])
 
 
 def test_partial_binds_a_list_argument():

@@ -1,7 +1,5 @@
 """Transformations: Optax's ``GradientTransformation`` interface as frozen pytree objects."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 import dataclasses
 import functools
@@ -11,6 +9,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ._containers import in_init_containers
 from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
@@ -55,8 +54,15 @@ class EmptyState(NamedTuple):
 def init_empty_state(params: Params) -> EmptyState:
   """Init function of stateless transformations: returns ``EmptyState()``.
 
+  Args:
+    params: the parameters (unused).
+
+  Returns:
+    ``EmptyState()``.
+
   Example:
-    >>> init_empty_state({"w": 1.0})
+    >>> import steadax
+    >>> steadax.init_empty_state({"w": 1.0})
     EmptyState()
   """
   del params
@@ -145,7 +151,8 @@ class _FunctionTransformation(GradientTransformation):
 
   def update(self, updates, state, params=None, **extra_args):
     del extra_args
-    return _conform_pair(self, updates, state, params, *self.update_fn(updates, state, params))
+    result = self.update_fn(*_update_arguments(self.update_fn, updates, state, params))
+    return _conform_pair(self, updates, state, params, *result)
 
 
 class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
@@ -159,8 +166,32 @@ class _FunctionTransformationExtraArgs(GradientTransformationExtraArgs):
     return conform_init(_function_owner(self), self.init_fn(params))
 
   def update(self, updates, state, params=None, **extra_args):
-    result = self.update_fn(updates, state, params, **extra_args)
+    result = self.update_fn(*_update_arguments(self.update_fn, updates, state, params), **extra_args)
     return _conform_pair(self, updates, state, params, *result)
+
+
+def _update_arguments(update_fn: Callable, updates: Any, state: Any, params: Any) -> tuple:
+  """The positional arguments for a user's ``update`` function.
+
+  Optax's ``GradientTransformation`` is a NamedTuple: ``tx.update(g, s)`` calls the user's function
+  with exactly ``(g, s)``, so ``lambda u, s: (u, s)`` is a valid update there. Without params, the
+  function gets ``None`` for them only where it takes a third positional argument.
+  """
+  if params is not None or _takes_params(update_fn):
+    return updates, state, params
+  return updates, state
+
+
+def _takes_params(update_fn: Callable) -> bool:
+  try:
+    signature = inspect.signature(update_fn)
+  except (TypeError, ValueError):
+    return True  # a builtin or an odd callable: pass params as Optax's callers do
+  try:
+    signature.bind(None, None, None)
+  except TypeError:
+    return False
+  return True
 
 
 def _function_owner(tx: Any) -> str:
@@ -184,7 +215,7 @@ class _WithExtraArgs(GradientTransformationExtraArgs):
     return self.inner.update(updates, state, params)
 
 
-def with_extra_args_support(tx: GradientTransformation | tuple[Any, Any]) -> GradientTransformationExtraArgs:
+def with_extra_args_support(tx: GradientTransformation | tuple[TransformInitFn, TransformUpdateFn]) -> GradientTransformationExtraArgs:
   """Wrap ``tx`` so its ``update`` accepts (and ignores) keyword extras.
 
   Args:
@@ -442,6 +473,8 @@ def _check_state_type(tx: Transformation, state: Any) -> None:
   if isinstance(state, tuple) and not state and (
       expected is EmptyState or type(tx).init_fn is not Transformation.init_fn):
     return  # `()` or Optax's EmptyState: the same empty node (an init_fn may return it)
+  if expected is EmptyState and (state is None or (isinstance(state, (dict, list)) and not state)):
+    return  # Optax's idiom for a stateless transformation (`update(u, None)`): given back as it is
   if (isinstance(state, tuple) and type(state).__name__ == expected.__name__
       and getattr(state, "_fields", None) == getattr(expected, "_fields", ())):
     return  # the same record from Optax (a state made by Optax's init, kept across the switch)
@@ -723,7 +756,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     raise InputMismatchError(message) from error
 
 
-def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
+def incremental_update(new_tensors: Params, old_tensors: Params, step_size: ArrayLike) -> Params:
   """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leaf by leaf.
 
   Args:

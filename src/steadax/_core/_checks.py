@@ -1,7 +1,5 @@
 """Validation of hyperparameters at construction time (concrete values only; tracers pass)."""
 
-from __future__ import annotations
-
 import inspect
 import math
 from typing import Any
@@ -27,9 +25,11 @@ def _concrete(value: Any) -> float | None:
     arr = np.asarray(value)
   except Exception:
     return None
-  if arr.shape != () or not np.issubdtype(arr.dtype, np.number):
+  # jnp.issubdtype knows the ml_dtypes floats (bfloat16, float8...), which numpy does not count as
+  # numbers: a bfloat16 value is checked like a float32 one.
+  if arr.shape != () or arr.dtype == np.bool_ or not jax.numpy.issubdtype(arr.dtype, np.number):
     return None
-  if np.iscomplexobj(arr):
+  if jax.numpy.issubdtype(arr.dtype, np.complexfloating):
     return None
   return float(arr)
 

@@ -1,7 +1,5 @@
 """chain and named_chain."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from ._base import GradientTransformation, InputMismatchError, Transformation, as_inner

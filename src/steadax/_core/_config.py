@@ -6,8 +6,6 @@ run. It decides, at trace time, whether dtype drift in a transformation's state 
 (strict) or is cast back (the default, or ``STEADAX_STRICT=1`` in the environment).
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 from collections.abc import Iterator

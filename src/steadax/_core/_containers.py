@@ -25,7 +25,6 @@ Only the outermost transformation does this: a chain's or a wrapper's children a
 that is already in init's containers.
 """
 
-from __future__ import annotations
 
 import contextlib
 import contextvars

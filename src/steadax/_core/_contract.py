@@ -11,8 +11,6 @@ are cast back otherwise. All checks look only at shapes and dtypes, so under ``j
 at trace time, and cost nothing per step.
 """
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 from collections.abc import Iterator
@@ -40,7 +38,7 @@ class InputMismatchError(TypeError, ValueError):
   involved and the paths where they differ.
   """
 
-  def within(self, owner: str) -> InputMismatchError:
+  def within(self, owner: str) -> "InputMismatchError":
     """The same error with ``owner`` (an enclosing transformation) named in front.
 
     An error that ``owner``'s own ``update_fn`` raised (its message starts with ``owner``) is
@@ -181,6 +179,8 @@ def conform_state(owner: str, old_state: Any, new_state: Any) -> Any:
 
 def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any) -> Any:
   """Check the updates' structure and shapes and give each leaf its parameter's dtype."""
+  if old_updates is None and new_updates is None:
+    return None  # no updates at all, whatever the params: nothing to check or cast
   old_leaves, old_def = jax.tree_util.tree_flatten(old_updates)
   new_leaves, new_def = jax.tree_util.tree_flatten(new_updates)
   if old_def != new_def:

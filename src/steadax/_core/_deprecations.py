@@ -9,8 +9,6 @@ and drops each entry when the Optax release it mirrors drops it. The names stay 
 ``__all__``, as in Optax.
 """
 
-from __future__ import annotations
-
 import sys
 import warnings
 from collections.abc import Callable
@@ -19,8 +17,8 @@ from typing import Any
 __all__ = ["deprecation_getattr", "warn_deprecated_call"]
 
 
-def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], Any] | None]]
-                        ) -> Callable[[str], Any]:
+def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], Any] | None]],
+                        stacklevel: int = 2) -> Callable[[str], Any]:
   """A module ``__getattr__`` serving the deprecated names of ``table``.
 
   Args:
@@ -47,22 +45,30 @@ def deprecation_getattr(module: str, table: dict[str, tuple[str, Callable[[], An
       message, target = table[name]
       if target is None:
         raise AttributeError(message)
-      warnings.warn(message, DeprecationWarning, stacklevel=2)
+      warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
       return target()
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
   return __getattr__
 
 
-def warn_deprecated_call(message: str) -> None:
-  """Emit ``DeprecationWarning(message)`` attributed to the first caller outside steadax.
+def warn_deprecated_call(message: str, *, at_caller: bool = False) -> None:
+  """Emit ``DeprecationWarning(message)`` from a deprecated function, where Optax 0.2.8 emits it.
 
-  For the functions Optax 0.2.8 warns about when they are called (``global_norm``,
-  ``optimistic_adam``, ``inject_stateful_hyperparams``, ``second_order.hvp`` ...): the warning points
-  at the user's line, not at a steadax wrapper in between.
+  Optax warns in two ways, and what a user sees depends on which: Python's default filters show a
+  ``DeprecationWarning`` only when it is attributed to ``__main__``.
+
+  * From inside the library (``global_norm``, ``optimistic_adam``, ``inject_stateful_hyperparams``:
+    ``warnings.warn`` with the default stack level): attributed to an Optax module, so hidden under
+    the default filters and shown by pytest or ``-W default``. The default here: attributed to the
+    steadax function that called this one.
+  * At the caller (Optax's ``warn_deprecated_function`` decorator: ``second_order.hvp``,
+    ``hessian_diag``, ``fisher_diag``): ``at_caller=True`` attributes it to the first frame outside
+    steadax, so a script's call shows it, as Optax's does.
 
   Args:
     message: the warning's text (Optax's, with ``optax`` read as ``steadax``).
+    at_caller: attribute the warning to the user's line (Optax's decorator) instead of to steadax.
 
   Returns:
     None.
@@ -75,9 +81,10 @@ def warn_deprecated_call(message: str) -> None:
     >>> caught[0].category.__name__
     'DeprecationWarning'
   """
-  frame = sys._getframe(1)
-  level = 2
-  while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "steadax":
-    frame = frame.f_back
-    level += 1
+  level = 2  # the deprecated steadax function
+  if at_caller:
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "steadax":
+      frame = frame.f_back
+      level += 1
   warnings.warn(message, DeprecationWarning, stacklevel=level)

@@ -12,15 +12,14 @@ A factory's docstring names a shared argument with the marker ``<shared>``::
       '''
 
 and ``shared_args`` puts the one description from ``ARGS`` in its place when the module is imported
-(``help()``, the docs and doctests see the full text). An unknown name raises at import time.
+(``help()`` and doctests see the full text); the docs site's griffe extension applies the same
+``fill_shared`` to the source it reads. An unknown name raises at import time.
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["ARGS", "shared_args"]
+__all__ = ["ARGS", "fill_shared", "shared_args"]
 
 ARGS = {
     "learning_rate": "a scalar or a schedule (a callable of the int32 step count).",
@@ -38,6 +37,39 @@ ARGS = {
 
 _MARKER = "<shared>"
 F = TypeVar("F", bound=Callable)
+
+
+def fill_shared(doc: str, owner: str) -> str:
+  """``doc`` with each ``name: <shared>`` line's marker replaced by ``ARGS[name]``.
+
+  The one substitution both readers of a docstring get: ``shared_args`` applies it when a module is
+  imported (``help()``, doctests), the docs site's griffe extension (tools/griffe_steadax.py) when
+  it reads the source.
+
+  Args:
+    doc: a docstring.
+    owner: the name of the function the docstring belongs to, for the error messages.
+
+  Returns:
+    The docstring with every marker filled in.
+
+  Example:
+    >>> print(fill_shared("Args:\\n  b1: <shared>", "f"))
+    Args:
+      b1: decay of the first moment, in [0, 1).
+  """
+  lines = []
+  for line in doc.splitlines():
+    head, sep, tail = line.partition(": ")
+    if sep and tail.strip() == _MARKER:
+      name = head.strip()
+      if name not in ARGS:
+        raise KeyError(f"{owner}: no shared description for argument `{name}`.")
+      line = f"{head}: {ARGS[name]}"
+    lines.append(line)
+  if _MARKER in "\n".join(lines):
+    raise ValueError(f"{owner}: a `{_MARKER}` marker is not on an `name: <shared>` line.")
+  return "\n".join(lines) + ("\n" if doc.endswith("\n") else "")
 
 
 def shared_args(fn: F) -> F:
@@ -58,17 +90,5 @@ def shared_args(fn: F) -> F:
     >>> "decay of the first moment" in f.__doc__
     True
   """
-  doc = fn.__doc__ or ""
-  lines = []
-  for line in doc.splitlines():
-    head, sep, tail = line.partition(": ")
-    if sep and tail.strip() == _MARKER:
-      name = head.strip()
-      if name not in ARGS:
-        raise KeyError(f"{fn.__qualname__}: no shared description for argument `{name}`.")
-      line = f"{head}: {ARGS[name]}"
-    lines.append(line)
-  if _MARKER in "\n".join(lines):
-    raise ValueError(f"{fn.__qualname__}: a `{_MARKER}` marker is not on an `name: <shared>` line.")
-  fn.__doc__ = "\n".join(lines) + ("\n" if doc.endswith("\n") else "")
+  fn.__doc__ = fill_shared(fn.__doc__ or "", fn.__qualname__)
   return fn

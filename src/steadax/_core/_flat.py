@@ -17,19 +17,19 @@ Which leaves share a buffer is ``FusedLayout.build``'s rule: floating leaves of 
 ``max_leaf_size`` elements, unsharded, one buffer per dtype; every other leaf stays as it is.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+from collections.abc import Callable
 
 from ._leafwise import _path as leaf_path
 from ._leafwise import place_like
 from ._policy import key_path_str, promote_types
 from ._tree import array_leaf, is_none, param_array
+from ._types import Params
 
 __all__ = ["DEFAULT_MAX_LEAF_SIZE", "FlatParams", "FusedLayout", "flat_params", "unflatten_params"]
 
@@ -62,7 +62,7 @@ class FusedLayout:
     return (), (self.treedef, self.groups, self.singles)
 
   @classmethod
-  def tree_unflatten(cls, aux: tuple, children: tuple) -> FusedLayout:
+  def tree_unflatten(cls, aux: tuple, children: tuple) -> "FusedLayout":
     del children
     return cls(*aux)
 
@@ -90,7 +90,7 @@ class FusedLayout:
     return tuple([g[0] for g in self.groups] + [s[0] for s in self.singles])
 
   @classmethod
-  def build(cls, params: Any, max_leaf_size: int, labels: list | None = None) -> FusedLayout:
+  def build(cls, params: Any, max_leaf_size: int, labels: list | None = None) -> "FusedLayout":
     """The layout of ``params``: small floating leaves of one dtype (and one label) share a buffer.
 
     A leaf stays a leaf when it is larger than ``max_leaf_size``, not floating (an integer
@@ -236,7 +236,7 @@ class FlatParams:
     return [self.buffers[key] for key in self.layout.buffer_keys], self.layout
 
   @classmethod
-  def tree_unflatten(cls, layout: FusedLayout, children: Any) -> FlatParams:
+  def tree_unflatten(cls, layout: FusedLayout, children: Any) -> "FlatParams":
     return cls(layout, dict(zip(layout.buffer_keys, children)))
 
   def __getitem__(self, key: str) -> Any:
@@ -309,7 +309,7 @@ class FlatParams:
       out[i] = self.buffers[key]
     return layout.treedef.unflatten(out)
 
-  def per_buffer(self, owner: str, argname: str, values: list) -> FlatParams:
+  def per_buffer(self, owner: str, argname: str, values: list) -> "FlatParams":
     """One value per leaf (in the parameters' leaf order) as one value per buffer.
 
     Args:
@@ -339,7 +339,7 @@ class FlatParams:
       out[key] = values[i]
     return FlatParams(layout, out)
 
-  def repack(self, tree: Any) -> FlatParams:
+  def repack(self, tree: Any) -> "FlatParams":
     """``tree`` (in the parameters' structure) packed into this layout.
 
     For example a moment of an unflattened run or an Optax checkpoint, to continue with flat
@@ -367,8 +367,8 @@ def _describe(x: Any) -> str:
   return type(x).__name__
 
 
-def flat_params(params: Any, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
-                groups: Any = None) -> FlatParams:
+def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
+                groups: Params | Callable[[Params], Params] | None = None) -> FlatParams:
   """Parameters as one flat buffer per dtype for their small leaves: the fastest many-leaf step.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
@@ -468,7 +468,7 @@ def contains_flat_params(tree: Any) -> bool:
   return any(isinstance(x, FlatParams) for x in jax.tree_util.tree_leaves(tree, is_leaf=is_flat_params))
 
 
-def unflatten_params(tree: Any) -> Any:
+def unflatten_params(tree: Params) -> Any:
   """``tree`` with every ``FlatParams`` in it replaced by ``.tree()``: parameters or a whole state.
 
   The state of a transformation initialised on ``FlatParams`` holds a ``FlatParams`` wherever the

@@ -41,8 +41,6 @@ through it. Elementwise leaf functions need nothing: the partitioner propagates 
 layout to their outputs (docs/sharding.md).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 

@@ -36,15 +36,16 @@ every node), which equal Modules share: hashing never reads a leaf, so it works 
 a Module can be a dictionary key or a ``static_argnums`` argument.
 """
 
-from __future__ import annotations
-
 import dataclasses
+import inspect
 from collections.abc import Callable
-from typing import Any, Self, cast, dataclass_transform
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
+from typing import Any, ClassVar, Self, cast, dataclass_transform, get_origin
+
+from ._policy import hyperparam_dtype
 
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
@@ -80,10 +81,11 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     A dataclass field.
 
   Example:
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
-    >>> jax.tree_util.tree_leaves(Scale(0.5))
-    [0.5]
+    >>> import jax, steadax
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
+    >>> Scale(0.5).factor, jax.tree_util.tree_leaves(Scale(0.5))  # a number; as a leaf, JAX's
+    (0.5, [Array(0.5, dtype=float32, weak_type=True)])
   """
   return _declare(_HYPER, default, default_factory, check, kwargs)
 
@@ -101,10 +103,11 @@ def child_field(default: Any = dataclasses.MISSING, *, default_factory: Any = da
     A dataclass field.
 
   Example:
-    >>> class Wrap(Module):
-    ...   inner: Any = child_field()
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
+    >>> import jax, steadax
+    >>> class Wrap(steadax.Module):
+    ...   inner: steadax.Module = steadax.child_field()
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
     >>> len(jax.tree_util.tree_leaves(Wrap(Scale(2.0))))
     1
   """
@@ -129,8 +132,9 @@ def static_field(default: Any = dataclasses.MISSING, *, check: Callable | None =
     A dataclass field.
 
   Example:
-    >>> class Flagged(Module):
-    ...   flag: bool = static_field(False)
+    >>> import jax, steadax
+    >>> class Flagged(steadax.Module):
+    ...   flag: bool = steadax.static_field(False)
     >>> jax.tree_util.tree_leaves(Flagged(True))
     []
   """
@@ -223,13 +227,86 @@ def _freeze_callables(value: Any) -> Any:
   return value
 
 
+def _as_python_number(leaf: Any) -> Any:
+  """A concrete scalar hyperparameter as the Python number it stands for, when that keeps its type.
+
+  ``adam(1e-3)``, ``adam(np.float32(1e-3))``, ``adam(jnp.float32(1e-3))`` and
+  ``adam(jnp.array(1e-3))`` mean the same learning rate, but as ``jit`` arguments they were four
+  kinds of leaf (a Python number, numpy or jax, weak or strong), four cache keys: a step compiled
+  for one was compiled again for the next. A 0-d value whose declared dtype
+  (``_policy.hyperparam_dtype``: weak values and 32-bit ones declare what a Python number does) is
+  the Python number's is stored as that number, exactly (a float32 value is a Python float
+  without rounding), and the number is given to JAX as one kind of leaf (``_as_leaf``). A value
+  that declares another dtype (a float64 array under x64, a bfloat16 one) is kept: schedules
+  evaluate in it, so it is a different program. Tracers, arrays with a shape, keys and other
+  objects are kept as they are.
+  """
+  if type(leaf) in (bool, int, float, complex) or isinstance(leaf, jax.core.Tracer):
+    return leaf
+  if not isinstance(leaf, (np.ndarray, np.generic, jax.Array)) or np.ndim(leaf) != 0:
+    return leaf
+  dtype = leaf.dtype
+  if not isinstance(dtype, np.dtype):  # typed PRNG keys (an extended dtype) and the like
+    return leaf
+  if dtype == np.bool_:
+    return bool(leaf)
+  kind = {"i": int, "u": int, "f": float, "c": complex}.get(dtype.kind)
+  if kind is None:
+    return leaf
+  declared = jax.dtypes.canonicalize_dtype(hyperparam_dtype(leaf))
+  if declared != jax.dtypes.canonicalize_dtype(hyperparam_dtype(kind(0))):
+    return leaf
+  return kind(leaf.item())
+
+
+_LEAVES: dict = {}
+
+
+def _as_leaf(value: Any) -> Any:
+  """A Python float or complex hyperparameter as the leaf JAX sees: its weakly typed 0-d array.
+
+  A Python number is what a user writes and what a closure over the transformation computes with
+  (so ``1 - b2`` is formed before rounding, as in Optax); as a leaf it is the array JAX itself makes
+  of a Python number (float32, or float64 under x64, adopting the dtype it meets), so
+  ``eqx.filter_jit``, which holds Python numbers static, traces it, and ``jax.jit`` sees one kind of
+  leaf whatever the value was written as. Made when the transformation is flattened, never when it
+  is built (no device array at import time), once per value and x64 mode. Integers (counts and
+  sizes, used in Python control flow) stay Python ints.
+  """
+  if type(value) is float or type(value) is complex:
+    # float.hex tells -0.0 from 0.0 (equal, and equal keys).
+    key = (value.hex() if type(value) is float else (value.real.hex(), value.imag.hex()),
+           cast(Any, jax.config).jax_enable_x64)
+    leaf = _LEAVES.get(key)
+    if leaf is None:
+      if len(_LEAVES) > 4096:
+        _LEAVES.clear()
+      with jax.ensure_compile_time_eval():  # a concrete array even when flattened inside a trace
+        leaf = _LEAVES[key] = jax.numpy.asarray(value)
+    return leaf
+  if isinstance(value, (tuple, list, dict)) and value:
+    return jax.tree_util.tree_map(_as_leaf, value, is_leaf=lambda x: isinstance(x, Module))
+  return value
+
+
+def _canonical_hyper(value: Any) -> Any:
+  """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
+  (schedules) are left alone: they canonicalize their own fields when built."""
+  if value is None or isinstance(value, Module):
+    return value
+  if isinstance(value, (tuple, list, dict)):
+    return jax.tree_util.tree_map(_as_python_number, value, is_leaf=lambda x: isinstance(x, Module))
+  return _as_python_number(value)
+
+
 def _is_concrete(value: Any) -> bool:
   return not any(isinstance(l, jax.core.Tracer) for l in jax.tree_util.tree_leaves(value))
 
 
 def _finish(obj: Any) -> None:
   """What every built Module gets, whoever wrote its ``__init__``: plain callables in dynamic fields
-  wrapped in ``Fn``, and every field's check run on its (concrete) value."""
+  wrapped in ``Fn``, concrete scalar hyperparameters as one kind of leaf (``_canonical_hyper``), and
+  every field's check run on its (concrete) value."""
   cls = type(obj)
   d = obj.__dict__
   for name in cls._dynamic_fields:
@@ -237,6 +314,11 @@ def _finish(obj: Any) -> None:
     frozen = _freeze_callables(value)
     if frozen is not value:
       object.__setattr__(obj, name, frozen)
+  for name in cls._hyper_fields:
+    value = d[name]
+    canonical = _canonical_hyper(value)
+    if canonical is not value:
+      object.__setattr__(obj, name, canonical)
   owner = getattr(obj, "owner", cls.__name__)
   for name, check in cls._field_checks:
     value = d[name]
@@ -254,6 +336,19 @@ class _ModuleMeta(type):
       _finish(obj)
     return obj
 
+  @property
+  def __signature__(cls) -> inspect.Signature:
+    # ``inspect.signature(cls)`` would read this metaclass's ``__call__(*args, **kwargs)``: give
+    # the constructor's, found as inspect finds it for a class without one (the ``__new__`` or
+    # ``__init__`` defined closest in the MRO), without its first parameter.
+    for base in cls.__mro__:
+      for name in ("__new__", "__init__"):
+        if name in base.__dict__ and base is not object:
+          method = getattr(cls, name)
+          parameters = list(inspect.signature(method).parameters.values())
+          return inspect.Signature(parameters[1:], return_annotation=inspect.Signature.empty)
+    return inspect.Signature()
+
 
 # For type checkers: subclasses are frozen dataclasses whose fields are declared by these specifiers
 # (``__init_subclass__`` applies ``dataclasses.dataclass`` at run time).
@@ -265,10 +360,10 @@ class Module(metaclass=_ModuleMeta):
   Every annotated field must be declared with ``hyper_field``, ``child_field`` or ``static_field``.
 
   Example:
-    >>> import jax
-    >>> class Scale(Module):
-    ...   factor: float = hyper_field(1.0)
-    ...   flag: bool = static_field(False)
+    >>> import jax, steadax
+    >>> class Scale(steadax.Module):
+    ...   factor: float = steadax.hyper_field(1.0)
+    ...   flag: bool = steadax.static_field(False)
     >>> tx = Scale(0.5)
     >>> jax.tree_util.tree_structure(jax.tree_util.tree_map(lambda _: False, tx)) == (
     ...     jax.tree_util.tree_structure(tx))
@@ -283,7 +378,8 @@ class Module(metaclass=_ModuleMeta):
     # structure must never be inferred from a value.
     for name in cls.__dict__["__annotations__"]:
       annotation = cls.__dict__["__annotations__"][name]
-      if isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar")):
+      if annotation is ClassVar or get_origin(annotation) is ClassVar or (
+          isinstance(annotation, str) and annotation.startswith(("ClassVar", "typing.ClassVar"))):
         continue
       default = cls.__dict__.get(name, dataclasses.MISSING)
       if not (isinstance(default, dataclasses.Field) and _KIND in default.metadata):
@@ -294,20 +390,26 @@ class Module(metaclass=_ModuleMeta):
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
+    hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
     cls._dynamic_fields = dynamic
     cls._static_fields = static
     cls._field_checks = checks
+    cls._hyper_fields = hypers
+
+    leaf_form = tuple(n in hypers for n in dynamic)  # hyperparameters become _as_leaf's arrays
 
     def flatten_with_keys(obj):
       d = obj.__dict__
-      return [(k, d[n]) for k, n in zip(keys, dynamic)], _Aux(tuple(d[n] for n in static))
+      return ([(k, _as_leaf(d[n]) if h else d[n]) for k, n, h in zip(keys, dynamic, leaf_form)],
+              _Aux(tuple(d[n] for n in static)))
 
     def flatten(obj):
       d = obj.__dict__
-      return [d[n] for n in dynamic], _Aux(tuple(d[n] for n in static))
+      return ([_as_leaf(d[n]) if h else d[n] for n, h in zip(dynamic, leaf_form)],
+              _Aux(tuple(d[n] for n in static)))
 
     def unflatten(aux: _Aux, children):
       obj = object.__new__(cls)
@@ -373,8 +475,12 @@ class Fn(Module):
   ``hyper_field`` and ``child_field`` fields wrap plain callables (a schedule written as a ``def``) in ``Fn``
   when the object is built; calling it calls the function.
 
+  Attributes:
+    fn: the callable (static: part of the compiled program's identity).
+
   Example:
-    >>> f = Fn(lambda count: 2 * count)
+    >>> import jax, steadax
+    >>> f = steadax.Fn(lambda count: 2 * count)
     >>> f(3), jax.tree_util.tree_leaves(f)
     (6, [])
   """

@@ -8,8 +8,6 @@
 * Hyperparameters are cast to the computation dtype; they never widen state.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any
 
@@ -52,6 +50,9 @@ def safe_increment(count: jax.Array) -> jax.Array:
   Returns:
     The incremented counter with the same dtype.
 
+  Raises:
+    ValueError: for a count that is neither integer nor floating (bool, complex).
+
   Example:
     >>> import jax.numpy as jnp
     >>> int(safe_increment(jnp.asarray(2147483647, jnp.int32)))
@@ -62,6 +63,10 @@ def safe_increment(count: jax.Array) -> jax.Array:
   if jnp.issubdtype(dtype, jnp.integer):
     top = jnp.asarray(jnp.iinfo(dtype).max, dtype)
     return jnp.where(count < top, count + jnp.asarray(1, dtype), top)
+  if not jnp.issubdtype(dtype, jnp.floating):  # bool, complex: no order to saturate in (as Optax)
+    raise ValueError(
+        f"safe_increment: cannot safely increment a count of dtype {dtype}; valid dtypes are "
+        'subdtypes of "jnp.integer" or "jnp.floating".')
   one = jnp.asarray(1, dtype)
   return count + one
 
@@ -85,7 +90,11 @@ def promote_types(*dtypes: Any) -> np.dtype:
 
 
 def compute_dtype(*dtypes: Any) -> np.dtype:
-  """The arithmetic dtype for values of the given dtypes: their promotion, at least float32."""
+  """The arithmetic dtype for values of the given dtypes: their promotion, at least float32.
+
+  JAX's canonical dtype for the x64 mode: numpy float64 values with x64 off compute in float32
+  (what ``jnp`` makes of them), so statistics made from them match the arrays JAX creates.
+  """
   result = np.dtype(jnp.float32)
   for d in dtypes:
     if d is None:
@@ -94,7 +103,7 @@ def compute_dtype(*dtypes: Any) -> np.dtype:
     if not jnp.issubdtype(d, jnp.inexact):
       continue
     result = _promote_pair(result, d)
-  return result
+  return np.dtype(jax.dtypes.canonicalize_dtype(result))
 
 
 def real_dtype(dtype: Any) -> np.dtype:
@@ -223,16 +232,18 @@ def _dtype_token(x: Any) -> Any:
   """A hashable stand-in for ``x`` in promotion: a numpy dtype, or a Python type when weak."""
   if isinstance(x, (bool, int, float, complex)):
     return type(x)
+  # numpy values and dtypes count in JAX's canonical dtype for the x64 mode (a numpy complex128 is
+  # complex64 with x64 off, as jnp makes it, and JAX's truncation warning is not raised per call).
   if isinstance(x, np.dtype):
-    return x
+    return np.dtype(jax.dtypes.canonicalize_dtype(x))
   dtype = getattr(x, "dtype", None)
   if dtype is None:
-    return np.asarray(x).dtype
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.asarray(x).dtype))
   aval = getattr(x, "aval", None)
   if aval is not None and getattr(aval, "weak_type", False):
     kind = np.dtype(dtype).kind
     return {"b": bool, "i": int, "u": int, "f": float, "V": float, "c": complex}.get(kind, float)
-  return np.dtype(dtype)
+  return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
 _REPRESENTATIVE = {bool: False, int: 0, float: 0.0, complex: 0j}

@@ -6,8 +6,6 @@ so a plain ``dict`` mask works for Flax ``FrozenDict`` parameters and the revers
 matched by position. On ``FlatParams`` a mask is that of the parameters' tree, one value per buffer.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

@@ -28,8 +28,6 @@ and ``init_from_roles`` builds the whole state when every field is a counter, an
 scalar.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import Any
 

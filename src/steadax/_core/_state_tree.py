@@ -11,16 +11,17 @@ NamedTuples and Modules, so ``get(state, "ScaleByAdamState")`` returns the whole
 Other containers (tuples of a ``chain``, lists, custom pytrees) are searched through.
 """
 
-from __future__ import annotations
-
 import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ._module import Module
+from ._types import Params
 
 __all__ = [
     "NamedTupleKey",
@@ -142,7 +143,7 @@ def _find(tree: Any, path: KeyPath, key: Any) -> list[tuple[KeyPath, Any]]:
 
 
 def tree_get_all_with_path(
-    tree: Any, key: Any, filtering: Filtering | None = None
+    tree: Params, key: Any, filtering: Filtering | None = None
 ) -> list[tuple[KeyPath, Any]]:
   """Every value named ``key`` in ``tree``, with its path.
 
@@ -184,6 +185,21 @@ def _rebuild_record(node: Any, children: dict[Any, Any]) -> Any:
   return new
 
 
+def _in_leaf_dtype(old: Any, new: Any) -> Any:
+  """A Python number replacing an array leaf, as an array of that leaf's dtype and shape.
+
+  ``set(state, learning_rate=0.5)`` then gives the state the types its ``init`` made (Optax stores
+  the Python float, which the next ``update`` must cope with). A fractional number replacing an
+  integer leaf is stored as it is: truncating it would change the value.
+  """
+  if isinstance(new, bool) or not isinstance(new, (int, float)) or not hasattr(old, "dtype"):
+    return new
+  if jnp.issubdtype(old.dtype, jnp.bool_) or (
+      jnp.issubdtype(old.dtype, jnp.integer) and not float(new).is_integer()):
+    return new
+  return jnp.full(np.shape(old), new, old.dtype)
+
+
 def _replace(node: Any, path: KeyPath, values: dict[str, Any], filtering: Filtering | None) -> Any:
   def keep(p, v):
     return filtering is None or filtering(p, v)
@@ -194,7 +210,7 @@ def _replace(node: Any, path: KeyPath, values: dict[str, Any], filtering: Filter
     children, changed = {}, False
     for name, child_path, child in _record_children(path, node):
       if _hashable_in(name, values) and keep(child_path, child):
-        children[name] = values[name]
+        children[name] = _in_leaf_dtype(child, values[name])
       else:
         children[name] = _replace(child, child_path, values, filtering)
       changed = changed or children[name] is not child
@@ -209,7 +225,7 @@ def _replace(node: Any, path: KeyPath, values: dict[str, Any], filtering: Filter
   return node
 
 
-def tree_set(tree: Any, filtering: Filtering | None = None, /, **kwargs: Any) -> Any:
+def tree_set(tree: Params, filtering: Filtering | None = None, /, **kwargs: Any) -> Any:
   """A copy of ``tree`` with every value named by a keyword replaced by that keyword's value.
 
   Replaces exactly the values ``get_all_with_path(tree, key, filtering)`` returns, for each
@@ -221,8 +237,9 @@ def tree_set(tree: Any, filtering: Filtering | None = None, /, **kwargs: Any) ->
     tree: the tree (an optimizer state, a transformation, any pytree).
     filtering: an optional ``filtering(path, value) -> bool`` restricting the replacements
       (positional only).
-    **kwargs: the names to replace and their new values (give a state leaf a value of its own dtype,
-      not a weak Python scalar, or the next ``update`` breaks the type-stability contract).
+    **kwargs: the names to replace and their new values. A Python number replacing an array leaf
+      becomes an array of that leaf's dtype and shape, so the state keeps its types (a fractional
+      number replacing an integer leaf is kept as it is).
 
   Returns:
     The new tree.

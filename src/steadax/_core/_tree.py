@@ -1,7 +1,5 @@
 """Internal tree math used by the transformations (the public `steadax.tree` builds on it)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +11,7 @@ import numpy as np
 from ._deprecations import warn_deprecated_call
 from ._leafwise import place_like
 from ._policy import accumulator_dtype, compute_dtype, hyper, real_dtype
+from ._types import Updates
 
 __all__ = [
     "tree_map",
@@ -238,7 +237,7 @@ def l2_norm(updates: Any) -> jax.Array:
   return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, jnp.ones_like(squares))), jnp.zeros_like(squares))
 
 
-def global_norm(updates: Any) -> jax.Array:
+def global_norm(updates: Updates) -> jax.Array:
   """The l2 norm of all leaves together; deprecated (as in Optax 0.2.8) in favour of
   ``steadax.tree.norm``, and warns so when called.
 

@@ -4,8 +4,6 @@ Every helper returns its results in the dtype of the input they derive from (bfl
 out; integer inputs give JAX's default floating dtype) and runs its arithmetic in at least float32.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

@@ -7,8 +7,6 @@ References:
   SIAM J. Imaging Sciences 2(1), 2009, eq. (4.1)-(4.3) (the momentum sequence).
 """
 
-from __future__ import annotations
-
 import operator
 from typing import Any
 
@@ -16,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype, hyper, promote_types
 from ._common import as_matrix, float_dtype
@@ -32,7 +31,7 @@ def _spectral_bound(q: jax.Array) -> jax.Array:
   return jnp.minimum(frobenius, one_norm)
 
 
-def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: Any = None) -> jax.Array:  # noqa: N803
+def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: ArrayLike | None = None) -> jax.Array:  # noqa: N803
   r"""Solves :math:`\min_x \|A x - b\|_2` subject to :math:`x \ge 0`.
 
   Runs ``iters`` steps of the fast projected gradient method (projected gradient steps of size

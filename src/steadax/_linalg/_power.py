@@ -6,8 +6,6 @@ References:
   Newton iteration for the inverse p-th root).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype, hyper, key_path_str, promote_types, real_dtype
 from ._common import as_matrix, concrete_number, float_dtype
+from .._core._types import Params
 
 __all__ = ["power_iteration", "matrix_inverse_pth_root"]
 
@@ -50,13 +50,13 @@ def _check_leaves(owner: str, name: str, tree: Any) -> None:
 
 
 def power_iteration(
-    matrix: Any,
+    matrix: ArrayLike | Callable[[Params], Params],
     *,
-    v0: Any = None,
-    num_iters: Any = 100,
-    error_tolerance: Any = 1e-6,
+    v0: Params | None = None,
+    num_iters: ArrayLike = 100,
+    error_tolerance: ArrayLike = 1e-6,
     precision: lax.Precision = lax.Precision.HIGHEST,
-    key: Any = None,
+    key: jax.Array | None = None,
 ) -> tuple[Any, Any]:
   """The dominant eigenvalue (largest in modulus) and its eigenvector, by power iteration.
 
@@ -190,11 +190,11 @@ def _dynamic_power(mat: jax.Array, p: jax.Array, precision: Any) -> jax.Array:
 
 
 def matrix_inverse_pth_root(
-    matrix: Any,
-    p: Any,
-    num_iters: Any = 100,
-    ridge_epsilon: Any = 1e-6,
-    error_tolerance: Any = 1e-6,
+    matrix: ArrayLike,
+    p: ArrayLike,
+    num_iters: ArrayLike = 100,
+    ridge_epsilon: ArrayLike = 1e-6,
+    error_tolerance: ArrayLike = 1e-6,
     precision: lax.Precision = lax.Precision.HIGHEST,
 ) -> tuple[jax.Array, jax.Array]:
   """``matrix ** (-1/p)`` of a symmetric positive semi-definite matrix, by coupled Newton iterations.

@@ -5,12 +5,11 @@ Starting from ``min(increase_factor * previous step, max_learning_rate)``, the s
 "Numerical Optimization", 2nd ed., Alg. 3.1 and Eq. 3.4).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
@@ -29,6 +28,7 @@ from ._common import (
     scale_tree,
     value_fn_kwargs,
 )
+from .._core._types import Params
 
 __all__ = [
     "BacktrackingLinesearchInfo",
@@ -65,7 +65,7 @@ class ScaleByBacktrackingLinesearchState(NamedTuple):
 
   learning_rate: jax.Array
   value: jax.Array
-  grad: Any
+  grad: Params | None
   info: BacktrackingLinesearchInfo
 
 
@@ -172,13 +172,13 @@ class ScaleByBacktrackingLinesearch(Transformation):
 
 
 def scale_by_backtracking_linesearch(
-    max_backtracking_steps: Any,
-    slope_rtol: Any = 1e-4,
-    decrease_factor: Any = 0.8,
-    increase_factor: Any = 1.5,
-    max_learning_rate: Any = 1.0,
-    atol: Any = 0.0,
-    rtol: Any = 0.0,
+    max_backtracking_steps: ArrayLike,
+    slope_rtol: ArrayLike = 1e-4,
+    decrease_factor: ArrayLike = 0.8,
+    increase_factor: ArrayLike = 1.5,
+    max_learning_rate: ArrayLike = 1.0,
+    atol: ArrayLike = 0.0,
+    rtol: ArrayLike = 0.0,
     store_grad: bool = False,
     verbose: bool = False,
 ) -> Transformation:
@@ -199,7 +199,8 @@ def scale_by_backtracking_linesearch(
     slope_rtol: the Armijo constant ``c1`` in (0, 1).
     decrease_factor: the reduction factor in (0, 1).
     increase_factor: growth of the first trial over the previous step size (``1`` keeps it,
-      ``math.inf`` restarts from ``max_learning_rate`` each time).
+      ``math.inf`` restarts from ``max_learning_rate`` each time; positive, and below 1 it shrinks
+      the first trial, as in Optax).
     max_learning_rate: the largest step size tried.
     atol: absolute slack of the condition.
     rtol: relative slack of the condition (relative to ``f(w)``).
@@ -228,7 +229,7 @@ def scale_by_backtracking_linesearch(
   check_nonnegative(owner, "max_backtracking_steps", max_backtracking_steps)
   check_range(owner, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
   check_range(owner, "decrease_factor", decrease_factor, 0.0, 1.0, low_open=True, high_open=True)
-  check_range(owner, "increase_factor", increase_factor, 1.0, float("inf"))
+  check_positive(owner, "increase_factor", increase_factor)  # below 1 shrinks the first trial (Optax)
   check_positive(owner, "max_learning_rate", max_learning_rate)
   check_nonnegative(owner, "atol", atol)
   check_nonnegative(owner, "rtol", rtol)

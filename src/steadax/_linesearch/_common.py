@@ -12,14 +12,13 @@ Conventions (one place, so every line search and L-BFGS agree):
   drop-in replacement for it.
 """
 
-from __future__ import annotations
-
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._leafwise import Scalars, leafwise
 from .._core._policy import cast, compute_dtype, hyper
@@ -169,7 +168,7 @@ def _find_fields(state: Any, name: str) -> list[Any]:
   return found
 
 
-def value_and_grad_from_state(value_fn: Callable[..., Any]) -> Callable[..., tuple[jax.Array, Any]]:
+def value_and_grad_from_state(value_fn: Callable[..., ArrayLike]) -> Callable[..., tuple[jax.Array, Any]]:
   """``jax.value_and_grad(value_fn)`` that reuses the value and gradient a line search stored.
 
   A line search evaluates the objective (and its gradient) at the parameters it returns; for a

@@ -10,12 +10,11 @@ Each iteration evaluates the objective once, in the branch of a ``lax.cond`` on 
 ``value_fn`` is traced twice per ``update``, once per phase, as in Optax's search).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
@@ -36,6 +35,7 @@ from ._common import (
     scale_tree,
     value_fn_kwargs,
 )
+from .._core._types import Params
 
 __all__ = ["ZoomLinesearchInfo", "ScaleByZoomLinesearchState", "scale_by_zoom_linesearch"]
 
@@ -70,7 +70,7 @@ class ScaleByZoomLinesearchState(NamedTuple):
 
   learning_rate: jax.Array
   value: jax.Array
-  grad: Any
+  grad: Params
   info: ZoomLinesearchInfo
 
 
@@ -337,14 +337,14 @@ class ScaleByZoomLinesearch(Transformation):
 
 
 def scale_by_zoom_linesearch(
-    max_linesearch_steps: Any,
-    max_learning_rate: Any = None,
-    tol: Any = 0.0,
-    increase_factor: Any = 2.0,
-    slope_rtol: Any = 1e-4,
-    curv_rtol: Any = 0.9,
-    approx_dec_rtol: Any = 1e-6,
-    stepsize_precision: Any = 1e-5,
+    max_linesearch_steps: ArrayLike,
+    max_learning_rate: ArrayLike | None = None,
+    tol: ArrayLike = 0.0,
+    increase_factor: ArrayLike = 2.0,
+    slope_rtol: ArrayLike = 1e-4,
+    curv_rtol: ArrayLike = 0.9,
+    approx_dec_rtol: ArrayLike | None = 1e-6,
+    stepsize_precision: ArrayLike = 1e-5,
     initial_guess_strategy: str = "keep",
     verbose: bool = False,
 ) -> Transformation:
@@ -369,7 +369,9 @@ def scale_by_zoom_linesearch(
     max_linesearch_steps: the most objective evaluations per search.
     max_learning_rate: the largest step size tried, or None for no bound.
     tol: tolerance on both conditions.
-    increase_factor: growth factor of the trial step while bracketing.
+    increase_factor: growth factor of the trial step while bracketing (positive; at or below 1
+      the trials do not grow and a search that needs a longer step ends at ``max_linesearch_steps``,
+      as in Optax).
     slope_rtol: the sufficient decrease constant ``c1``.
     curv_rtol: the curvature constant ``c2`` (``math.inf`` keeps only sufficient decrease).
     approx_dec_rtol: relative closeness to ``f(w)`` below which the approximate Wolfe condition
@@ -405,7 +407,7 @@ def scale_by_zoom_linesearch(
   if max_learning_rate is not None:
     check_positive(owner, "max_learning_rate", max_learning_rate)
   check_nonnegative(owner, "tol", tol)
-  check_range(owner, "increase_factor", increase_factor, 1.0, float("inf"), low_open=True)
+  check_positive(owner, "increase_factor", increase_factor)  # as Optax: no bound at 1
   check_range(owner, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
   check_nonnegative(owner, "curv_rtol", curv_rtol)
   if approx_dec_rtol is not None:

@@ -4,13 +4,12 @@ Each is a chain of ``scale_by_*`` blocks, optional decoupled weight decay, and t
 see ``steadax.transforms`` for the maths and references.
 """
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam import scale_by_adam, scale_by_adamax, scale_by_amsgrad
 from ..transforms._decay import add_decayed_weights
@@ -29,14 +28,14 @@ def _check(owner: str, learning_rate: Any, b1: Any, b2: Any, eps: Any) -> None:
 @shared_args
 def adam(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = False,
-    nu_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Chain:
   """Adam (Kingma & Ba 2015): ``chain(scale_by_adam(...), scale_by_learning_rate(lr))``.
 
@@ -73,16 +72,16 @@ def adam(
 @shared_args
 def adamw(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
-    weight_decay: ScalarOrSchedule = 1e-4,
-    mask: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
+    weight_decay: ScalarOrSchedule | ArrayLike = 1e-4,
+    mask: MaskOrFn = None,
     *,
     nesterov: bool = False,
-    nu_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Chain:
   """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter, ICLR 2019).
 
@@ -120,18 +119,32 @@ def adamw(
   )
 
 
+@shared_args
 def nadam(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = True,
-    nu_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Chain:
-  """NAdam (Dozat 2016): ``adam`` with Nesterov momentum. Arguments as ``adam``.
+  """NAdam (Dozat 2016): ``adam`` with Nesterov momentum.
+
+  Args:
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
+    nesterov: Nesterov momentum (True here; False gives ``adam``).
+    nu_dtype: <shared>
+
+  Returns:
+    The optimizer, ``adam``'s chain.
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -142,20 +155,36 @@ def nadam(
   return adam(learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype)
 
 
+@shared_args
 def nadamw(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     weight_decay: ScalarOrSchedule = 1e-4,
-    mask: Any = None,
+    mask: MaskOrFn = None,
     *,
     nesterov: bool = True,
-    nu_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Chain:
-  """NAdamW: ``adamw`` with Nesterov momentum. Arguments as ``adamw``.
+  """NAdamW: ``adamw`` with Nesterov momentum.
+
+  Args:
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    mu_dtype: <shared>
+    weight_decay: <shared>
+    mask: <shared>
+    nesterov: Nesterov momentum (True here; False gives ``adamw``).
+    nu_dtype: <shared>
+
+  Returns:
+    The optimizer, ``adamw``'s chain.
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -169,11 +198,11 @@ def nadamw(
 @shared_args
 def amsgrad(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     bias_correction_mu: bool = True,
     bias_correction_nu: bool = True,
 ) -> Chain:
@@ -207,7 +236,7 @@ def amsgrad(
 
 
 @shared_args
-def adamax(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8) -> Chain:
+def adamax(learning_rate: ScalarOrSchedule, b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike = 1e-8) -> Chain:
   """Adamax (Kingma & Ba 2015, §7.1): Adam with the infinity norm.
 
   Args:
@@ -233,11 +262,11 @@ def adamax(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps:
 @shared_args
 def adamaxw(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 1e-4,
-    mask: Any = None,
+    mask: MaskOrFn = None,
 ) -> Chain:
   """AdamaxW: Adamax with decoupled weight decay.
 

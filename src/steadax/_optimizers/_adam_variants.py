@@ -4,13 +4,12 @@ Each is its ``scale_by_*`` block (see ``steadax.transforms``, where the maths an
 optional decoupled weight decay, and the learning rate.
 """
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam_variants import scale_by_adan, scale_by_belief, scale_by_radam, scale_by_yogi
 from ..transforms._decay import add_decayed_weights
@@ -22,10 +21,10 @@ __all__ = ["adabelief", "adan", "radam", "yogi"]
 @shared_args
 def adabelief(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-16,
-    eps_root: Any = 1e-16,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-16,
+    eps_root: ArrayLike = 1e-16,
     *,
     nesterov: bool = False,
 ) -> Chain:
@@ -63,13 +62,13 @@ def adabelief(
 @shared_args
 def adan(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.98,
-    b2: Any = 0.92,
-    b3: Any = 0.99,
-    eps: Any = 1e-8,
-    eps_root: Any = 1e-8,
+    b1: ArrayLike = 0.98,
+    b2: ArrayLike = 0.92,
+    b3: ArrayLike = 0.99,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: MaskOrFn = None,
 ) -> Chain:
   """Adan: ``chain(scale_by_adan(...), add_decayed_weights(weight_decay, mask), scale_by_learning_rate)``.
 
@@ -113,11 +112,11 @@ def adan(
 @shared_args
 def radam(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    threshold: Any = 5.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    threshold: ArrayLike = 5.0,
     *,
     nesterov: bool = False,
 ) -> Chain:
@@ -155,7 +154,7 @@ def radam(
 
 
 @shared_args
-def yogi(learning_rate: ScalarOrSchedule, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-3) -> Chain:
+def yogi(learning_rate: ScalarOrSchedule, b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike = 1e-3) -> Chain:
   """Yogi: ``chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))``.
 
   Adam with an additive second-moment update that cannot inflate the effective learning rate

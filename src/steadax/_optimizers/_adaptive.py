@@ -1,12 +1,11 @@
 """Adaptive optimizers that are not Adam: adadelta, novograd (layer-wise) and sm3 (low memory)."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike
 
 from .._core._checks import check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adaptive import scale_by_adadelta, scale_by_novograd, scale_by_sm3
 from ..transforms._decay import add_decayed_weights
@@ -17,10 +16,10 @@ __all__ = ["adadelta", "novograd", "sm3"]
 
 def adadelta(
     learning_rate: ScalarOrSchedule | None = None,
-    rho: Any = 0.9,
-    eps: Any = 1e-6,
+    rho: ArrayLike = 0.9,
+    eps: ArrayLike = 1e-6,
     weight_decay: ScalarOrSchedule = 0.0,
-    weight_decay_mask: Any = None,
+    weight_decay_mask: MaskOrFn = None,
 ) -> Chain:
   """Adadelta: ``chain(add_decayed_weights(weight_decay, weight_decay_mask), scale_by_adadelta(rho,
   eps), scale_by_learning_rate(learning_rate))``.
@@ -63,11 +62,11 @@ def adadelta(
 @shared_args
 def novograd(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.25,
-    eps: Any = 1e-6,
-    eps_root: Any = 0.0,
-    weight_decay: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.25,
+    eps: ArrayLike = 1e-6,
+    eps_root: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
 ) -> Chain:
   """NovoGrad: ``chain(scale_by_novograd(...), scale_by_learning_rate(learning_rate))``.
 
@@ -103,7 +102,7 @@ def novograd(
   )
 
 
-def sm3(learning_rate: ScalarOrSchedule, momentum: Any = 0.9) -> Chain:
+def sm3(learning_rate: ScalarOrSchedule, momentum: ArrayLike = 0.9) -> Chain:
   """SM3: ``chain(scale_by_sm3(momentum), scale_by_learning_rate(learning_rate))``.
 
   Adagrad-like preconditioning with one accumulator per row and column (per axis) of each

@@ -1,14 +1,13 @@
 """Adafactor: factored second moments, update clipping and relative step sizes."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from ..transforms._clipping import clip_by_block_rms
 from ..transforms._decay import add_decayed_weights
 from ..transforms._factored import scale_by_factored_rms
@@ -21,16 +20,16 @@ __all__ = ["adafactor"]
 def adafactor(
     learning_rate: ScalarOrSchedule | None = None,
     min_dim_size_to_factor: int = 128,
-    decay_rate: Any = 0.8,
-    decay_offset: Any = 0,
+    decay_rate: ArrayLike = 0.8,
+    decay_offset: ArrayLike = 0,
     multiply_by_parameter_scale: bool = True,
-    clipping_threshold: Any = 1.0,
-    momentum: Any = None,
-    dtype_momentum: Any = jnp.float32,
+    clipping_threshold: ArrayLike | None = 1.0,
+    momentum: ArrayLike | None = None,
+    dtype_momentum: DTypeLike = jnp.float32,
     weight_decay_rate: ScalarOrSchedule | None = None,
-    eps: Any = 1e-30,
+    eps: ArrayLike = 1e-30,
     factored: bool = True,
-    weight_decay_mask: Any = None,
+    weight_decay_mask: MaskOrFn = None,
 ) -> Chain:
   """Adafactor (Shazeer & Stern 2018): Adam-like steps with a factored, memory-light second moment.
 

@@ -1,8 +1,7 @@
 """Fromage: steps relative to each layer's weight norm, with the norm kept in check."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
@@ -19,7 +18,7 @@ def _shrink(lr: Any) -> Any:
   return 1 / (1 + lr**2) ** 0.5
 
 
-def fromage(learning_rate: ScalarOrSchedule, min_norm: Any = 1e-6) -> Chain:
+def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Chain:
   """Fromage (Frobenius matched gradient descent).
 
   Each layer (leaf) moves by ``learning_rate`` relative to its own norm,

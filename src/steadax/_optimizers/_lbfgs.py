@@ -8,8 +8,6 @@ scalar statistics dtype (the widest floating dtype among the params, at least fl
 also the dtype of the curvature weights ``rho = 1 / Re<y, s>``.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -25,7 +23,7 @@ from .._core._module import static_field
 from .._core._policy import accumulator_dtype, compute_dtype, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import tree_map, zeros_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule, Updates
 from .._linesearch._common import real_vdot
 from .._linesearch._zoom import scale_by_zoom_linesearch
 from ..transforms._scaling import scale, scale_by_learning_rate
@@ -48,14 +46,14 @@ class ScaleByLBFGSState(NamedTuple):
       axis of each leaf (a ring buffer), in each parameter's dtype.
     diff_updates_memory: the matching update differences ``y``.
     weights_memory: the matching ``rho = 1 / Re<y, s>``, in the scalar statistics dtype; 0 marks
-      an empty slot or a skipped pair (one without positive curvature), which the recursion ignores.
+      an empty slot (or a pair with ``Re<y, s> = 0``), which the recursion ignores.
   """
 
   count: jax.Array
-  params: Any
-  updates: Any
-  diff_params_memory: Any
-  diff_updates_memory: Any
+  params: Params
+  updates: Updates
+  diff_params_memory: Params
+  diff_updates_memory: Params
   weights_memory: jax.Array
 
 
@@ -153,26 +151,28 @@ class ScaleByLBFGS(Transformation):
     s, new_params = self.leafwise(difference, params, state.params, params=state.params)
     y, new_updates = self.leafwise(difference, updates, state.updates, params=state.updates)
     sy, yy = real_vdot(y, s, stat), real_vdot(y, y, stat)
-    # A pair is used only with positive curvature Re<s, y> > eps |s| |y| (N&W Sec. 6.1 and 7.2):
-    # it keeps H_k positive definite, so -H_k g stays a descent direction even when the pair
-    # comes from a step without the Wolfe conditions (backtracking) or from clipped or noisy
-    # gradients. There is no pair before the second update. A pair with weight 0 drops out of the
-    # two-loop recursion (alpha = beta = 0), so a skipped pair only needs rho = 0.
-    eps = jnp.finfo(stat).eps
-    valid = ~first & (sy > eps * jnp.sqrt(real_vdot(s, s, stat) * yy))
+    # Every pair is kept, whatever the sign of its curvature Re<s, y> (the plain two-loop
+    # recursion, N&W Alg. 7.4, and Optax): with the default zoom search the curvature condition
+    # makes it positive. Without a line search or with backtracking a pair can have Re<s, y> <= 0
+    # and H_k is then indefinite; skipping such pairs (N&W Sec. 6.1) is no safer there: the pairs
+    # kept after a skip are taken at other points and with gamma = 1 their mix can step far off
+    # (Himmelblau from (1, 1), learning rate 1e-3, no line search: (234, 179) with skipping,
+    # (1.03, 0.99) with every pair, as Optax). Only an exactly zero Re<s, y> gets weight 0 (it
+    # drops out of the recursion: alpha = beta = 0), and so does the first update, with no pair.
     one = jnp.ones([], stat)
-    safe_sy = jnp.where(valid, sy, one)
-    rho = jnp.where(valid, 1 / safe_sy, jnp.zeros_like(sy))
+    usable = ~first & (sy != 0)
+    rho = jnp.where(usable, 1 / jnp.where(usable, sy, one), jnp.zeros_like(sy))
     diff_params = tree_map(lambda m, v: m.at[newest].set(v), state.diff_params_memory, s)
     diff_updates = tree_map(lambda m, v: m.at[newest].set(v), state.diff_updates_memory, y)
     weights = state.weights_memory.at[newest].set(rho)
 
     if self.scale_init_precond:
-      # gamma_k = Re<s, y> / |y|^2 (N&W Eq. 7.20). Without a usable pair (the first update, or a
-      # skipped one) scale by min(1, 1/|u|), so the step stays within a unit ball (Optax's choice
-      # for the first step).
+      # gamma_k = Re<s, y> / |y|^2 (N&W Eq. 7.20), 1 when y = 0. At the first update, with no pair,
+      # scale by min(1, 1/|u|) so the step stays within a unit ball (Optax's choice).
       norm = jnp.sqrt(real_vdot(updates, updates, stat))
-      gamma = jnp.where(valid, safe_sy / jnp.where(valid, yy, one), jnp.minimum(one, 1 / norm))
+      has_y = yy > 0
+      gamma = jnp.where(first, jnp.minimum(one, 1 / norm),
+                        jnp.where(has_y, sy / jnp.where(has_y, yy, one), one))
     else:
       gamma = one
     direction = _two_loop(updates, diff_params, diff_updates, weights, gamma, oldest, stat, self.owner)

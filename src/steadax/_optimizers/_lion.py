@@ -1,12 +1,11 @@
 """Lion: the sign of an interpolated momentum, with decoupled weight decay."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._lion import scale_by_lion
@@ -18,11 +17,11 @@ __all__ = ["lion"]
 @shared_args
 def lion(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.99,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.99,
+    mu_dtype: DTypeLike | None = None,
     weight_decay: ScalarOrSchedule = 1e-3,
-    mask: Any = None,
+    mask: MaskOrFn = None,
 ) -> Chain:
   """Lion (Chen et al. 2023): ``chain(scale_by_lion(b1, b2, mu_dtype),
   add_decayed_weights(weight_decay, mask), scale_by_learning_rate(lr))``.

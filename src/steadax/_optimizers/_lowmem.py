@@ -4,15 +4,14 @@ See ``steadax.transforms.scale_by_adam_lowmem`` and ``scale_by_adam_8bit`` for t
 references, and docs/optimizers.md ("Low-memory states") for measured bytes per parameter.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam_8bit import scale_by_adam_8bit
 from ..transforms._decay import add_decayed_weights
@@ -31,15 +30,15 @@ def _check(owner: str, learning_rate: Any, weight_decay: Any) -> None:
 @shared_args
 def adam_lowmem(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: MaskOrFn = None,
     *,
-    mu_dtype: Any = jnp.bfloat16,
-    nu_dtype: Any = jnp.bfloat16,
+    mu_dtype: DTypeLike | None = jnp.bfloat16,
+    nu_dtype: DTypeLike = jnp.bfloat16,
     rounding: str = "stochastic",
     seed: int = 0,
 ) -> Chain:
@@ -87,12 +86,12 @@ def adam_lowmem(
 @shared_args
 def adam8bit(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: MaskOrFn = None,
     *,
     block_size: int = 256,
     min_8bit_size: int = 4096,

@@ -3,13 +3,12 @@
 See ``steadax.transforms.scale_by_mars`` for the maths and the reference.
 """
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._mars import scale_by_mars
@@ -21,17 +20,17 @@ __all__ = ["mars"]
 @shared_args
 def mars(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.95,
-    b2: Any = 0.99,
-    gamma: Any = 0.025,
-    eps: Any = 1e-8,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.99,
+    gamma: ArrayLike = 0.025,
+    eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: MaskOrFn = None,
     *,
-    eps_root: Any = 0.0,
-    max_norm: Any = 1.0,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    eps_root: ArrayLike = 0.0,
+    max_norm: ArrayLike = 1.0,
+    mu_dtype: DTypeLike | None = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Chain:
   """MARS-AdamW (Yuan et al. 2024): AdamW on a variance-reduced, clipped gradient estimate.
 

@@ -4,9 +4,8 @@ The extrapolation ``(alpha + beta) g_t - beta g_{t-1}`` (``scale_by_optimistic_g
 to the raw gradient (OGD) or to Adam's preconditioned direction (optimistic Adam).
 """
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
@@ -23,8 +22,8 @@ __all__ = ["optimistic_gradient_descent", "optimistic_adam", "optimistic_adam_v2
 @shared_args
 def optimistic_gradient_descent(
     learning_rate: ScalarOrSchedule,
-    alpha: Any = 1.0,
-    beta: Any = 1.0,
+    alpha: ArrayLike = 1.0,
+    beta: ArrayLike = 1.0,
 ) -> Chain:
   """Optimistic gradient descent: steps along ``(alpha + beta) g_t - beta g_{t-1}``.
 
@@ -67,13 +66,13 @@ def _check_adam(owner: str, b1: Any, b2: Any, eps: Any) -> None:
 
 @shared_args
 def optimistic_adam(
-    learning_rate: Any,
-    optimism: Any = None,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    learning_rate: ArrayLike,
+    optimism: ArrayLike | None = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = True,
 ) -> Chain:
@@ -130,13 +129,13 @@ def optimistic_adam(
 def optimistic_adam_v2(
     learning_rate: ScalarOrSchedule,
     *,
-    alpha: Any = 1.0,
-    beta: Any = 1.0,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    alpha: ArrayLike = 1.0,
+    beta: ArrayLike = 1.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     nesterov: bool = True,
 ) -> Chain:
   """Optimistic Adam: the optimistic extrapolation of Adam's direction, then the learning rate.

@@ -3,13 +3,13 @@
 See ``steadax.transforms.scale_by_psgd_kron`` for the maths and references.
 """
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
+import jax
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._psgd_kron import scale_by_psgd_kron
@@ -21,18 +21,18 @@ __all__ = ["psgd_kron"]
 @shared_args
 def psgd_kron(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
+    b1: ArrayLike = 0.9,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: MaskOrFn = None,
     *,
-    preconditioner_update_probability: Any = None,
+    preconditioner_update_probability: ScalarOrSchedule | None = None,
     max_size_triangular: int = 8192,
     min_ndim_triangular: int = 2,
-    preconditioner_lr: Any = 0.1,
-    preconditioner_init_scale: Any = 1.0,
-    mu_dtype: Any = None,
-    preconditioner_dtype: Any = None,
-    key: Any = 0,
+    preconditioner_lr: ArrayLike = 0.1,
+    preconditioner_init_scale: ArrayLike = 1.0,
+    mu_dtype: DTypeLike | None = None,
+    preconditioner_dtype: DTypeLike | None = None,
+    key: jax.Array | int | None = 0,
 ) -> Chain:
   """PSGD-Kron (Li 2018; the ``kron`` variant): momentum whitened by a Kronecker preconditioner.
 

@@ -1,8 +1,7 @@
 """RMSProp and AdaGrad: step sizes from running (or summed) squared gradients."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike
 
 from .._core._base import identity
 from .._core._checks import check_range, check_schedule_or_scalar
@@ -18,12 +17,12 @@ __all__ = ["rmsprop", "adagrad"]
 @shared_args
 def rmsprop(
     learning_rate: ScalarOrSchedule,
-    decay: Any = 0.9,
-    eps: Any = 1e-8,
-    initial_scale: Any = 0.0,
+    decay: ArrayLike = 0.9,
+    eps: ArrayLike = 1e-8,
+    initial_scale: ArrayLike = 0.0,
     eps_in_sqrt: bool = True,
     centered: bool = False,
-    momentum: Any = None,
+    momentum: ArrayLike | None = None,
     nesterov: bool = False,
     bias_correction: bool = False,
 ) -> Chain:
@@ -74,8 +73,8 @@ def rmsprop(
 @shared_args
 def adagrad(
     learning_rate: ScalarOrSchedule,
-    initial_accumulator_value: Any = 0.1,
-    eps: Any = 1e-7,
+    initial_accumulator_value: ArrayLike = 0.1,
+    eps: ArrayLike = 1e-7,
 ) -> Chain:
   """AdaGrad: gradient descent with each coordinate divided by the root of its summed squares.
 

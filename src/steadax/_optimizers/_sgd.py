@@ -1,8 +1,7 @@
 """Stochastic gradient descent with optional (Nesterov) momentum."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import identity
 from .._core._checks import check_range, check_schedule_or_scalar
@@ -17,9 +16,9 @@ __all__ = ["sgd"]
 @shared_args
 def sgd(
     learning_rate: ScalarOrSchedule,
-    momentum: Any = None,
+    momentum: ArrayLike | None = None,
     nesterov: bool = False,
-    accumulator_dtype: Any = None,
+    accumulator_dtype: DTypeLike | None = None,
 ) -> Chain:
   """Stochastic gradient descent, with heavy-ball or Nesterov momentum.
 

@@ -1,8 +1,7 @@
 """SGD variants: noisy_sgd (annealed gradient noise) and polyak_sgd (Polyak step sizes)."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike
 
 from .._core._checks import check_schedule_or_scalar
 from .._core._combine import Chain, chain
@@ -19,9 +18,9 @@ __all__ = ["noisy_sgd", "polyak_sgd"]
 @shared_args
 def noisy_sgd(
     learning_rate: ScalarOrSchedule,
-    eta: Any = 0.01,
-    gamma: Any = 0.55,
-    key: Any = None,
+    eta: ArrayLike = 0.01,
+    gamma: ArrayLike = 0.55,
+    key: ArrayLike | None = None,
     *,
     seed: int | None = None,
 ) -> Chain:
@@ -56,10 +55,10 @@ def noisy_sgd(
 
 
 def polyak_sgd(
-    max_learning_rate: Any = 1.0,
+    max_learning_rate: ArrayLike = 1.0,
     scaling: ScalarOrSchedule = 1.0,
-    f_min: Any = 0.0,
-    eps: Any = 0.0,
+    f_min: ArrayLike = 0.0,
+    eps: ArrayLike = 0.0,
     variant: str = "sps",
 ) -> Chain:
   """SGD with the Polyak step size ``min((f(x) - f_min) / ||g||^2, max_learning_rate)``.

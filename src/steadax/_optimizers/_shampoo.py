@@ -1,12 +1,11 @@
 """Shampoo (Gupta et al. 2018; Anil et al. 2020): ``scale_by_shampoo``, weight decay, learning rate."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -18,22 +17,22 @@ __all__ = ["shampoo"]
 @shared_args
 def shampoo(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    matrix_eps: Any = 1e-6,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    matrix_eps: ArrayLike = 1e-6,
     block_size: int = 128,
     precondition_frequency: int = 10,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
-    mu_dtype: Any = None,
+    mask: MaskOrFn = None,
+    mu_dtype: DTypeLike | None = None,
     *,
-    shampoo_beta: Any = None,
+    shampoo_beta: ArrayLike | None = None,
     graft_type: str = "adam",
-    exponent_override: Any = None,
-    nu_dtype: Any = None,
-    statistics_dtype: Any = None,
-    preconditioner_dtype: Any = None,
+    exponent_override: int | None = None,
+    nu_dtype: DTypeLike | None = None,
+    statistics_dtype: DTypeLike | None = None,
+    preconditioner_dtype: DTypeLike | None = None,
 ) -> Chain:
   """Shampoo with blocking and Adam/SGD grafting (Gupta et al. 2018; Anil et al. 2020).
 

@@ -1,8 +1,7 @@
 """Sign-based optimizers: sign_sgd, signum and rprop."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
@@ -42,7 +41,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> Chain:
 
 
 @shared_args
-def signum(learning_rate: ScalarOrSchedule, beta: Any = 0.9, accumulator_dtype: Any = None) -> Chain:
+def signum(learning_rate: ScalarOrSchedule, beta: ArrayLike = 0.9, accumulator_dtype: DTypeLike | None = None) -> Chain:
   """Signum: signSGD on the momentum ``m = beta m + (1 - beta) g``.
 
   ``chain(ema(beta, debias=False, accumulator_dtype), scale_by_sign(),
@@ -77,11 +76,11 @@ def signum(learning_rate: ScalarOrSchedule, beta: Any = 0.9, accumulator_dtype: 
 
 
 def rprop(
-    learning_rate: Any,
-    eta_minus: Any = 0.5,
-    eta_plus: Any = 1.2,
-    min_step_size: Any = 1e-6,
-    max_step_size: Any = 50.0,
+    learning_rate: ArrayLike,
+    eta_minus: ArrayLike = 0.5,
+    eta_plus: ArrayLike = 1.2,
+    min_step_size: ArrayLike = 1e-6,
+    max_step_size: ArrayLike = 50.0,
 ) -> Chain:
   """Rprop: per-coordinate step sizes grown while the gradient keeps its sign, shrunk on a flip.
 

@@ -1,12 +1,11 @@
 """SOAP (Vyas et al. 2024): ``scale_by_soap``, decoupled weight decay and the learning rate."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -18,19 +17,19 @@ __all__ = ["soap"]
 @shared_args
 def soap(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.95,
-    b2: Any = 0.95,
-    shampoo_beta: Any = None,
-    eps: Any = 1e-8,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.95,
+    shampoo_beta: ArrayLike | None = None,
+    eps: ArrayLike = 1e-8,
     precondition_frequency: int = 10,
     max_precond_dim: int = 10000,
     weight_decay: ScalarOrSchedule = 0.01,
-    mask: Any = None,
-    mu_dtype: Any = None,
+    mask: MaskOrFn = None,
+    mu_dtype: DTypeLike | None = None,
     *,
-    nu_dtype: Any = None,
-    statistics_dtype: Any = None,
-    eigenbasis_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
+    statistics_dtype: DTypeLike | None = None,
+    eigenbasis_dtype: DTypeLike | None = None,
     precondition_1d: bool = False,
 ) -> Chain:
   """SOAP: AdamW in the eigenbasis of Shampoo's preconditioner (Vyas et al. 2024).

@@ -1,12 +1,11 @@
 """Layer-wise adaptive optimizers: LAMB and LARS scale each layer's step by a trust ratio."""
 
-from __future__ import annotations
-
 from typing import Any
+from jax.typing import ArrayLike
 
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
@@ -20,12 +19,12 @@ __all__ = ["lamb", "lars"]
 @shared_args
 def lamb(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-6,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-6,
+    eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: MaskOrFn = None,
 ) -> Chain:
   """LAMB (You et al. 2020): Adam's direction plus weight decay, rescaled per layer by the trust
   ratio ``||p|| / ||u||``.
@@ -75,11 +74,11 @@ def lamb(
 def lars(
     learning_rate: ScalarOrSchedule,
     weight_decay: ScalarOrSchedule = 0.0,
-    weight_decay_mask: Any = True,
-    trust_coefficient: Any = 0.001,
-    eps: Any = 0.0,
-    trust_ratio_mask: Any = True,
-    momentum: Any = 0.9,
+    weight_decay_mask: MaskOrFn = True,
+    trust_coefficient: ArrayLike = 0.001,
+    eps: ArrayLike = 0.0,
+    trust_ratio_mask: MaskOrFn = True,
+    momentum: ArrayLike = 0.9,
     nesterov: bool = False,
 ) -> Chain:
   """LARS (You et al. 2017): SGD with momentum whose step is rescaled per layer by the trust ratio

@@ -6,8 +6,6 @@ The solvers work on one flat vector (every leaf raveled and concatenated in the 
 so the bounds are flattened the same way.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

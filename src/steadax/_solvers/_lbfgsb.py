@@ -31,14 +31,13 @@ through sorting and the compact matrices. The line search and the state's ``valu
 the zoom search's, so ``value_and_grad_from_state`` and ``minimize`` reuse them.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_positive
@@ -47,6 +46,7 @@ from .._core._policy import safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._linesearch._zoom import ScaleByZoomLinesearchState, scale_by_zoom_linesearch
 from . import _bounds
+from .._core._types import Params
 
 __all__ = ["ScaleByLBFGSBState", "lbfgsb"]
 
@@ -279,8 +279,8 @@ class LBFGSB(Transformation):
 
 
 def lbfgsb(
-    lower: Any = None,
-    upper: Any = None,
+    lower: ArrayLike | Params | None = None,
+    upper: ArrayLike | Params | None = None,
     memory_size: int = 10,
     max_linesearch_steps: int = 20,
 ) -> Transformation:

@@ -9,18 +9,17 @@ in the scalar statistics dtype), so it runs under ``jit`` and ``vmap`` (several 
 data sets in one program: a batched ``while_loop`` keeps the finished members' carry).
 """
 
-from __future__ import annotations
-
 import enum
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, NamedTuple
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+from typing import Any, NamedTuple, Union
+from jax.typing import ArrayLike
 
 from .._core._base import GradientTransformationExtraArgs, apply_updates, with_extra_args_support
 from .._core._combine import Chain
@@ -32,6 +31,8 @@ from .._linesearch._zoom import ScaleByZoomLinesearch
 from .._optimizers._lbfgs import lbfgs
 from . import _bounds
 from ._lbfgsb import LBFGSB, lbfgsb
+from .._core._base import GradientTransformation
+from .._core._types import Params
 
 __all__ = ["StopReason", "MinimizeInfo", "minimize", "stop_reason_message"]
 
@@ -56,7 +57,7 @@ _MESSAGES = {
 }
 
 
-def stop_reason_message(reason: Any) -> Any:
+def stop_reason_message(reason: Union[ArrayLike, "MinimizeInfo"]) -> Any:
   """The text of a stop reason code: a string, or nested lists of them for a batch of codes.
 
   Args:
@@ -154,8 +155,8 @@ def _find_nonfinite(tree: Any) -> str | None:
 
 def minimize(
     fun: Callable[..., Any],
-    x0: Any,
-    tx: Any = None,
+    x0: Params,
+    tx: GradientTransformation | None = None,
     *,
     args: tuple = (),
     tol: float | None = None,

@@ -1,15 +1,15 @@
 """Gradient scaling: the identity on the forward pass, a scaled cotangent on the backward pass."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype, real_dtype
 from .._linalg._common import concrete_number
+from .._core._types import Params
 
 __all__ = ["scale_gradient"]
 
@@ -39,7 +39,7 @@ def _scaled_identity_bwd(scale: jax.Array, g: Any) -> tuple[Any, jax.Array]:
 _scaled_identity.defvjp(_scaled_identity_fwd, _scaled_identity_bwd)
 
 
-def scale_gradient(inputs: Any, scale: Any) -> Any:
+def scale_gradient(inputs: Params, scale: ArrayLike) -> Any:
   """Returns ``inputs`` unchanged, with the gradient flowing back through it multiplied by ``scale``.
 
   The scaled cotangent keeps each leaf's dtype (the product is taken in at least float32). No

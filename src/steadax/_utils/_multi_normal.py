@@ -1,7 +1,5 @@
 """A Gaussian with diagonal covariance, parameterised by its mean and the log of its scale."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -9,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._module import Module, hyper_field
 from .._core._policy import cast, compute_dtype, result_dtype, with_weak
@@ -99,7 +98,7 @@ class MultiNormalDiagFromLogScale(Module):
     return cast(jnp.sum(log_density, axis=axes), out_dtype)
 
 
-def multi_normal(loc: Any, log_scale: Any) -> MultiNormalDiagFromLogScale:
+def multi_normal(loc: ArrayLike, log_scale: ArrayLike) -> MultiNormalDiagFromLogScale:
   """A diagonal Gaussian with mean ``loc`` and standard deviation ``exp(log_scale)``.
 
   Args:
@@ -130,6 +129,7 @@ def multi_normal(loc: Any, log_scale: Any) -> MultiNormalDiagFromLogScale:
     jax.lax.broadcast_shapes(loc.shape, log_scale.shape)
   except ValueError:
     raise ValueError(
-        f"{owner}: the shapes of `loc` {loc.shape} and `log_scale` {log_scale.shape} do not broadcast."
+        f"{owner}: Incompatible shapes for broadcasting: `loc` {loc.shape} and `log_scale` "
+        f"{log_scale.shape}."
     ) from None
   return MultiNormalDiagFromLogScale(loc, log_scale)

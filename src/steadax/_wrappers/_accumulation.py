@@ -1,7 +1,5 @@
 """Gradient accumulation: MultiSteps (with skip functions) and apply_every."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -9,6 +7,7 @@ import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_schedule_output
@@ -26,6 +25,7 @@ from ._branching import (
     sum_of_squares,
     zero_updates,
 )
+from .._core._types import OptState, Params, Schedule, Updates
 
 __all__ = [
     "ShouldSkipUpdateFunction",
@@ -70,7 +70,7 @@ class ShouldSkipUpdateFunction(Protocol):
     ...
 
 
-def skip_not_finite(updates: Any, gradient_step: Any, params: Any) -> tuple[jax.Array, dict]:
+def skip_not_finite(updates: Updates, gradient_step: ArrayLike, params: Params | None) -> tuple[jax.Array, dict]:
   """Skips a mini-step whose updates hold a NaN or an infinity.
 
   Args:
@@ -96,7 +96,7 @@ def skip_not_finite(updates: Any, gradient_step: Any, params: Any) -> tuple[jax.
 
 
 def skip_large_updates(
-    updates: Any, gradient_step: Any, params: Any, max_squared_norm: Any
+    updates: Updates, gradient_step: ArrayLike, params: Params | None, max_squared_norm: ArrayLike
 ) -> tuple[jax.Array, dict]:
   """Skips a mini-step whose updates have a squared global norm of at least ``max_squared_norm``.
 
@@ -142,9 +142,9 @@ class MultiStepsState(NamedTuple):
 
   mini_step: jax.Array
   gradient_step: jax.Array
-  inner_opt_state: Any
-  acc_grads: Any
-  skip_state: Any = ()
+  inner_opt_state: OptState
+  acc_grads: Updates
+  skip_state: Params = ()
 
 
 def _no_skip(updates, gradient_step, params):
@@ -206,15 +206,15 @@ class MultiSteps(Transformation):
   k: int | None = static_field(default=None, check=_check_constant_k)
   use_grad_mean: bool = static_field(default=True)
   should_skip_update_fn: Callable | None = static_field(default=None)
-  accumulator_dtype: Any = static_field(default=jnp.float32)
+  accumulator_dtype: DTypeLike = static_field(default=jnp.float32)
 
   def __init__(
       self,
       opt: GradientTransformation,
-      every_k_schedule: int | Callable[[jax.Array], Any],
+      every_k_schedule: int | Schedule,
       use_grad_mean: bool = True,
       should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
-      accumulator_dtype: Any = jnp.float32,
+      accumulator_dtype: DTypeLike = jnp.float32,
   ):
     if isinstance(every_k_schedule, (int, np.integer)) and not isinstance(every_k_schedule, bool):
       k, schedule = int(every_k_schedule), None  # checked by the field (so `.replace(k=0)` too)
@@ -348,7 +348,7 @@ class MultiSteps(Transformation):
     """
     return jnp.logical_and(state.mini_step == 0, state.gradient_step > 0)
 
-  def gradient_transformation(self) -> MultiSteps:
+  def gradient_transformation(self) -> "MultiSteps":
     """This wrapper as a transformation (it already is one; kept for Optax's API).
 
     Returns:
@@ -367,7 +367,7 @@ class ApplyEvery(NamedTuple):
   """
 
   count: jax.Array
-  grad_acc: Any
+  grad_acc: Params
 
 
 class _ApplyEvery(Transformation):
@@ -398,7 +398,7 @@ class _ApplyEvery(Transformation):
     return out, ApplyEvery(count=count, grad_acc=grad_acc)
 
 
-def apply_every(k: int = 1, *, accumulator_dtype: Any = None) -> Transformation:
+def apply_every(k: int = 1, *, accumulator_dtype: DTypeLike | None = None) -> Transformation:
   """Sums updates over ``k`` calls and emits the sum on every ``k``-th call, zeros otherwise.
 
   Unlike ``MultiSteps``, the transformations before it in a chain still run (and update their state)

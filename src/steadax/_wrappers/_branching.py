@@ -10,8 +10,6 @@ transformation for that when the inner one is foreign (an Optax transformation, 
   drift raise, dtype drift raises in strict mode and is cast back otherwise).
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

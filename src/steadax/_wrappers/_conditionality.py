@@ -1,7 +1,5 @@
 """Conditional wrappers: conditionally_transform, conditionally_mask, apply_if_finite, zero_nans."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 import jax
@@ -13,6 +11,7 @@ from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._branching import all_finite, check_predicate, pinned_state, pinned_updates, zero_updates
+from .._core._types import ArrayTree, OptState
 
 __all__ = [
     "ConditionFn",
@@ -36,18 +35,28 @@ class ConditionFn(Protocol):
 
 @state_roles(inner_state=INNER, step=COUNTER)
 class ConditionallyTransformState(NamedTuple):
-  """State of ``conditionally_transform``: the inner state and the int32 call count."""
+  """State of ``conditionally_transform``: the inner state and the int32 call count.
 
-  inner_state: Any
+  Attributes:
+    inner_state: the state of the inner transformation.
+    step: the number of calls so far (int32).
+  """
+
+  inner_state: OptState
   step: jax.Array
 
 
 @state_roles(step=COUNTER, inner_state=INNER)
 class ConditionallyMaskState(NamedTuple):
-  """State of ``conditionally_mask``: the int32 call count and the inner state."""
+  """State of ``conditionally_mask``: the int32 call count and the inner state.
+
+  Attributes:
+    step: the number of calls so far (int32).
+    inner_state: the state of the inner transformation.
+  """
 
   step: jax.Array
-  inner_state: Any
+  inner_state: OptState
 
 
 def _run_inner(owner, inner, updates, state, params, extra_args):
@@ -177,7 +186,7 @@ class ApplyIfFiniteState(NamedTuple):
   notfinite_count: jax.Array
   last_finite: jax.Array
   total_notfinite: jax.Array
-  inner_state: Any
+  inner_state: OptState
 
 
 class _ApplyIfFinite(Transformation):
@@ -246,9 +255,13 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
 
 @state_roles(found_nan=OTHER)  # bool scalars per parameter: not shaped like them
 class ZeroNansState(NamedTuple):
-  """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN."""
+  """State of ``zero_nans``: one bool scalar per parameter, True where the last update had a NaN.
 
-  found_nan: Any
+  Attributes:
+    found_nan: one bool scalar per parameter, True where the last update had a NaN.
+  """
+
+  found_nan: ArrayTree
 
 
 class _ZeroNans(Transformation):

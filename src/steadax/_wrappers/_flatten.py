@@ -1,7 +1,5 @@
 """flatten: run a transformation on one vector holding every parameter."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

@@ -18,8 +18,6 @@ elements ran at 0.75-0.90 of Optax's step time (per leaf: 0.86-1.07) and its fir
 memory bandwidth) are left as leaves.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -30,6 +28,7 @@ from .._core._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout, check_max_leaf_siz
 from .._core._module import child_field, static_field
 from .._core._roles import INNER, OTHER, state_roles
 from .._core._tree import array_leaf, tree_map
+from .._core._types import OptState
 
 __all__ = ["fuse", "Fused", "FusedState", "FusedLayout", "DEFAULT_MAX_LEAF_SIZE"]
 
@@ -44,17 +43,22 @@ class FusedState(NamedTuple):
     layout: the static ``FusedLayout`` (no arrays).
   """
 
-  inner_state: Any
+  inner_state: OptState
   layout: FusedLayout
 
 
 class Fused(Transformation):
-  """The transformation ``fuse`` returns."""
+  """The transformation ``fuse`` returns.
+
+  Attributes:
+    inner: the elementwise transformation run on the flat buffers.
+    max_leaf_size: leaves larger than this many elements stay separate (not copied into a buffer).
+  """
 
   name = "fuse"
   requires_float = False  # the inner transformation checks its parameters
   elementwise = "children"  # as elementwise as what it fuses (so it accepts FlatParams too)
-  inner: Any = child_field()
+  inner: GradientTransformation = child_field()
   max_leaf_size: int = static_field(DEFAULT_MAX_LEAF_SIZE)
 
   def __post_init__(self):

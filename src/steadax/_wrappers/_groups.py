@@ -12,11 +12,9 @@ run of characters, dots included; ``?`` one character; ``[seq]`` a class), match
 path, case-sensitively. The first group (in the mapping's order) with a matching alternative wins.
 """
 
-from __future__ import annotations
-
 import fnmatch
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
@@ -25,6 +23,7 @@ from .._core._base import GradientTransformation, as_inner
 from .._core._policy import key_path_str
 from .._core._tree import is_variable
 from ._partition import Partition
+from .._core._types import Params
 
 __all__ = ["dotted_path", "groups", "group_labels"]
 
@@ -44,7 +43,7 @@ def _entry_str(entry: Any) -> str:
   return str(entry).strip(".[]'\"")
 
 
-def dotted_path(key_path: Any) -> str:
+def dotted_path(key_path: jax.tree_util.KeyPath) -> str:
   """A ``jax.tree_util`` key path as the dotted string ``groups`` matches its patterns against.
 
   Args:
@@ -150,7 +149,7 @@ def groups(transforms: Mapping[str, GradientTransformation]) -> Groups:
   )
 
 
-def group_labels(transforms_or_groups: Any, params: Any) -> Any:
+def group_labels(transforms_or_groups: Groups | Mapping[str, Any] | Iterable[str], params: Params) -> Any:
   """Which group each parameter falls in: a tree of patterns with the parameters' structure.
 
   Args:

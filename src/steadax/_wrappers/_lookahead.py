@@ -1,7 +1,5 @@
 """lookahead: k fast steps forward, one step back toward slow weights."""
 
-from __future__ import annotations
-
 import math
 from typing import Any, NamedTuple
 
@@ -15,6 +13,7 @@ from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, zero_count
 from .._core._roles import COUNTER, INNER, state_roles
+from .._core._types import Params
 
 __all__ = ["LookaheadParams", "LookaheadState", "lookahead"]
 
@@ -28,7 +27,7 @@ class LookaheadState(NamedTuple):
     steps_since_sync: int32 number of fast steps since the slow and fast weights were last synced.
   """
 
-  fast_state: Any
+  fast_state: Params
   steps_since_sync: jax.Array
 
 
@@ -42,8 +41,8 @@ class LookaheadParams(NamedTuple):
     slow: the parameters that move toward ``fast`` every ``sync_period`` steps.
   """
 
-  fast: Any
-  slow: Any
+  fast: Params
+  slow: Params
 
   @classmethod
   def init_synced(cls, params: Any) -> "LookaheadParams":

@@ -1,16 +1,16 @@
 """Monitoring: snapshot, monitor and measure_with_ema keep measurements of the updates in state."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import (
     EmptyState,
     GradientTransformation,
+    GradientTransformationExtraArgs,
     Transformation,
     with_extra_args_support,
 )
@@ -20,22 +20,32 @@ from .._core._roles import INNER, OTHER, state_roles
 from .._core._tree import cast_like
 from ..transforms._scaling import ema
 from ._branching import pinned_state, strong
+from .._core._types import Params
 
 __all__ = ["SnapshotState", "MonitorState", "snapshot", "monitor", "measure_with_ema"]
 
 
 @state_roles(measurement=OTHER)  # shaped like the measure's output, not like the parameters
 class SnapshotState(NamedTuple):
-  """State of ``snapshot``: ``{measure_name: measurement}`` of the last updates."""
+  """State of ``snapshot``: ``{measure_name: measurement}`` of the last updates.
+
+  Attributes:
+    measurement: ``{measure_name: measurement}`` of the last updates.
+  """
 
   measurement: dict[str, Any]
 
 
 @state_roles(measurements=OTHER, measure_states=INNER)
 class MonitorState(NamedTuple):
-  """State of ``monitor``: the last measurements by name and the measures' own states."""
+  """State of ``monitor``: the last measurements by name and the measures' own states.
 
-  measurements: dict[str, Any]
+  Attributes:
+    measurements: the last measurement of each measure, by name.
+    measure_states: the states of the stateful measures (``measure_with_ema`` ...), in order.
+  """
+
+  measurements: dict[str, Params]
   measure_states: tuple
 
 
@@ -56,7 +66,7 @@ class _Snapshot(Transformation):
     return updates, SnapshotState({self.measure_name: value})
 
 
-def snapshot(measure_name: str, measure: Callable[[Any], Any]) -> Transformation:
+def snapshot(measure_name: str, measure: Callable[[Params], Params]) -> Transformation:
   """Stores ``measure(updates)`` in the state, to look at updates midway through a chain.
 
   Args:
@@ -126,7 +136,7 @@ class _Monitor(Transformation):
     return updates, MonitorState(measurements=measurements, measure_states=tuple(states))
 
 
-def monitor(measures: dict[str, Any]) -> Transformation:
+def monitor(measures: dict[str, Callable[[Params], Params] | GradientTransformationExtraArgs]) -> Transformation:
   """Records several measurements of the updates, some of them stateful (``measure_with_ema``).
 
   Args:
@@ -182,7 +192,7 @@ class _MeasureWithEma(Transformation):
 
 
 def measure_with_ema(
-    measure: Callable[[Any], Any], decay: Any, debias: bool = True, accumulator_dtype: Any = None
+    measure: Callable[[Params], Params], decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None
 ) -> Transformation:
   """An exponential moving average of ``measure(updates)``, for use in ``monitor``.
 

@@ -5,8 +5,6 @@ carrying its label (``MaskedNode()`` elsewhere), so its state allocates nothing 
 keeps the exact types the contract demands.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
@@ -23,6 +21,7 @@ from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
 from ..transforms._masked import Masked, is_params_marker, resolve_prefix
+from .._core._types import OptState, Params
 
 __all__ = [
     "PartitionState",
@@ -43,7 +42,7 @@ class PartitionState(NamedTuple):
       parameters carrying that label.
   """
 
-  inner_states: Mapping[Hashable, Any]
+  inner_states: Mapping[Hashable, OptState]
 
 
 MultiTransformState = PartitionState  # Optax's older name
@@ -206,7 +205,7 @@ def multi_transform(
   return partition(transforms, param_labels, mask_compatible_extra_args=mask_compatible_extra_args)
 
 
-def freeze(mask: Any) -> Masked:
+def freeze(mask: Params) -> Masked:
   """Sets the updates of the parameters where ``mask`` is True to zero (holds them constant).
 
   Args:
@@ -236,7 +235,7 @@ class _FreezeLabels:
     return jax.tree_util.tree_map(lambda m: "freeze" if m else "train", mask)
 
 
-def selective_transform(optimizer: GradientTransformation, *, freeze_mask: Any) -> Partition:
+def selective_transform(optimizer: GradientTransformation, *, freeze_mask: Params) -> Partition:
   """Applies ``optimizer`` to the parameters where ``freeze_mask`` is False; zero updates elsewhere.
 
   Unlike ``chain(freeze(mask), optimizer)``, the optimizer holds no state for frozen parameters.

@@ -1,17 +1,17 @@
 """skip_spikes: skip (and count) steps whose loss or gradient norm jumps above its running level."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, SCALAR, state_roles
 from ._branching import pinned_state, pinned_updates, sum_of_squares, zero_updates
+from .._core._types import OptState
 
 __all__ = ["SkipSpikesState", "skip_spikes"]
 
@@ -39,7 +39,7 @@ class SkipSpikesState(NamedTuple):
   consecutive_skips: jax.Array
   total_skips: jax.Array
   last_skipped: jax.Array
-  inner_state: Any
+  inner_state: OptState
 
 
 class _SkipSpikes(Transformation):
@@ -132,10 +132,10 @@ class _SkipSpikes(Transformation):
 
 def skip_spikes(
     inner: GradientTransformation,
-    factor: Any = 2.0,
+    factor: float = 2.0,
     *,
-    num_std: Any = 0.0,
-    decay: Any = 0.99,
+    num_std: ArrayLike = 0.0,
+    decay: ArrayLike = 0.99,
     warmup_steps: int = 10,
     max_consecutive_skips: int = 10,
     watch: str = "value",

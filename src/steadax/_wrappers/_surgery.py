@@ -4,17 +4,19 @@ Every helper returns a state with exactly the structure, shapes and dtypes it wa
 result can go straight back into a jitted step (no retrace) or a ``lax.scan`` carry.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from collections.abc import Hashable
+from jax.typing import ArrayLike
 
 from .._core._policy import key_path_str
 from .._core._state_tree import tree_get_all_with_path, tree_set
 from ._partition import PartitionState
+from .._core._base import GradientTransformation
+from .._core._types import OptState, Params
 
 __all__ = ["reset_partition_state", "state_get", "state_set"]
 
@@ -25,7 +27,7 @@ def _is_partition_state(x: Any) -> bool:
   return isinstance(x, PartitionState)
 
 
-def reset_partition_state(tx: Any, state: Any, params: Any, label: Any) -> Any:
+def reset_partition_state(tx: GradientTransformation, state: OptState, params: Params, label: Hashable) -> Any:
   """``state`` with the state of the transformation labelled ``label`` reset to its initial value.
 
   Works for a ``partition``/``groups`` transformation anywhere inside ``tx`` (chains,
@@ -117,7 +119,7 @@ def _where(label: Any) -> str:
   return "" if label is None else f" in the partition labelled {label!r}"
 
 
-def state_get(state: Any, name: Any, *, label: Any = None, default: Any = _RAISE) -> Any:
+def state_get(state: OptState, name: str, *, label: Hashable | None = None, default: Any = _RAISE) -> Any:
   """The entry named ``name`` in a nested optimizer state (a hyperparameter, a statistic, a record).
 
   ``name`` is a NamedTuple field (``"count"``, ``"mu"``), a dict key (``"learning_rate"`` of
@@ -187,7 +189,7 @@ def _cast_like(path: tuple, old: Any, new: Any) -> Any:
   return jax.tree_util.tree_structure(old).unflatten(out)
 
 
-def state_set(state: Any, name: str, value: Any, *, label: Any = None) -> Any:
+def state_set(state: OptState, name: str, value: ArrayLike, *, label: Hashable | None = None) -> Any:
   """``state`` with every entry named ``name`` (under ``label`` if given) set to ``value``.
 
   The value is cast to each entry's dtype and a scalar is broadcast to its shape, so the state keeps

@@ -7,8 +7,6 @@ therefore share one tree structure, and stacking their leaves gives one transfor
 with the tree path, configurations that would need different programs.
 """
 
-from __future__ import annotations
-
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -195,6 +193,7 @@ def sweep(factory: Callable[..., Any] | Sequence[Any], /, *args: Any, **kwargs: 
     weakly typed, as they are when a transformation is a ``jax.jit`` argument).
 
   Example:
+    >>> import jax, jax.numpy as jnp, steadax
     >>> opt = steadax.sweep(steadax.adamw, learning_rate=jnp.array([1e-3, 1e-2, 1e-1]),
     ...                     weight_decay=1e-4)
     >>> params = {"w": jnp.ones((3, 2))}                    # 3 copies of a model with w: (2,)

@@ -4,8 +4,6 @@ Norms accumulate in at least float32 (the widest dtype present for mixed trees);
 written back in each input's dtype.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
@@ -16,6 +14,7 @@ from .._core._base import EmptyState, Transformation
 from .._core._leafwise import Scalars, leafwise, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, cast, compute_dtype, hyper, key_path_str, real_dtype
+from .._core._types import Updates
 
 __all__ = [
     "AdaptiveGradClipState",
@@ -200,7 +199,8 @@ def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.
 
   Not leafwise: the norms reduce across leaves and the sum drops the batch axis. Each leaf's
   squares are summed in its own compute dtype and join the norms in the widest dtype present; the
-  clipped sum is taken in the leaf's compute dtype and returned in the leaf's dtype.
+  clipped sum is taken in the leaf's compute dtype and returned in the leaf's dtype (an integer
+  leaf's in the compute dtype).
   """
   cdt = real_dtype(compute_dtype(*[g.dtype for g in leaves]))
   sq = sum(
@@ -213,11 +213,14 @@ def _clip_sum(leaves: list[jax.Array], clip: Any) -> tuple[list[jax.Array], jax.
   summed = []
   for g in leaves:
     gdt = compute_dtype(g.dtype, cdt)
-    summed.append(jnp.tensordot(multipliers.astype(gdt), cast(g, gdt), axes=1).astype(g.dtype))
+    # An integer leaf's clipped sum is fractional: it stays in the compute dtype (as in Optax)
+    # instead of being truncated back to integers.
+    out_dtype = g.dtype if jnp.issubdtype(g.dtype, jnp.inexact) else gdt
+    summed.append(jnp.tensordot(multipliers.astype(gdt), cast(g, gdt), axes=1).astype(out_dtype))
   return summed, num_clipped
 
 
-def per_example_global_norm_clip(grads: Any, l2_norm_clip: float) -> tuple[Any, jax.Array]:
+def per_example_global_norm_clip(grads: Updates, l2_norm_clip: float) -> tuple[Any, jax.Array]:
   """Clips each example's gradient to global norm ``l2_norm_clip`` and sums over the examples.
 
   Args:
@@ -226,7 +229,8 @@ def per_example_global_norm_clip(grads: Any, l2_norm_clip: float) -> tuple[Any, 
 
   Returns:
     ``(summed, num_clipped)``: the sum of the clipped gradients (``grads``' structure without the
-    batch axis, each leaf in its dtype) and the int32 number of examples that were clipped.
+    batch axis, each leaf in its dtype; an integer leaf's sum in float32, or float64 under x64)
+    and the int32 number of examples that were clipped.
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -246,7 +250,7 @@ def per_example_global_norm_clip(grads: Any, l2_norm_clip: float) -> tuple[Any, 
 
 
 def per_example_layer_norm_clip(
-    grads: Any, global_l2_norm_clip: float, uniform: bool = True
+    grads: Updates, global_l2_norm_clip: float, uniform: bool = True
 ) -> tuple[Any, Any]:
   """Clips each example's gradient layer by layer (leaf by leaf) and sums over the examples.
 

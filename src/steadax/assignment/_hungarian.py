@@ -6,13 +6,12 @@ O(n m), so an ``n x m`` problem costs O(n^2 m) (n <= m; taller matrices are solv
 They differ in bookkeeping, and so may pick different optimal assignments when there are ties.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype, default_float_dtype
 
@@ -47,7 +46,7 @@ def _empty() -> tuple[jax.Array, jax.Array]:
   return jnp.zeros(0, _index_dtype()), jnp.zeros(0, _index_dtype())
 
 
-def hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
+def hungarian_algorithm(cost_matrix: ArrayLike) -> tuple[jax.Array, jax.Array]:
   """Solves the linear assignment problem: a minimum-cost matching of ``min(n, m)`` pairs.
 
   Finds row indices ``i`` and column indices ``j`` (each row and column used at most once, ``min(n,
@@ -142,7 +141,7 @@ def hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
   return matched_rows, cols
 
 
-def base_hungarian_algorithm(cost_matrix: Any) -> tuple[jax.Array, jax.Array]:
+def base_hungarian_algorithm(cost_matrix: ArrayLike) -> tuple[jax.Array, jax.Array]:
   """Solves the linear assignment problem with Crouse's shortest augmenting path algorithm.
 
   The same problem and result as ``hungarian_algorithm`` (an optimal matching of ``min(n, m)``

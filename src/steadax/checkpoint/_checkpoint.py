@@ -21,8 +21,6 @@ The file is a ZIP archive (stored, not compressed) holding ``manifest.json`` and
 little-endian buffer per leaf; ``read_manifest`` shows what a file holds without reading the arrays.
 """
 
-from __future__ import annotations
-
 import contextlib
 import importlib.metadata
 import json
@@ -39,6 +37,8 @@ import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+from .._core._base import GradientTransformation
+from .._core._types import OptState
 
 __all__ = [
     "CheckpointError",
@@ -87,7 +87,7 @@ def _entry_str(entry: Any) -> str:
   return str(entry)
 
 
-def leaf_path(key_path: Any) -> str:
+def leaf_path(key_path: jax.tree_util.KeyPath) -> str:
   """The checkpoint name of a leaf: its tree path's keys joined by ``/`` (``<root>`` for a leaf state).
 
   Args:
@@ -99,7 +99,7 @@ def leaf_path(key_path: Any) -> str:
   Example:
     >>> import jax, steadax
     >>> state = steadax.adam(0.1).init({"w": jax.numpy.zeros(2)})
-    >>> [leaf_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+    >>> [steadax.checkpoint.leaf_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
     ['0/count', '0/mu/w', '0/nu/w']
   """
   return "/".join(_entry_str(e) for e in key_path) or "<root>"
@@ -139,7 +139,7 @@ def _host_array(path: str, leaf: Any) -> tuple[np.ndarray, dict]:
   return data, record
 
 
-def state_to_arrays(state: Any, *, skip_empty: bool = False) -> dict[str, np.ndarray]:
+def state_to_arrays(state: OptState, *, skip_empty: bool = False) -> dict[str, np.ndarray]:
   """A state as a flat dict ``path -> numpy array`` (PRNG keys as their raw key data).
 
   Args:
@@ -166,7 +166,7 @@ def state_to_arrays(state: Any, *, skip_empty: bool = False) -> dict[str, np.nda
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def describe_transformation(tx: Any) -> str:
+def describe_transformation(tx: GradientTransformation) -> str:
   """A description of a transformation that is stable across processes: its repr without addresses.
 
   Args:
@@ -177,7 +177,7 @@ def describe_transformation(tx: Any) -> str:
 
   Example:
     >>> import steadax
-    >>> describe_transformation(steadax.sgd(lambda count: 0.1))
+    >>> steadax.checkpoint.describe_transformation(steadax.sgd(lambda count: 0.1))
     'Chain(transforms=(_Identity(), ScaleByLearningRate(learning_rate=Fn(fn=<function <lambda>>), flip_sign=True)))'
   """
   return _ADDRESS.sub("", repr(tx))
@@ -206,7 +206,7 @@ def _manifest_and_arrays(state: Any, tx: Any, step: int | None, metadata: Mappin
   return manifest, arrays
 
 
-def state_manifest(state: Any, tx: Any = None, step: int | None = None,
+def state_manifest(state: OptState, tx: GradientTransformation | None = None, step: int | None = None,
                    metadata: Mapping | None = None) -> dict:
   """The manifest of a state: versions, the transformation's description, each path's shape and dtype.
 
@@ -251,7 +251,7 @@ def _place(data: np.ndarray, like: Any, record: Mapping | None) -> Any:
   return value
 
 
-def arrays_to_state(arrays: Mapping[str, Any], like: Any, *, manifest: Mapping | None = None,
+def arrays_to_state(arrays: Mapping[str, Any], like: OptState, *, manifest: Mapping | None = None,
                     missing: str = "raise", unused: str = "raise") -> Any:
   """Put path-keyed arrays back into the structure of a template state, checking every path.
 
@@ -382,7 +382,7 @@ def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
   _fsync_directory(directory)
 
 
-def save(path: str | os.PathLike, state: Any, *, tx: Any = None, step: int | None = None,
+def save(path: str | os.PathLike, state: OptState, *, tx: GradientTransformation | None = None, step: int | None = None,
          metadata: Mapping | None = None) -> str:
   """Write a state to one checkpoint file, atomically.
 
@@ -486,7 +486,7 @@ def _check_transformation(manifest: dict, tx: Any, path: str) -> None:
         f"  given:      {ours}\nPass tx=None to restore into the template's structure anyway.")
 
 
-def restore(path: str | os.PathLike, like: Any, *, tx: Any = None, missing: str = "raise",
+def restore(path: str | os.PathLike, like: OptState, *, tx: GradientTransformation | None = None, missing: str = "raise",
             unused: str = "raise") -> Any:
   """Read a checkpoint file into the structure of a template state (see ``arrays_to_state``).
 
@@ -541,8 +541,8 @@ def all_steps(directory: str | os.PathLike) -> list[int]:
     The sorted steps.
 
   Example:
-    >>> import tempfile
-    >>> all_steps(tempfile.mkdtemp())
+    >>> import tempfile, steadax
+    >>> steadax.checkpoint.all_steps(tempfile.mkdtemp())
     []
   """
   directory = os.fspath(directory)
@@ -566,14 +566,14 @@ def latest_step(directory: str | os.PathLike) -> int | None:
     >>> directory = tempfile.mkdtemp()
     >>> for step in (10, 20):
     ...   _ = steadax.checkpoint.save_step(directory, step, steadax.sgd(0.1).init({}))
-    >>> latest_step(directory)
+    >>> steadax.checkpoint.latest_step(directory)
     20
   """
   steps = all_steps(directory)
   return steps[-1] if steps else None
 
 
-def save_step(directory: str | os.PathLike, step: int, state: Any, *, tx: Any = None,
+def save_step(directory: str | os.PathLike, step: int, state: OptState, *, tx: GradientTransformation | None = None,
               keep: int | None = None, metadata: Mapping | None = None) -> str:
   """Write the checkpoint of one training step into a directory, atomically (see ``save``).
 
@@ -613,7 +613,7 @@ def save_step(directory: str | os.PathLike, step: int, state: Any, *, tx: Any = 
   return path
 
 
-def restore_step(directory: str | os.PathLike, like: Any, *, step: int | None = None, tx: Any = None,
+def restore_step(directory: str | os.PathLike, like: OptState, *, step: int | None = None, tx: GradientTransformation | None = None,
                  missing: str = "raise", unused: str = "raise") -> tuple[int, Any]:
   """Read a step's checkpoint (the latest complete one by default) from a directory.
 

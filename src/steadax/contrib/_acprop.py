@@ -11,12 +11,11 @@ denominator does not depend on the gradient it scales (Algorithm 2 of the paper)
 The state is AdaBelief's ``ScaleByBeliefState``; ``nu`` is real for complex parameters.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
@@ -70,7 +69,7 @@ class ScaleByAcprop(Transformation):
 
 
 @shared_args
-def scale_by_acprop(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-16, eps_root: Any = 1e-16) -> Transformation:
+def scale_by_acprop(b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike = 1e-16, eps_root: ArrayLike = 1e-16) -> Transformation:
   """Rescales updates by ACProp: the gradient over the previous step's central second moment.
 
   Args:
@@ -98,11 +97,11 @@ def scale_by_acprop(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-16, eps_root: 
 @shared_args
 def acprop(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-16,
-    eps_root: Any = 1e-16,
-    weight_decay: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-16,
+    eps_root: ArrayLike = 1e-16,
+    weight_decay: ArrayLike = 0.0,
     mask: Any | Callable[[Any], Any] | None = None,
 ) -> Transformation:
   """ACProp: AdaBelief with an asynchronous (previous-step) denominator and the raw gradient.

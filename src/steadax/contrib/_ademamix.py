@@ -14,12 +14,11 @@ The simplified form keeps one undamped momentum ``m = b1 m + g`` and mixes in th
 parameters are real. As in Optax, AdEMAMix's ``nu`` takes ``mu_dtype`` too (its real part).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
@@ -27,7 +26,7 @@ from .._core._combine import chain
 from .._core._module import hyper_field, static_field
 from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from ..transforms._adam import adam_denominator, adam_moments, adam_scalars, check_decay_below_one
 from ..transforms._decay import add_decayed_weights
@@ -59,9 +58,9 @@ class ScaleByAdemamixState(NamedTuple):
 
   count: jax.Array
   count_m2: jax.Array
-  m1: Any
-  m2: Any
-  nu: Any
+  m1: Params
+  m2: Params
+  nu: Updates
 
 
 @state_roles(t=COUNTER, m=accumulator(), n=accumulator(real=True))
@@ -75,8 +74,8 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
   """
 
   t: jax.Array
-  m: Any
-  n: Any
+  m: Params
+  n: Params
 
 
 class ScaleByAdemamix(Transformation):
@@ -134,13 +133,13 @@ class ScaleBySimplifiedAdemamix(Transformation):
 
 @shared_args
 def scale_by_ademamix(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
     b3: ScalarOrSchedule = 0.9999,
     alpha: ScalarOrSchedule = 6.0,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Rescales updates by AdEMAMix: Adam's numerator plus ``alpha`` times a slow gradient EMA.
 
@@ -172,14 +171,14 @@ def scale_by_ademamix(
 @shared_args
 def ademamix(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
     b3: ScalarOrSchedule = 0.9999,
     alpha: ScalarOrSchedule = 5.0,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
-    weight_decay: Any = 0.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
+    weight_decay: ArrayLike = 0.0,
     mask: Any | Callable[[Any], Any] | None = None,
 ) -> Transformation:
   """AdEMAMix: Adam with a mixture of a fast and a slow EMA of the gradients, and weight decay.
@@ -220,11 +219,11 @@ def ademamix(
 
 @shared_args
 def scale_by_simplified_ademamix(
-    b1: Any = 0.99,
-    b2: Any = 0.95,
+    b1: ArrayLike = 0.99,
+    b2: ArrayLike = 0.95,
     alpha: ScalarOrSchedule = 0.0,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
 ) -> Transformation:
   """Rescales updates by simplified AdEMAMix: ``(m + alpha g) / (sqrt(n_hat + eps_root) + eps)``.
 
@@ -254,12 +253,12 @@ def scale_by_simplified_ademamix(
 @shared_args
 def simplified_ademamix(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.99,
-    b2: Any = 0.95,
+    b1: ArrayLike = 0.99,
+    b2: ArrayLike = 0.95,
     alpha: ScalarOrSchedule = 0.0,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    weight_decay: Any = 0.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    weight_decay: ArrayLike = 0.0,
     mask: Any | Callable[[Any], Any] | None = None,
 ) -> Transformation:
   """Simplified AdEMAMix: one undamped momentum plus ``alpha`` times the gradient, over RMS.

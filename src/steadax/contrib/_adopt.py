@@ -14,13 +14,12 @@ stabilises the first steps. Complex normalised gradients have their modulus clip
 ``nu`` is real for complex parameters.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
@@ -101,10 +100,10 @@ class ScaleByAdopt(Transformation):
 
 @shared_args
 def scale_by_adopt(
-    b1: Any = 0.9,
-    b2: Any = 0.9999,
-    eps: Any = 1e-6,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.9999,
+    eps: ArrayLike = 1e-6,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = False,
     use_clipping: bool = True,
@@ -146,10 +145,10 @@ def scale_by_adopt(
 @shared_args
 def adopt(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    b2: Any = 0.9999,
-    eps: Any = 1e-6,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.9999,
+    eps: ArrayLike = 1e-6,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = False,
     use_clipping: bool = True,

@@ -5,8 +5,6 @@ ints each); the remaining axes are batch axes. A parameter viewed this way is a 
 ``(prod(reduction), prod(output))`` matrices.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple

@@ -13,12 +13,11 @@ algorithm. The magnitudes and the reward are real (the parameter's real dtype); 
 per coordinate, so mixed-precision trees keep each leaf's dtype (Optax 0.2.8 does too).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
@@ -28,7 +27,7 @@ from .._core._module import hyper_field
 from .._core._policy import hyper
 from .._core._roles import OTHER, accumulator, state_roles
 from .._core._tree import copy_like, filled_like, zeros_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -49,11 +48,11 @@ class COCOBState(NamedTuple):
     reward: ``R``, the accumulated reward (non-negative).
   """
 
-  init_particles: Any
-  cumulative_gradients: Any
-  scale: Any
-  subgradients: Any
-  reward: Any
+  init_particles: Params
+  cumulative_gradients: Params
+  scale: Params
+  subgradients: Params
+  reward: Params
 
 
 class ScaleByCOCOB(Transformation):
@@ -99,7 +98,7 @@ class ScaleByCOCOB(Transformation):
     return out, COCOBState(state.init_particles, theta, big_l, big_g, reward)
 
 
-def scale_by_cocob(alpha: Any = 100.0, eps: Any = 1e-8) -> Transformation:
+def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> Transformation:
   """Replaces the updates by COCOB-Backprop's coin-betting step (no learning rate).
 
   Args:
@@ -126,9 +125,9 @@ def scale_by_cocob(alpha: Any = 100.0, eps: Any = 1e-8) -> Transformation:
 @shared_args
 def cocob(
     learning_rate: ScalarOrSchedule = 1.0,
-    alpha: Any = 100.0,
-    eps: Any = 1e-8,
-    weight_decay: Any = 0.0,
+    alpha: ArrayLike = 100.0,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike = 0.0,
     mask: Any | Callable[[Any], Any] | None = None,
 ) -> Transformation:
   """COCOB-Backprop: learning-rate-free SGD by coin betting, per coordinate.

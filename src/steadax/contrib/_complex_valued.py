@@ -7,8 +7,6 @@ instead of one per modulus). Every steadax optimizer already accepts complex par
 this wrapper is for the per-part behaviour and for inner transformations that do not.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -17,6 +15,7 @@ import jax.numpy as jnp
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._module import child_field
 from .._core._roles import INNER, state_roles
+from .._core._types import OptState
 
 __all__ = ["SplitRealAndImaginaryState", "split_real_and_imaginary"]
 
@@ -30,9 +29,13 @@ class SplitRealAndImaginaryArrays(NamedTuple):
 
 @state_roles(inner_state=INNER)
 class SplitRealAndImaginaryState(NamedTuple):
-  """State of ``split_real_and_imaginary``: the inner transformation's state."""
+  """State of ``split_real_and_imaginary``: the inner transformation's state.
 
-  inner_state: Any
+  Attributes:
+    inner_state: the state of the inner transformation.
+  """
+
+  inner_state: OptState
 
 
 def _split(x: Any) -> Any:

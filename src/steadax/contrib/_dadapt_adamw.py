@@ -14,13 +14,12 @@ floating dtype among the parameters, at least float32. Optax 0.2.8 stores them i
 keeps ``d`` instead of dividing by zero.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
@@ -28,7 +27,7 @@ from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, declared_roles, role_zeros, state_roles
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
 from ._prodigy import check_betas
@@ -60,9 +59,9 @@ class DAdaptAdamWState(NamedTuple):
     count: int32 number of updates so far.
   """
 
-  exp_avg: Any
-  exp_avg_sq: Any
-  grad_sum: Any
+  exp_avg: Params
+  exp_avg_sq: Params
+  grad_sum: Params
   estim_lr: jax.Array
   numerator_weighted: jax.Array
   count: jax.Array
@@ -144,10 +143,10 @@ class DAdaptAdamW(Transformation):
 
 def dadapt_adamw(
     learning_rate: ScalarOrSchedule = 1.0,
-    betas: tuple[Any, Any] = (0.9, 0.999),
-    eps: Any = 1e-8,
-    estim_lr0: Any = 1e-6,
-    weight_decay: Any = 0.0,
+    betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),
+    eps: ArrayLike = 1e-8,
+    estim_lr0: ArrayLike = 1e-6,
+    weight_decay: ArrayLike = 0.0,
 ) -> Transformation:
   """AdamW with its step size set by D-Adaptation (an estimate of the distance to the solution).
 

@@ -15,13 +15,12 @@ initial distance ``alpha (1 + ||x_0||)`` is computed with traceable operations, 
 under ``jax.eval_shape``. Complex parameters use ``|.|`` norms.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation, identity
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
@@ -31,7 +30,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, scalar_stat_dtype
 from .._core._roles import OTHER, SCALAR, state_roles
 from .._core._tree import copy_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -54,7 +53,7 @@ class DoGState(NamedTuple):
   """
 
   is_init_step: jax.Array
-  init_params: Any
+  init_params: Params
   max_dist: jax.Array
   sum_sq_norm_grads: jax.Array
 
@@ -69,7 +68,7 @@ class DoWGState(NamedTuple):
     estim_sq_dist: ``r̄_t^2``, the largest squared distance from ``x_0``.
   """
 
-  init_params: Any
+  init_params: Params
   weighted_sq_norm_grads: jax.Array
   estim_sq_dist: jax.Array
 
@@ -174,7 +173,7 @@ def _check_init_step(owner: str, init_step: Any) -> tuple[str, Any]:
   return kind, value
 
 
-def scale_by_dog(init_step: tuple[str, Any], eps: Any = 1e-8) -> Transformation:
+def scale_by_dog(init_step: tuple[Literal["distance", "learning_rate", "heuristic"], ArrayLike], eps: ArrayLike = 1e-8) -> Transformation:
   """Scales updates by DoG's step size ``max_dist / sqrt(Σ ||g||^2 + eps)`` (no sign flip).
 
   Args:
@@ -201,7 +200,7 @@ def scale_by_dog(init_step: tuple[str, Any], eps: Any = 1e-8) -> Transformation:
   return ScaleByDoG(value, eps, init_step_type=kind)
 
 
-def scale_by_dowg(init_estim_sq_dist: Any = None, eps: Any = 1e-4) -> Transformation:
+def scale_by_dowg(init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 1e-4) -> Transformation:
   """Scales updates by DoWG's step size ``r̄^2 / (sqrt(Σ r̄^2 ||g||^2) + eps)`` (no sign flip).
 
   Args:
@@ -236,9 +235,9 @@ def _with_decay(owner: str, weight_decay: Any, mask: Any, core: Transformation, 
 @shared_args
 def dog(
     learning_rate: ScalarOrSchedule = 1.0,
-    init_step: tuple[str, Any] = ("heuristic", 1e-6),
-    eps: Any = 1e-8,
-    weight_decay: Any = None,
+    init_step: tuple[Literal["distance", "learning_rate", "heuristic"], ArrayLike] = ("heuristic", 1e-6),
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike | None = None,
     mask: Any | Callable[[Any], Any] | None = None,
 ) -> Transformation:
   """Distance over Gradients: SGD with step size ``max_k ||x_k - x_0|| / sqrt(Σ_k ||g_k||^2)``.
@@ -279,9 +278,9 @@ def dog(
 @shared_args
 def dowg(
     learning_rate: ScalarOrSchedule = 1.0,
-    init_estim_sq_dist: Any = None,
-    eps: Any = 1e-4,
-    weight_decay: Any = None,
+    init_estim_sq_dist: ArrayLike | None = None,
+    eps: ArrayLike = 1e-4,
+    weight_decay: ArrayLike | None = None,
     mask: Any | Callable[[Any], Any] | None = None,
 ) -> Transformation:
   """Distance over Weighted Gradients: DoG with gradient norms weighted by the squared distance.

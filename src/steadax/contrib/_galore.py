@@ -13,16 +13,14 @@ the parameter's dtype go through ``leafwise``. Complex matrices use conjugate tr
 drops the imaginary part before its SVD).
 """
 
-from __future__ import annotations
-
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from .._core._base import Transformation
+from .._core._base import GradientTransformation, Transformation
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars, place_like, saturating_cast
@@ -30,7 +28,7 @@ from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import cond, is_none
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
 from ..transforms._matrix import conj_t, replicate_whole
@@ -69,8 +67,8 @@ class GaLoreState(NamedTuple):
   """
 
   count: jax.Array
-  base_optimizer_state: Any
-  projector: Any
+  base_optimizer_state: Params
+  projector: Params
 
 
 def _plan(view, rank: int) -> tuple[int, int, bool, int]:
@@ -215,9 +213,9 @@ class ScaleByGalore(Transformation):
 def scale_by_galore(
     rank: int = 128,
     update_proj_gap: int = 200,
-    scale: Any = 1.0,
-    base_optimizer: Any = None,
-    weight_dimension_numbers: Any = None,
+    scale: float = 1.0,
+    base_optimizer: GradientTransformation | None = None,
+    weight_dimension_numbers: GaLoreDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
 ) -> Transformation:
   """Runs ``base_optimizer`` on low-rank projections of the matrix gradients (GaLore).
 
@@ -260,11 +258,11 @@ def galore(
     learning_rate: ScalarOrSchedule,
     rank: int = 128,
     update_proj_gap: int = 200,
-    scale: Any = 1.0,
-    base_optimizer: Any = None,
+    scale: float = 1.0,
+    base_optimizer: GradientTransformation | None = None,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
-    weight_dimension_numbers: Any = None,
+    mask: MaskOrFn = None,
+    weight_dimension_numbers: GaLoreDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
 ) -> Transformation:
   """GaLore: memory-efficient training by gradient low-rank projection (Zhao et al. 2024).
 

@@ -12,8 +12,6 @@ real for complex parameters; the stored initial point ``x0`` is a copy, so param
 both be donated.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -27,7 +25,7 @@ from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import copy_like, zeros_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
@@ -48,9 +46,9 @@ class MadgradState(NamedTuple):
   """
 
   count: jax.Array
-  grad_sum_sq: Any
-  s: Any
-  x0: Any
+  grad_sum_sq: Params
+  s: Params
+  x0: Params
 
 
 class ScaleByMadgrad(Transformation):

@@ -14,14 +14,13 @@ squares ``v`` would leave the statistics dtype's range (``|h|`` above 1.3e16 to 
 so huge gradients (1e15) leave the statistics finite where Optax's ``v`` turns infinite.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_nonnegative, check_positive
@@ -31,6 +30,7 @@ from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import copy_like
 from ._reductions import real_inner, sq_norm
+from .._core._types import Params
 
 __all__ = ["MechanicState", "mechanize"]
 
@@ -54,13 +54,13 @@ class MechanicState(NamedTuple):
     x0: the reference point (the parameters seen at the first update).
   """
 
-  base_optimizer_state: Any
+  base_optimizer_state: Params
   count: jax.Array
   r: jax.Array
   m: jax.Array
   v: jax.Array
   s: jax.Array
-  x0: Any
+  x0: Params
 
 
 class Mechanize(Transformation):
@@ -171,9 +171,9 @@ def _norm(updates: Any, params: Any, x0: Any, *, which: int, stat: Any) -> jax.A
 
 def mechanize(
     base_optimizer: GradientTransformation,
-    weight_decay: Any = 1e-2,
-    eps: Any = 1e-8,
-    s_init: Any = 1e-6,
+    weight_decay: ArrayLike = 1e-2,
+    eps: ArrayLike = 1e-8,
+    s_init: ArrayLike = 1e-6,
     num_betas: int = 6,
 ) -> Transformation:
   """Learns the scale of ``base_optimizer``'s updates (Mechanic's learning-rate tuner).

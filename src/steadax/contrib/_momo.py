@@ -17,13 +17,12 @@ update for a bfloat16 parameter; ``lax.scan`` and ``apply_if_finite`` then fail.
 threshold on ``||d||^2`` is float64's machine epsilon in both x64 modes, as in Optax.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
@@ -32,7 +31,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, state_roles
 from .._core._tree import zeros_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
@@ -56,7 +55,7 @@ class MomoState(NamedTuple):
     count: int32 number of updates so far.
   """
 
-  exp_avg: Any
+  exp_avg: Params
   barf: jax.Array
   gamma: jax.Array
   lb: jax.Array
@@ -77,8 +76,8 @@ class MomoAdamState(NamedTuple):
     count: int32 number of updates so far.
   """
 
-  exp_avg: Any
-  exp_avg_sq: Any
+  exp_avg: Params
+  exp_avg_sq: Params
   barf: jax.Array
   gamma: jax.Array
   lb: jax.Array
@@ -250,9 +249,9 @@ class MomoAdam(Transformation):
 
 def momo(
     learning_rate: ScalarOrSchedule = 1.0,
-    beta: Any = 0.9,
-    lower_bound: Any = 0.0,
-    weight_decay: Any = 0.0,
+    beta: ArrayLike = 0.9,
+    lower_bound: ArrayLike = 0.0,
+    weight_decay: ArrayLike = 0.0,
     adapt_lower_bound: bool = False,
 ) -> Transformation:
   """SGD with momentum and MoMo's adaptive (Polyak-type) step size; needs ``value=loss``.
@@ -290,11 +289,11 @@ def momo(
 @shared_args
 def momo_adam(
     learning_rate: ScalarOrSchedule = 1e-2,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    lower_bound: Any = 0.0,
-    weight_decay: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    lower_bound: ArrayLike = 0.0,
+    weight_decay: ArrayLike = 0.0,
     adapt_lower_bound: bool = False,
 ) -> Transformation:
   """Adam with MoMo's adaptive (Polyak-type) step size; needs ``value=loss``.

@@ -19,8 +19,6 @@ The momentum and the polynomial run in one leaf function under ``leafwise``: in 
 update cast once to the parameter's dtype.
 """
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -28,6 +26,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
@@ -37,7 +36,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
@@ -90,7 +89,7 @@ class MuonState(NamedTuple):
   """
 
   count: jax.Array
-  mu: Any
+  mu: Updates
   ns_coeffs: jax.Array
 
 
@@ -272,16 +271,16 @@ class ScaleByMuon(Transformation):
 
 @shared_args
 def scale_by_muon(
-    ns_coeffs: Any = _STANDARD_COEFFS[0],
+    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] = _STANDARD_COEFFS[0],
     ns_steps: int = 5,
-    beta: Any = 0.95,
-    eps: Any = 1e-8,
-    mu_dtype: Any = None,
+    beta: ArrayLike = 0.95,
+    eps: ArrayLike = 1e-8,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = True,
     adaptive: bool = False,
     preconditioning: str = "frobenius",
-    weight_dimension_numbers: Any = None,
+    weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
 ) -> Transformation:
   """Replaces each matrix's momentum by an approximation of its orthogonal factor (Muon).
 
@@ -404,24 +403,24 @@ def _same(a: Any, b: Any) -> bool:
 
 def muon(
     learning_rate: ScalarOrSchedule,
-    ns_coeffs: Any = _STANDARD_COEFFS[0],
+    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str = _STANDARD_COEFFS[0],
     ns_steps: int = 5,
-    beta: Any = 0.95,
-    eps: Any = 1e-8,
-    weight_decay: Any = 0.0,
-    weight_decay_mask: Any = None,
-    mu_dtype: Any = None,
+    beta: ArrayLike = 0.95,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike = 0.0,
+    weight_decay_mask: MaskOrFn = None,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = True,
     adaptive: bool = False,
     preconditioning: str = "frobenius",
-    adam_b1: Any = 0.9,
-    adam_b2: Any = 0.999,
-    adam_eps_root: Any = 0.0,
-    adam_weight_decay: Any = 0.0,
+    adam_b1: ArrayLike = 0.9,
+    adam_b2: ArrayLike = 0.999,
+    adam_eps_root: ArrayLike = 0.0,
+    adam_weight_decay: ArrayLike = 0.0,
     adam_learning_rate: ScalarOrSchedule | None = None,
-    muon_weight_dimension_numbers: Any = None,
-    consistent_rms: Any = None,
+    muon_weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    consistent_rms: ArrayLike | None = None,
 ) -> Transformation:
   """Muon for matrices, AdamW for everything else (Jordan et al. 2024).
 

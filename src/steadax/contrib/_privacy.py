@@ -12,13 +12,12 @@ drawn in at least float32 and added before rounding, so bfloat16 and float16 lea
 distributed noise (Optax draws it in the leaf's dtype).
 """
 
-from __future__ import annotations
-
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation, identity
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
@@ -39,7 +38,11 @@ __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggreg
 
 @state_roles(rng_key=OTHER)
 class DifferentiallyPrivateAggregateState(NamedTuple):
-  """State of ``differentially_private_aggregate``: the typed PRNG key of the noise."""
+  """State of ``differentially_private_aggregate``: the typed PRNG key of the noise.
+
+  Attributes:
+    rng_key: the typed PRNG key of the next noise draw.
+  """
 
   rng_key: jax.Array
 
@@ -97,9 +100,9 @@ def _check(owner: str, l2_norm_clip: Any, noise_multiplier: Any) -> None:
 
 
 def differentially_private_aggregate(
-    l2_norm_clip: Any,
-    noise_multiplier: Any,
-    key: Any = None,
+    l2_norm_clip: ArrayLike,
+    noise_multiplier: ArrayLike,
+    key: jax.Array | int | None = None,
     *,
     seed: int | None = None,
 ) -> Transformation:
@@ -165,10 +168,10 @@ class PerExampleChain(Transformation):
 @shared_args
 def dpsgd(
     learning_rate: ScalarOrSchedule,
-    l2_norm_clip: Any,
-    noise_multiplier: Any,
+    l2_norm_clip: ArrayLike,
+    noise_multiplier: ArrayLike,
     seed: int,
-    momentum: Any = None,
+    momentum: ArrayLike | None = None,
     nesterov: bool = False,
 ) -> Transformation:
   """DP-SGD: SGD (optionally with momentum) on differentially private aggregated gradients.

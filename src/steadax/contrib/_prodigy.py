@@ -10,12 +10,11 @@ floating dtype among the parameters, at least float32. Optax 0.2.8 uses the lowe
 for mixed trees) and lets float32 inputs widen it under x64; steadax does neither.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
@@ -24,7 +23,7 @@ from .._core._leafwise import Scalars, tree_reduce
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, declared_roles, role_zeros, state_roles
 from .._core._tree import copy_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import value_at
 from ._reductions import real_inner
@@ -47,12 +46,21 @@ class ProdigyState(NamedTuple):
   ``exp_avg``, ``exp_avg_sq`` and ``grad_sum`` are statistics of ``d * g`` with ``d`` starting at
   ``estim_lr0`` (1e-6): they are stored in at least float32 (in float16 they underflow and the
   first step overshoots). ``params0`` is a copy of the initial parameters in their dtype.
+
+  Attributes:
+    exp_avg: first moment of ``d * g``.
+    exp_avg_sq: second moment of ``d * g``.
+    grad_sum: the weighted sum of ``d * g``, the estimate's denominator.
+    params0: the initial parameters.
+    estim_lr: the current estimate ``d`` of the distance to the solution.
+    numerator_weighted: the running numerator of the estimate.
+    count: the number of updates so far (int32, saturating at its maximum).
   """
 
-  exp_avg: Any
-  exp_avg_sq: Any
-  grad_sum: Any
-  params0: Any
+  exp_avg: Params
+  exp_avg_sq: Params
+  grad_sum: Params
+  params0: Params
   estim_lr: jax.Array
   numerator_weighted: jax.Array
   count: jax.Array
@@ -141,12 +149,12 @@ class Prodigy(Transformation):
 
 def prodigy(
     learning_rate: ScalarOrSchedule = 1.0,
-    betas: tuple[Any, Any] = (0.9, 0.999),
-    beta3: Any = None,
-    eps: Any = 1e-8,
-    estim_lr0: Any = 1e-6,
-    estim_lr_coef: Any = 1.0,
-    weight_decay: Any = 0.0,
+    betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),
+    beta3: ArrayLike | None = None,
+    eps: ArrayLike = 1e-8,
+    estim_lr0: ArrayLike = 1e-6,
+    estim_lr_coef: ArrayLike = 1.0,
+    weight_decay: ArrayLike = 0.0,
     safeguard_warmup: bool = False,
 ) -> Transformation:
   """Prodigy: Adam with a learning rate estimated from the distance to the solution.

@@ -15,13 +15,12 @@ the state stays finite for finiteness checks and ``jax_debug_infs``. All scalar 
 parameters (Optax: ``scale`` in the lowest, the values in the highest); counters are int32.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
@@ -143,12 +142,12 @@ class ReduceOnPlateau(Transformation):
 
 def reduce_on_plateau(
     factor: float = 0.1,
-    patience: Any = 10,
+    patience: ArrayLike = 10,
     rtol: float = 1e-4,
     atol: float = 0.0,
-    cooldown: Any = 0,
-    accumulation_size: Any = 1,
-    min_scale: Any = 0.0,
+    cooldown: ArrayLike = 0,
+    accumulation_size: ArrayLike = 1,
+    min_scale: ArrayLike = 0.0,
 ) -> Transformation:
   """Scales updates by a factor that drops by ``factor`` whenever the loss plateaus.
 

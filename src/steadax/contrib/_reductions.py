@@ -8,8 +8,6 @@ is the directional derivative of a real loss along ``b`` when ``a`` is its gradi
 through ``tree_reduce`` (``_core/_leafwise.py``), the reduction beside the per-leaf primitive.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

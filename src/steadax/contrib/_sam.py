@@ -14,8 +14,6 @@ to several ascent steps as in Optax).
 * Opaque mode: one call runs the whole cycle and needs ``grad_fn(params, i)`` as an extra argument.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -28,6 +26,7 @@ from .._core._module import child_field, static_field
 from .._core._policy import COUNTER_DTYPE, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import copy_like, l2_norm, tree_map
+from .._core._types import OptState, Params
 
 __all__ = ["NormalizeState", "SAMState", "normalize", "sam"]
 
@@ -46,9 +45,9 @@ class SAMState(NamedTuple):
   """
 
   steps_since_sync: jax.Array
-  opt_state: Any
-  adv_state: Any
-  cache: Any
+  opt_state: OptState
+  adv_state: Params
+  cache: Params | None
 
 
 class Normalize(Transformation):

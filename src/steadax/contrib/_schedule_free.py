@@ -11,12 +11,11 @@ dtype among the params, at least float32), so bfloat16 params cannot make ``lax.
 disagree.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import GradientTransformation, Transformation, as_inner
 from .._core._checks import check_range, check_schedule_or_scalar
@@ -26,7 +25,7 @@ from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, SCALAR, accumulator, state_roles
 from .._core._tree import copy_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import OptState, Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..schedules import warmup_constant_schedule
 from ..transforms import add_decayed_weights, scale_by_learning_rate, scale_by_rms
@@ -59,8 +58,8 @@ class ScheduleFreeState(NamedTuple):
   weight_sum: jax.Array
   step_count: jax.Array
   max_lr: jax.Array
-  base_optimizer_state: Any
-  z: Any
+  base_optimizer_state: Params
+  z: Params
 
 
 def _check_b1(owner: str, name: str, value: Any) -> None:
@@ -125,9 +124,9 @@ class ScheduleFree(Transformation):
 def schedule_free(
     base_optimizer: GradientTransformation,
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.9,
-    weight_lr_power: Any = 2.0,
-    state_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    weight_lr_power: ArrayLike = 2.0,
+    state_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Turns ``base_optimizer`` into its schedule-free version (Defazio et al. 2024, Alg. 1).
 
@@ -155,7 +154,7 @@ def schedule_free(
                       b1, weight_lr_power, state_dtype=state_dtype)
 
 
-def _warmup(learning_rate, warmup_steps):
+def _warmup(learning_rate: Any, warmup_steps: int | None) -> ScalarOrSchedule:
   if warmup_steps is None:
     return learning_rate
   return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
@@ -163,14 +162,14 @@ def _warmup(learning_rate, warmup_steps):
 
 @shared_args
 def schedule_free_adamw(
-    learning_rate: Any = 0.0025,
+    learning_rate: ArrayLike = 0.0025,
     warmup_steps: int | None = None,
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    weight_decay: Any = 0.0,
-    weight_lr_power: Any = 2.0,
-    state_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike = 0.0,
+    weight_lr_power: ArrayLike = 2.0,
+    state_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Schedule-free AdamW: schedule_free around Adam without momentum (RMS scaling), weight decay.
 
@@ -204,12 +203,12 @@ def schedule_free_adamw(
 
 
 def schedule_free_sgd(
-    learning_rate: Any = 1.0,
+    learning_rate: ArrayLike = 1.0,
     warmup_steps: int | None = None,
-    b1: Any = 0.9,
-    weight_decay: Any = None,
-    weight_lr_power: Any = 2.0,
-    state_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    weight_decay: ArrayLike | None = None,
+    weight_lr_power: ArrayLike = 2.0,
+    state_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Schedule-free SGD (Defazio et al. 2024).
 
@@ -258,7 +257,7 @@ def _find_schedule_free_state(state):
   return None
 
 
-def schedule_free_eval_params(state: Any, params: Any) -> Any:
+def schedule_free_eval_params(state: OptState, params: Params) -> Any:
   """The averaged parameters ``x = (y - (1 - β) z) / β`` to evaluate a schedule-free model with.
 
   Args:

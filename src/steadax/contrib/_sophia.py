@@ -16,14 +16,13 @@ so mixed-precision trees work (Optax casts them to the lowest dtype and ``jax.jv
 tangents of the other leaves). The key is stored typed.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import GradientTransformation, Transformation, with_extra_args_support
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
@@ -33,7 +32,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
 from .._core._tree import zeros_like
-from .._core._types import ScalarOrSchedule
+from .._core._types import OptState, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._noise import _typed_key
@@ -46,7 +45,11 @@ __all__ = ["HutchinsonState", "SophiaState", "hutchinson_estimator_diag_hessian"
 
 @state_roles(key=OTHER)
 class HutchinsonState(NamedTuple):
-  """State of ``hutchinson_estimator_diag_hessian``: the typed PRNG key."""
+  """State of ``hutchinson_estimator_diag_hessian``: the typed PRNG key.
+
+  Attributes:
+    key: the typed PRNG key of the next probe vector.
+  """
 
   key: jax.Array
 
@@ -63,9 +66,9 @@ class SophiaState(NamedTuple):
   """
 
   count: jax.Array
-  mu: Any
-  nu: Any
-  hessian_fn_state: Any
+  mu: Updates
+  nu: Updates
+  hessian_fn_state: OptState
 
 
 class HutchinsonEstimator(Transformation):
@@ -113,7 +116,7 @@ class HutchinsonEstimator(Transformation):
     return out, HutchinsonState(key=key)
 
 
-def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> Transformation:
+def hutchinson_estimator_diag_hessian(random_seed: jax.Array | None = None) -> Transformation:
   """Hutchinson's estimator of the Hessian's diagonal, ``v ⊙ (H v)`` with Rademacher ``v``.
 
   ``update`` ignores the incoming updates and returns the estimate (a tree like ``params``); it needs
@@ -236,18 +239,18 @@ class ScaleBySophia(Transformation):
 @shared_args
 def sophia(
     learning_rate: ScalarOrSchedule,
-    b1: Any = 0.965,
-    b2: Any = 0.99,
-    eps: Any = 1e-8,
-    weight_decay: Any = 1e-4,
+    b1: ArrayLike = 0.965,
+    b2: ArrayLike = 0.99,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike = 1e-4,
     weight_decay_mask: Any | Callable[[Any], Any] | None = None,
-    gamma: Any = 0.01,
-    clip_threshold: Any = 1.0,
-    update_interval: Any = 10,
+    gamma: ArrayLike = 0.01,
+    clip_threshold: ArrayLike | None = 1.0,
+    update_interval: ArrayLike = 10,
     hessian_diagonal_fn: GradientTransformation | None = None,
-    mu_dtype: Any = None,
+    mu_dtype: DTypeLike | None = None,
     verbose: bool = False,
-    print_win_rate_every_n_steps: Any = 0,
+    print_win_rate_every_n_steps: ArrayLike = 0,
 ) -> Transformation:
   """Sophia: momentum over a clipped, EMA-smoothed diagonal Hessian estimate, with weight decay.
 

@@ -4,12 +4,13 @@ All of them work on log-probabilities computed with a max shift in at least floa
 1e4 and bfloat16 inputs stay finite; the result takes the inputs' floating dtype (see _common).
 """
 
-from __future__ import annotations
-
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -50,10 +51,10 @@ def _prepare_softmax(fn: str, logits: Any, labels: Any, axis: Axis, where: Any,
 
 
 def softmax_cross_entropy(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Cross entropy between the softmax of ``logits`` and target distributions ``labels``.
 
@@ -94,7 +95,7 @@ def softmax_cross_entropy(
   return cast(loss, out_dtype)
 
 
-def safe_softmax_cross_entropy(logits: Any, labels: Any) -> jax.Array:
+def safe_softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Softmax cross entropy over the last axis with the convention ``0 \log 0 = 0``.
 
   Unlike :func:`softmax_cross_entropy`, a class with ``logits=-inf`` and ``labels=0`` contributes
@@ -120,19 +121,48 @@ def safe_softmax_cross_entropy(logits: Any, labels: Any) -> jax.Array:
   """
   fn = "safe_softmax_cross_entropy"
   x, y, axes, _, out_dtype = _prepare_softmax(fn, logits, labels, -1, None, float_labels=False)
-  log_probs = masked_log_softmax(x, axes, None)
+  return cast(-jnp.sum(_safe_weighted_log_probs(x, y, axes), axis=axes), out_dtype)
+
+
+def _weighted_log_probs_0log0(x: jax.Array, y: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+  """``y * log_softmax(x)`` with ``0 * log 0 = 0``."""
   nonzero = y != 0
   # Both operands are masked so that neither the value nor the gradient sees 0 * inf.
+  log_probs = masked_log_softmax(x, axes, None)
   safe_log_probs = jnp.where(nonzero, log_probs, jnp.zeros_like(log_probs))
-  terms = jnp.where(nonzero, y * safe_log_probs, jnp.zeros_like(y))
-  return cast(-jnp.sum(terms, axis=axes), out_dtype)
+  return jnp.where(nonzero, y * safe_log_probs, jnp.zeros_like(y))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _safe_weighted_log_probs(x: jax.Array, y: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+  return _weighted_log_probs_0log0(x, y, axes)
+
+
+def _safe_weighted_log_probs_jvp(axes, primals, tangents):
+  # The masks above hold for the value and the logits' derivative, not the labels': d/dy of
+  # y * log p is log p wherever y is, 0 included (as in Optax). A labels' tangent that is a symbolic
+  # zero (differentiating by the logits alone) adds nothing, so a -inf logit's log p = -inf is
+  # never multiplied by a zero tangent into NaN.
+  x, y = primals
+  x_dot, y_dot = tangents
+  if isinstance(x_dot, SymbolicZero):
+    out = _weighted_log_probs_0log0(x, y, axes)
+    out_dot = jnp.zeros_like(out)
+  else:
+    out, out_dot = jax.jvp(lambda v: _weighted_log_probs_0log0(v, y, axes), (x,), (x_dot,))
+  if not isinstance(y_dot, SymbolicZero):
+    out_dot = out_dot + y_dot * masked_log_softmax(x, axes, None)
+  return out, out_dot
+
+
+_safe_weighted_log_probs.defjvp(_safe_weighted_log_probs_jvp, symbolic_zeros=True)
 
 
 def softmax_cross_entropy_with_integer_labels(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     axis: int | tuple[int, ...] = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Softmax cross entropy with the target given as integer class indices.
 
@@ -167,11 +197,13 @@ def softmax_cross_entropy_with_integer_labels(
   labels = require_integer(fn, "labels", labels)
   if axis is None:
     raise TypeError(f"{fn}: axis must be an int or a tuple of ints, got None.")
-  axes = normalize_axes(fn, axis, logits.ndim)
+  # The class index counts over the axes in the order given (row-major over axis=(3, 2) is not over
+  # (2, 3)), as in Optax: the order is kept.
+  axes = normalize_axes(fn, axis, logits.ndim, keep_order=True)
   batch_axes = tuple(i for i in range(logits.ndim) if i not in axes)
   batch_shape = tuple(logits.shape[i] for i in batch_axes)
   labels = broadcast_to(fn, "labels", labels, batch_shape, "logits without axis")
-  mask = None if where is None else check_where(fn, where, logits.shape, axes)
+  mask = None if where is None else check_where(fn, where, logits.shape, tuple(sorted(axes)))
   out_dtype = result_dtype(logits)
   x = cast(logits, compute_dtype(out_dtype))
   # Classes move to one trailing flat axis, so a tuple axis behaves like a single one.
@@ -190,7 +222,7 @@ def softmax_cross_entropy_with_integer_labels(
   return cast(loss, out_dtype)
 
 
-def sigmoid_binary_cross_entropy(logits: Any, labels: Any) -> jax.Array:
+def sigmoid_binary_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Elementwise binary cross entropy of independent sigmoid predictions.
 
   .. math::
@@ -239,11 +271,11 @@ def _log_weighted_sum(w1: jax.Array, a: jax.Array, w2: jax.Array, b: jax.Array) 
 
 
 def sigmoid_focal_loss(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     *,
-    alpha: Any = None,
-    gamma: Any = 2.0,
+    alpha: ArrayLike | None = None,
+    gamma: ArrayLike = 2.0,
 ) -> jax.Array:
   r"""Focal loss: sigmoid cross entropy scaled down on well-classified examples.
 
@@ -292,12 +324,12 @@ def sigmoid_focal_loss(
 
 
 def poly_loss_cross_entropy(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     *,
-    epsilon: Any = 2.0,
+    epsilon: ArrayLike = 2.0,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Poly-1 loss: softmax cross entropy plus ``epsilon`` times the first polynomial term.
 

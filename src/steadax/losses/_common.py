@@ -11,8 +11,6 @@ pass or in the gradient: excluded entries are replaced by finite values before a
 (the "double where" idiom).
 """
 
-from __future__ import annotations
-
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -126,8 +124,12 @@ def broadcast_pair(fn: str, name_a: str, a: jax.Array, name_b: str, b: jax.Array
   return jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
 
 
-def normalize_axes(fn: str, axis: Axis, ndim: int, name: str = "axis") -> tuple[int, ...]:
-  """``axis`` (an int, a tuple of ints, or None for all) as a sorted tuple of positive axes."""
+def normalize_axes(fn: str, axis: Axis, ndim: int, name: str = "axis", *,
+                   keep_order: bool = False) -> tuple[int, ...]:
+  """``axis`` (an int, a tuple of ints, or None for all) as a sorted tuple of positive axes.
+
+  ``keep_order`` keeps the order given, for a caller whose result depends on it (a flattening).
+  """
   if axis is None:
     return tuple(range(ndim))
   items = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
@@ -142,7 +144,7 @@ def normalize_axes(fn: str, axis: Axis, ndim: int, name: str = "axis") -> tuple[
     out.append(a % ndim)
   if len(set(out)) != len(out):
     raise ValueError(f"{fn}: {name}={axis!r} repeats an axis.")
-  return tuple(sorted(out))
+  return tuple(out) if keep_order else tuple(sorted(out))
 
 
 def check_where(fn: str, where: Any, shape: Sequence[int], axes: tuple[int, ...] | None,

@@ -1,12 +1,11 @@
 """Connectionist temporal classification (CTC): the loss and its forward variables."""
 
-from __future__ import annotations
-
 import operator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -101,13 +100,13 @@ def _ctc_forward(fn, logits, logit_paddings, labels, label_paddings, blank_id, l
 
 
 def ctc_loss_with_forward_probs(
-    logits: Any,
-    logit_paddings: Any,
-    labels: Any,
-    label_paddings: Any,
+    logits: ArrayLike,
+    logit_paddings: ArrayLike,
+    labels: ArrayLike,
+    label_paddings: ArrayLike,
     *,
     blank_id: int = 0,
-    log_epsilon: Any = -1e5,
+    log_epsilon: ArrayLike = -1e5,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r"""CTC loss together with the log forward variables of the CTC recursion.
 
@@ -156,13 +155,13 @@ def ctc_loss_with_forward_probs(
 
 
 def ctc_loss(
-    logits: Any,
-    logit_paddings: Any,
-    labels: Any,
-    label_paddings: Any,
+    logits: ArrayLike,
+    logit_paddings: ArrayLike,
+    labels: ArrayLike,
+    label_paddings: ArrayLike,
     *,
     blank_id: int = 0,
-    log_epsilon: Any = -1e5,
+    log_epsilon: ArrayLike = -1e5,
 ) -> jax.Array:
   r"""CTC loss: minus the log-probability of the label sequence, summed over alignments.
 

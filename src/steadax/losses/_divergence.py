@@ -1,12 +1,11 @@
 """Kullback-Leibler divergences: normalized, with log-space targets, and generalized."""
 
-from __future__ import annotations
-
 import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -49,10 +48,10 @@ def _kl_terms(log_p: jax.Array, t: jax.Array) -> jax.Array:
 
 
 def kl_divergence(
-    log_predictions: Any,
-    targets: Any,
+    log_predictions: ArrayLike,
+    targets: ArrayLike,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Kullback-Leibler divergence ``KL(targets || predictions)``.
 
@@ -90,10 +89,10 @@ def kl_divergence(
 
 
 def kl_divergence_with_log_targets(
-    log_predictions: Any,
-    log_targets: Any,
+    log_predictions: ArrayLike,
+    log_targets: ArrayLike,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Kullback-Leibler divergence with the targets given as log-probabilities.
 
@@ -134,10 +133,10 @@ def kl_divergence_with_log_targets(
 
 
 def generalized_kl_divergence(
-    log_predictions: Any,
-    targets: Any,
+    log_predictions: ArrayLike,
+    targets: ArrayLike,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Generalized Kullback-Leibler divergence between unnormalized non-negative measures.
 
@@ -176,10 +175,10 @@ def generalized_kl_divergence(
 
 
 def convex_kl_divergence(
-    log_predictions: Any,
-    targets: Any,
+    log_predictions: ArrayLike,
+    targets: ArrayLike,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Deprecated name of :func:`generalized_kl_divergence` (Optax deprecated it too).
 

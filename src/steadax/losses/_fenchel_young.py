@@ -1,12 +1,11 @@
 """Fenchel-Young losses built from a regularized max function."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -19,7 +18,7 @@ from ._common import (
 __all__ = ["make_fenchel_young_loss"]
 
 
-def make_fenchel_young_loss(max_fun: Callable[..., Any]) -> Callable[..., jax.Array]:
+def make_fenchel_young_loss(max_fun: Callable[..., ArrayLike]) -> Callable[..., jax.Array]:
   r"""Build the Fenchel-Young loss of a regularized max function.
 
   For a convex ``max_fun`` :math:`\Omega^*` (log-sum-exp, sparsemax's max, ...), the loss is

@@ -1,11 +1,10 @@
 """Margin losses: hinge, perceptron and sparsemax, binary and multiclass."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -34,7 +33,7 @@ def _binary_inputs(outputs: jax.Array, targets: jax.Array):
   return cast(outputs, cdt), cast(targets, cdt), out_dtype
 
 
-def hinge_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
+def hinge_loss(predictor_outputs: ArrayLike, targets: ArrayLike) -> jax.Array:
   r"""Binary hinge loss ``max(0, 1 - f(x) y)``.
 
   Args:
@@ -62,7 +61,7 @@ def hinge_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
   return cast(jnp.maximum(0.0, 1.0 - f * y), out_dtype)
 
 
-def perceptron_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
+def perceptron_loss(predictor_outputs: ArrayLike, targets: ArrayLike) -> jax.Array:
   r"""Binary perceptron loss ``max(0, -f(x) y)``.
 
   Args:
@@ -89,7 +88,7 @@ def perceptron_loss(predictor_outputs: Any, targets: Any) -> jax.Array:
   return cast(jnp.maximum(0.0, -f * y), out_dtype)
 
 
-def sparsemax_loss(logits: Any, labels: Any) -> jax.Array:
+def sparsemax_loss(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Binary sparsemax loss: the Fenchel-Young loss of the sparse sigmoid.
 
   ``sparse_plus(-x)`` for positive labels and ``sparse_plus(x)`` for negative ones, where
@@ -135,12 +134,12 @@ def _multiclass_inputs(fn: str, scores: Any, labels: Any):
   s = cast(scores, compute_dtype(out_dtype))
   label_score = jnp.take_along_axis(
       # Class indices in one integer dtype (uint8, int64 ... labels gather alike).
-      s, cast(labels[..., None], jnp.int32), axis=-1, mode="fill", fill_value=jnp.nan
+      s, cast(jnp.asarray(labels)[..., None], jnp.int32), axis=-1, mode="fill", fill_value=jnp.nan
   )[..., 0]
   return s, labels, label_score, out_dtype
 
 
-def multiclass_hinge_loss(scores: Any, labels: Any) -> jax.Array:
+def multiclass_hinge_loss(scores: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Multiclass hinge loss (Crammer-Singer): ``max_j (s_j + [j != y]) - s_y``.
 
   Args:
@@ -163,11 +162,11 @@ def multiclass_hinge_loss(scores: Any, labels: Any) -> jax.Array:
   s, labels, label_score, out_dtype = _multiclass_inputs("multiclass_hinge_loss", scores, labels)
   classes = jnp.broadcast_to(jnp.arange(s.shape[-1], dtype=jnp.int32), s.shape)
   # Strict promotion compares int32 with int32 only: labels may be uint8 or int64.
-  margin = cast(jnp.where(classes == cast(labels[..., None], jnp.int32), 0.0, 1.0), s.dtype)
+  margin = cast(jnp.where(classes == cast(jnp.asarray(labels)[..., None], jnp.int32), 0.0, 1.0), s.dtype)
   return cast(jnp.max(s + margin, axis=-1) - label_score, out_dtype)
 
 
-def multiclass_perceptron_loss(scores: Any, labels: Any) -> jax.Array:
+def multiclass_perceptron_loss(scores: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Multiclass perceptron loss ``max_j s_j - s_y``.
 
   Args:
@@ -204,7 +203,7 @@ def _sparsemax(s: jax.Array) -> jax.Array:
   return jnp.maximum(s - tau, 0.0)
 
 
-def multiclass_sparsemax_loss(scores: Any, labels: Any) -> jax.Array:
+def multiclass_sparsemax_loss(scores: ArrayLike, labels: ArrayLike) -> jax.Array:
   r"""Multiclass sparsemax loss, the Fenchel-Young loss of sparsemax.
 
   .. math::

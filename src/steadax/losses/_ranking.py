@@ -3,13 +3,12 @@
 They work on the last axis; leading axes are batch axes (one list each).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -40,12 +39,12 @@ def _reduce(fn: str, loss: jax.Array, row_mask: jax.Array | None,
 
 
 def ranking_softmax_loss(
-    logits: Any,
-    labels: Any,
+    logits: ArrayLike,
+    labels: ArrayLike,
     *,
-    where: Any = None,
-    weights: Any = None,
-    reduce_fn: Callable[..., Any] | None = jnp.mean,
+    where: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
+    reduce_fn: Callable[..., ArrayLike] | None = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross entropy between item scores and relevance labels.
 

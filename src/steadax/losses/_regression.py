@@ -1,12 +1,11 @@
 """Regression losses: squared error, L2, Huber, log-cosh and cosine similarity/distance."""
 
-from __future__ import annotations
-
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -47,7 +46,7 @@ def _errors(fn: str, predictions: Any, targets: Any, *, same_shape: bool):
   return cast(predictions, cdt) - cast(targets, cdt), out_dtype
 
 
-def squared_error(predictions: Any, targets: Any = None) -> jax.Array:
+def squared_error(predictions: ArrayLike, targets: ArrayLike | None = None) -> jax.Array:
   r"""Elementwise squared error ``(predictions - targets)^2``.
 
   The mean squared error is ``squared_error(p, t).mean()``.
@@ -72,7 +71,7 @@ def squared_error(predictions: Any, targets: Any = None) -> jax.Array:
   return cast(jnp.square(errors), out_dtype)
 
 
-def l2_loss(predictions: Any, targets: Any = None) -> jax.Array:
+def l2_loss(predictions: ArrayLike, targets: ArrayLike | None = None) -> jax.Array:
   r"""Half the squared error, ``0.5 (predictions - targets)^2``.
 
   The factor 1/2 (as in Bishop's book) makes the gradient the plain error.
@@ -98,7 +97,7 @@ def l2_loss(predictions: Any, targets: Any = None) -> jax.Array:
   return cast(0.5 * jnp.square(errors), out_dtype)
 
 
-def huber_loss(predictions: Any, targets: Any = None, *, delta: Any = 1.0) -> jax.Array:
+def huber_loss(predictions: ArrayLike, targets: ArrayLike | None = None, *, delta: ArrayLike = 1.0) -> jax.Array:
   r"""Huber loss: quadratic for errors up to ``delta``, linear beyond.
 
   .. math::
@@ -132,7 +131,7 @@ def huber_loss(predictions: Any, targets: Any = None, *, delta: Any = 1.0) -> ja
   return cast(0.5 * jnp.square(quadratic) + d * (abs_errors - quadratic), out_dtype)
 
 
-def log_cosh(predictions: Any, targets: Any = None) -> jax.Array:
+def log_cosh(predictions: ArrayLike, targets: ArrayLike | None = None) -> jax.Array:
   r"""Log-cosh loss ``log(cosh(predictions - targets))``.
 
   About ``e^2 / 2`` for small errors and ``|e| - log 2`` for large ones, and twice
@@ -166,12 +165,12 @@ def log_cosh(predictions: Any, targets: Any = None) -> jax.Array:
 
 
 def cosine_similarity(
-    predictions: Any,
-    targets: Any,
+    predictions: ArrayLike,
+    targets: ArrayLike,
     *,
-    epsilon: Any = 0.0,
+    epsilon: ArrayLike = 0.0,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Cosine of the angle between ``predictions`` and ``targets`` along ``axis``.
 
@@ -222,12 +221,12 @@ def _cosine_similarity(fn, predictions, targets, epsilon, axis, where):
 
 
 def cosine_distance(
-    predictions: Any,
-    targets: Any,
+    predictions: ArrayLike,
+    targets: ArrayLike,
     *,
-    epsilon: Any = 0.0,
+    epsilon: ArrayLike = 0.0,
     axis: Axis = -1,
-    where: Any = None,
+    where: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Cosine distance ``1 - cosine_similarity(predictions, targets)``, in ``[0, 2]``.
 

@@ -1,13 +1,12 @@
 """Segmentation losses: soft Dice / Tversky, generalized Dice and binary Dice."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -37,8 +36,8 @@ def _check_distributions(fn: str, predictions: jax.Array) -> None:
   if sums.size and not np.allclose(sums, 1.0, rtol=1e-5, atol=1e-5 if predictions.dtype.itemsize
                                    > 2 else 1e-2):
     raise ValueError(
-        f"{fn}: with apply_softmax=False, predictions must be probability distributions over the "
-        f"last axis; their sums range over [{sums.min():.6f}, {sums.max():.6f}]."
+        f"{fn}: with apply_softmax=False, predictions must be valid probability distributions over "
+        f"the last axis; their sums range over [{sums.min():.6f}, {sums.max():.6f}]."
     )
 
 
@@ -51,17 +50,17 @@ def _reduce(loss: jax.Array, reduction: str) -> jax.Array:
 
 
 def dice_loss(
-    predictions: Any,
-    targets: Any,
+    predictions: ArrayLike,
+    targets: ArrayLike,
     *,
-    class_weights: Any = None,
-    smooth: Any = 1.0,
-    alpha: Any = 0.5,
-    beta: Any = 0.5,
+    class_weights: ArrayLike | None = None,
+    smooth: ArrayLike = 1.0,
+    alpha: ArrayLike = 0.5,
+    beta: ArrayLike = 0.5,
     apply_softmax: bool = True,
     reduction: str = "mean",
     ignore_background: bool = False,
-    axis: Any = None,
+    axis: ArrayLike | None = None,
 ) -> jax.Array:
   r"""Soft Dice loss (Tversky loss for ``alpha != beta``), per class, then reduced over classes.
 
@@ -150,10 +149,10 @@ def _dice(fn, predictions, targets, *, class_weights, smooth, alpha, beta, apply
 
 
 def multiclass_generalized_dice_loss(
-    predictions: Any,
-    targets: Any,
+    predictions: ArrayLike,
+    targets: ArrayLike,
     *,
-    smooth: Any = 1.0,
+    smooth: ArrayLike = 1.0,
     apply_softmax: bool = True,
     ignore_background: bool = False,
 ) -> jax.Array:
@@ -201,10 +200,10 @@ def multiclass_generalized_dice_loss(
 
 
 def binary_dice_loss(
-    predictions: Any,
-    targets: Any,
+    predictions: ArrayLike,
+    targets: ArrayLike,
     *,
-    smooth: Any = 1.0,
+    smooth: ArrayLike = 1.0,
     apply_sigmoid: bool = True,
 ) -> jax.Array:
   r"""Dice loss for binary segmentation (one foreground probability per pixel).

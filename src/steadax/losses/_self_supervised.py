@@ -1,12 +1,11 @@
 """Self-supervised (metric learning) losses: NT-Xent and the triplet margin loss."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -22,7 +21,7 @@ from ._common import (
 __all__ = ["ntxent", "triplet_margin_loss"]
 
 
-def ntxent(embeddings: Any, labels: Any, temperature: Any = 0.07) -> jax.Array:
+def ntxent(embeddings: ArrayLike, labels: ArrayLike, temperature: ArrayLike = 0.07) -> jax.Array:
   r"""Normalized temperature-scaled cross entropy (NT-Xent), the SimCLR contrastive loss.
 
   With :math:`s_{ij}` the cosine similarity of embeddings ``i`` and ``j`` divided by the
@@ -80,13 +79,13 @@ def ntxent(embeddings: Any, labels: Any, temperature: Any = 0.07) -> jax.Array:
 
 
 def triplet_margin_loss(
-    anchors: Any,
-    positives: Any,
-    negatives: Any,
+    anchors: ArrayLike,
+    positives: ArrayLike,
+    negatives: ArrayLike,
     axis: int = -1,
-    norm_degree: Any = 2,
-    margin: Any = 1.0,
-    eps: Any = 1e-6,
+    norm_degree: ArrayLike = 2,
+    margin: ArrayLike = 1.0,
+    eps: ArrayLike = 1e-6,
 ) -> jax.Array:
   r"""Triplet margin loss: the positive should be closer to the anchor than the negative.
 

@@ -1,12 +1,11 @@
 """Label smoothing."""
 
-from __future__ import annotations
-
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype
 from ._common import (
@@ -21,7 +20,7 @@ from ._common import (
 __all__ = ["smooth_labels"]
 
 
-def smooth_labels(labels: Any, alpha: Any, *, axis: Axis = -1, where: Any = None) -> jax.Array:
+def smooth_labels(labels: ArrayLike, alpha: ArrayLike, *, axis: Axis = -1, where: ArrayLike | None = None) -> jax.Array:
   r"""Label smoothing: mix the labels with the uniform distribution over the classes.
 
   .. math::

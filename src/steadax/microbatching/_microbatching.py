@@ -11,8 +11,6 @@ lose the small terms) and are cast back to the output's dtype once, at the end; 
 keeps one dtype, so the loop never retraces.
 """
 
-from __future__ import annotations
-
 import collections
 import dataclasses
 import enum
@@ -25,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._policy import cast, compute_dtype
+from .._core._types import Params
 
 __all__ = [
     "AccumulationType",
@@ -62,10 +61,10 @@ class Accumulator:
     Array([2.], dtype=float32)
   """
 
-  init: Callable[[Any], Any]
-  update: Callable[[Any, Any, Any], Any]
-  finalize: Callable[[Any], Any]
-  aggregate: Callable[[Any], Any]
+  init: Callable[[Params], Params]
+  update: Callable[[Params, Params, int], Params]
+  finalize: Callable[[Params], Params]
+  aggregate: Callable[[Params], Params]
 
 
 class AccumulationType(enum.Enum):
@@ -250,7 +249,7 @@ def _compose(accumulator: Any, num_microbatches: int) -> Accumulator:
   return Accumulator(init, update, finalize, aggregate)
 
 
-def reshape_batch_axis(tree: Any, microbatch_size: int, axis: int = 0) -> Any:
+def reshape_batch_axis(tree: Params, microbatch_size: int, axis: int = 0) -> Any:
   """Splits the batch axis of every leaf into ``(num_microbatches, microbatch_size)``.
 
   The reshape is column-major, so a sharding of the batch axis moves to the ``microbatch_size``
@@ -303,7 +302,7 @@ def microbatch(
     fun: Callable[..., Any],
     argnums: int | Sequence[int],
     microbatch_size: int | None,
-    accumulator: Any = AccumulationType.SUM,
+    accumulator: Accumulator | AccumulationType | Any = AccumulationType.SUM,
     *,
     argnames: str | Sequence[str] = (),
     in_axes: int | Sequence[int] = 0,
@@ -357,7 +356,7 @@ def microbatch(
     batch_size = sizes.pop()
     if batch_size % microbatch_size:
       raise ValueError(
-          f"microbatch: microbatch_size={microbatch_size} must divide the batch size {batch_size}."
+          f"microbatch: the batch size {batch_size} is not divisible by microbatch_size={microbatch_size}."
       )
     num_microbatches = batch_size // microbatch_size
     split_args = list(args)
@@ -392,7 +391,7 @@ def micro_vmap(
     *,
     microbatch_size: int | None = None,
     vmap_fn: Callable[..., Any] = jax.vmap,
-    accumulator: Any = AccumulationType.CONCAT,
+    accumulator: Accumulator | AccumulationType | Any = AccumulationType.CONCAT,
     num_real_microbatches: int | jax.Array | None = None,
 ) -> Callable[..., Any]:
   """``jax.vmap`` over microbatches: vmapped within a microbatch, looped across them.
@@ -451,9 +450,9 @@ def micro_grad(
     batch_argnums: int | Sequence[int] = 1,
     keep_batch_dim: bool = True,
     microbatch_size: int | None = None,
-    accumulator: Any = AccumulationType.SUM,
-    transform_fn: Callable[[Any], Any] = lambda g: g,
-    metrics_fn: Callable[[Any], Any] = lambda g: None,
+    accumulator: Accumulator | AccumulationType | Any = AccumulationType.SUM,
+    transform_fn: Callable[[Params], Params] = lambda g: g,
+    metrics_fn: Callable[[Params], Params | None] = lambda g: None,
     num_real_microbatches: int | jax.Array | None = None,
 ) -> Callable[..., tuple[Any, Any]]:
   """Per-example gradients, transformed (clipped, squared...) and combined, with per-example outputs.

@@ -1,16 +1,16 @@
 """Differentiable Monte-Carlo smoothing of a function by random perturbations of its input."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._policy import cast, compute_dtype, hyper
 from ..tree._leafwise import arith_dtype, as_array, cast_to, map_leaves, with_weak
 from ..tree._random import tree_random_like
+from .._core._types import Params
 
 __all__ = ["Normal", "Gumbel", "make_perturbed_fun"]
 
@@ -71,10 +71,10 @@ def _magic_box(x: jax.Array) -> jax.Array:
 
 
 def make_perturbed_fun(
-    fun: Callable[[Any], Any],
+    fun: Callable[[Params], Params],
     num_samples: int = 1000,
-    sigma: Any = 0.1,
-    noise: Any = Gumbel(),
+    sigma: ArrayLike = 0.1,
+    noise: Normal | Gumbel = Gumbel(),
     use_baseline: bool = True,
 ) -> Callable[[jax.Array, Any], Any]:
   """A smoothed, differentiable Monte-Carlo version of ``fun``: ``E_z[fun(x + sigma * z)]``.

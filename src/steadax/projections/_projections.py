@@ -14,7 +14,6 @@ References:
   2017, Example 29.18 (hyperplanes and half-spaces) and Proposition 29.10 (balls).
 """
 
-from __future__ import annotations
 
 from typing import Any
 
@@ -22,6 +21,7 @@ import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._policy import (
     cast,
@@ -34,6 +34,7 @@ from .._core._policy import (
 )
 from .._linalg._common import concrete_number
 from ..tree._leafwise import flatten_like
+from .._core._types import Params
 
 __all__ = [
     "projection_non_negative",
@@ -164,7 +165,7 @@ def _split_like(flat: jax.Array, leaves: list[jax.Array]) -> list[jax.Array]:
 # ------------------------------------------------------------------------------ projections
 
 
-def projection_non_negative(tree: Any) -> Any:
+def projection_non_negative(tree: Params) -> Any:
   r"""Projection onto the non-negative orthant: :math:`\max(x, 0)` elementwise.
 
   Args:
@@ -229,7 +230,7 @@ def _box(owner: str, names: tuple[str, str], tree: Any, lower: Any, upper: Any) 
   return treedef.unflatten(out)
 
 
-def projection_box(tree: Any, lower: Any, upper: Any) -> Any:
+def projection_box(tree: Params, lower: Any, upper: Any) -> Any:
   r"""Projection onto the box :math:`\{p : \text{lower} \le p \le \text{upper}\}` (elementwise clip).
 
   Args:
@@ -250,7 +251,7 @@ def projection_box(tree: Any, lower: Any, upper: Any) -> Any:
   return _box("projection_box", ("`lower`", "`upper`"), tree, lower, upper)
 
 
-def projection_hypercube(tree: Any, scale: Any = 1) -> Any:
+def projection_hypercube(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the hypercube :math:`\{p : 0 \le p \le \text{scale}\}`.
 
   Args:
@@ -268,7 +269,7 @@ def projection_hypercube(tree: Any, scale: Any = 1) -> Any:
   return _box("projection_hypercube", ("the lower bound 0", "`scale`"), tree, 0, scale)
 
 
-def projection_simplex(tree: Any, scale: Any = 1) -> Any:
+def projection_simplex(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the simplex :math:`\{p : p \ge 0, \sum_i p_i = \text{scale}\}`.
 
   All the leaves together form one vector (sorted once, in the widest floating dtype present, at
@@ -326,7 +327,7 @@ def _l1(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   return treedef.unflatten(out)
 
 
-def projection_l1_sphere(tree: Any, scale: Any = 1) -> Any:
+def projection_l1_sphere(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the l1 sphere :math:`\{p : \|p\|_1 = \text{scale}\}`.
 
   The moduli are projected onto the simplex and the signs (phases) kept; zero entries take the
@@ -347,7 +348,7 @@ def projection_l1_sphere(tree: Any, scale: Any = 1) -> Any:
   return _l1("projection_l1_sphere", tree, scale, ball=False)
 
 
-def projection_l1_ball(tree: Any, scale: Any = 1) -> Any:
+def projection_l1_ball(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the l1 ball :math:`\{p : \|p\|_1 \le \text{scale}\}` (soft thresholding).
 
   Args:
@@ -383,7 +384,11 @@ def _l2(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
     if np.size(x):
       peak = jnp.maximum(peak, jnp.max(jnp.abs(cast(x, cdt))).astype(rdt))
   unit = jnp.where(peak > 0, peak, jnp.ones_like(peak))
-  norm = unit * jnp.sqrt(_sum_sq([cast(x, cdt) / cast(unit, cdt) for x in leaves], cdt))
+  squares = _sum_sq([cast(x, cdt) / cast(unit, cdt) for x in leaves], cdt)
+  # sqrt's derivative at 0 is infinite: times the zero that `maximum` gives the untaken branch it
+  # makes the ball's gradient at a zero tree NaN, where it is the identity's (1).
+  nonzero = squares > 0
+  norm = unit * jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, squares, jnp.ones_like(squares))), 0)
   radius = hyper(scale, rdt)
   # The ball keeps the tree when ||x|| <= scale; the sphere divides by ||x|| (NaN for a zero tree,
   # whose projection onto the sphere is not unique).
@@ -396,7 +401,7 @@ def _l2(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   return treedef.unflatten(out)
 
 
-def projection_l2_sphere(tree: Any, scale: Any = 1) -> Any:
+def projection_l2_sphere(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the l2 sphere :math:`\{p : \|p\|_2 = \text{scale}\}`: ``scale * x / ||x||``.
 
   Args:
@@ -414,7 +419,7 @@ def projection_l2_sphere(tree: Any, scale: Any = 1) -> Any:
   return _l2("projection_l2_sphere", tree, scale, ball=False)
 
 
-def projection_l2_ball(tree: Any, scale: Any = 1) -> Any:
+def projection_l2_ball(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the l2 ball :math:`\{p : \|p\|_2 \le \text{scale}\}`.
 
   Args:
@@ -433,7 +438,7 @@ def projection_l2_ball(tree: Any, scale: Any = 1) -> Any:
   return _l2("projection_l2_ball", tree, scale, ball=True)
 
 
-def projection_linf_ball(tree: Any, scale: Any = 1) -> Any:
+def projection_linf_ball(tree: Params, scale: ArrayLike = 1) -> Any:
   r"""Projection onto the l-infinity ball :math:`\{p : \max_i |p_i| \le \text{scale}\}`.
 
   Real entries are clipped to ``[-scale, scale]``; complex entries keep their phase and have their
@@ -470,7 +475,7 @@ def projection_linf_ball(tree: Any, scale: Any = 1) -> Any:
   return treedef.unflatten(out)
 
 
-def projection_vector(x: Any, a: Any) -> Any:
+def projection_vector(x: ArrayLike, a: Any) -> Any:
   r"""Projection onto the line spanned by ``a``: :math:`\frac{\langle a, x \rangle}{\langle a, a \rangle} a`.
 
   Args:
@@ -504,7 +509,7 @@ def _combine(add_x: bool, coef: jax.Array, xs: list[jax.Array], as_: list[jax.Ar
   return out
 
 
-def projection_hyperplane(x: Any, a: Any, b: Any) -> Any:
+def projection_hyperplane(x: ArrayLike, a: Any, b: ArrayLike) -> Any:
   r"""Projection onto the hyperplane :math:`\{y : \langle a, y \rangle = b\}`.
 
   Args:
@@ -534,7 +539,7 @@ def projection_hyperplane(x: Any, a: Any, b: Any) -> Any:
   return treedef.unflatten(_combine(True, coef, xs, as_))
 
 
-def projection_halfspace(x: Any, a: Any, b: Any) -> Any:
+def projection_halfspace(x: ArrayLike, a: Any, b: ArrayLike) -> Any:
   r"""Projection onto the half-space :math:`\{y : \langle a, y \rangle \le b\}`.
 
   Args:

@@ -1,7 +1,5 @@
 """Shared helpers of the schedules: the evaluation dtype, the step count, argument checks."""
 
-from __future__ import annotations
-
 import math
 from typing import Any
 
@@ -49,6 +47,8 @@ def as_count(count: Any, *steps: Any) -> jax.Array:
   Integer counts stay integers so offsets and clips are exact; they become float32 only when one of
   ``steps`` is fractional (strict promotion forbids mixing an int32 array with a Python float).
   """
+  if isinstance(count, int) and not isinstance(count, bool) and abs(count) > np.iinfo(COUNTER_DTYPE).max:
+    count = float(count)  # a Python step count past the int32 range (as static_steps does)
   count = jnp.asarray(count)
   if count.dtype == jnp.bool_:
     count = cast(count, COUNTER_DTYPE)
@@ -85,4 +85,9 @@ def static_steps(owner: str, name: str, value: Any) -> int | float:
   v = concrete_number(value)
   if v is None or isinstance(value, bool) or not math.isfinite(v):
     raise TypeError(f"{owner}: {name} must be a finite number of steps, got {value!r}.")
-  return int(v) if v == int(v) else v
+  if v != int(v) or abs(v) > np.iinfo(COUNTER_DTYPE).max:
+    # Beyond the counter's range an integer would overflow where it meets the int32 count; as a
+    # float it makes the count a float too (as_count), as Optax computes (`cosine_decay_schedule(
+    # 1.0, int(1e10))`).
+    return float(v)
+  return int(v)

@@ -1,11 +1,10 @@
 """Schedules assembled from the basic ones: warmups, one-cycle and SGDR."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._checks import check_positive
 from .._core._types import Schedule
@@ -29,7 +28,7 @@ __all__ = [
 ]
 
 
-def warmup_constant_schedule(init_value: Any, peak_value: Any, warmup_steps: int) -> Schedule:
+def warmup_constant_schedule(init_value: ArrayLike, peak_value: ArrayLike, warmup_steps: int) -> Schedule:
   """Linear warmup from ``init_value`` to ``peak_value``, then constant at ``peak_value``.
 
   Args:
@@ -60,12 +59,12 @@ def _end_over_peak(end_value: Any, peak_value: Any) -> Any:
 
 
 def warmup_cosine_decay_schedule(
-    init_value: Any,
-    peak_value: Any,
+    init_value: ArrayLike,
+    peak_value: ArrayLike,
     warmup_steps: int | float,
     decay_steps: int | float,
-    end_value: Any = 0.0,
-    exponent: Any = 1.0,
+    end_value: ArrayLike = 0.0,
+    exponent: ArrayLike = 1.0,
 ) -> JoinedSchedule:
   """Linear warmup to ``peak_value``, then cosine decay to ``end_value``.
 
@@ -112,14 +111,14 @@ def warmup_cosine_decay_schedule(
 
 
 def warmup_exponential_decay_schedule(
-    init_value: Any,
-    peak_value: Any,
+    init_value: ArrayLike,
+    peak_value: ArrayLike,
     warmup_steps: int | float,
     transition_steps: int,
-    decay_rate: Any,
+    decay_rate: ArrayLike,
     transition_begin: int = 0,
     staircase: bool = False,
-    end_value: Any | None = None,
+    end_value: ArrayLike | None = None,
 ) -> JoinedSchedule:
   """Linear warmup to ``peak_value``, then ``exponential_decay`` from ``peak_value``.
 
@@ -166,7 +165,7 @@ def _check_onecycle(owner: str, transition_steps: Any, div_factor: Any, final_di
 
 def linear_onecycle_schedule(
     transition_steps: int,
-    peak_value: Any,
+    peak_value: ArrayLike,
     pct_start: float = 0.3,
     pct_final: float = 0.85,
     div_factor: float = 25.0,
@@ -214,7 +213,7 @@ def linear_onecycle_schedule(
 
 def cosine_onecycle_schedule(
     transition_steps: int,
-    peak_value: Any,
+    peak_value: ArrayLike,
     pct_start: float = 0.3,
     div_factor: float = 25.0,
     final_div_factor: float = 1e4,
@@ -257,7 +256,7 @@ def cosine_onecycle_schedule(
   )
 
 
-def sgdr_schedule(cosine_kwargs: Iterable[dict[str, Any]]) -> JoinedSchedule:
+def sgdr_schedule(cosine_kwargs: Iterable[dict[str, float]]) -> JoinedSchedule:
   """SGD with warm restarts: ``warmup_cosine_decay_schedule`` cycles one after another.
 
   Args:

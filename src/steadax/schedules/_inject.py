@@ -13,8 +13,6 @@ Every update rebuilds the inner transformation from the current values; steadax 
 frozen pytrees, so building one from traced values inside ``jit`` or ``lax.scan`` costs nothing.
 """
 
-from __future__ import annotations
-
 import functools
 import inspect
 from collections.abc import Callable, Iterable
@@ -25,11 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
+from .._core._contract import ContractError
 from .._core._deprecations import warn_deprecated_call
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from ._common import cast, declared_dtype
+from .._core._types import OptState, Schedule
 
 __all__ = [
     "InjectHyperparamsState",
@@ -46,11 +46,16 @@ class InjectHyperparamsState(NamedTuple):
   """Optax's older record for injected hyperparameters (kept for compatibility).
 
   ``inject_hyperparams`` returns ``InjectStatefulHyperparamsState``, as Optax does.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    hyperparams: the current value of each injected hyperparameter, by name.
+    inner_state: the state of the inner transformation.
   """
 
   count: jax.Array
-  hyperparams: dict[str, Any]
-  inner_state: Any
+  hyperparams: dict[str, jax.Array]
+  inner_state: OptState
 
 
 @state_roles(count=COUNTER, hyperparams=OTHER, hyperparams_states=OTHER, inner_state=INNER)
@@ -66,9 +71,9 @@ class InjectStatefulHyperparamsState(NamedTuple):
   """
 
   count: jax.Array
-  hyperparams: dict[str, Any]
+  hyperparams: dict[str, jax.Array]
   hyperparams_states: dict[str, Any]
-  inner_state: Any
+  inner_state: OptState
 
 
 @runtime_checkable
@@ -95,6 +100,9 @@ class WrappedSchedule(Module):
   ``schedule_fn`` stays a pytree leaf when it is a steadax schedule, so its values can change
   without recompiling.
 
+  Attributes:
+    schedule_fn: the schedule, a function of the int32 step count.
+
   Example:
     >>> import jax.numpy as jnp, steadax
     >>> sched = steadax.WrappedSchedule(steadax.linear_schedule(1.0, 0.0, 4))
@@ -103,7 +111,7 @@ class WrappedSchedule(Module):
     Array(0.75, dtype=float32)
   """
 
-  schedule_fn: Any = hyper_field()
+  schedule_fn: Schedule = hyper_field()
 
   def init(self) -> WrappedScheduleState:
     return WrappedScheduleState(count=zero_count())
@@ -125,6 +133,47 @@ def _is_numeric(value: Any) -> bool:
   if isinstance(value, (bool, np.bool_)):
     return False
   return isinstance(value, (int, float, np.number, np.ndarray, jax.Array))
+
+
+def _is_prng_key(value_or_dtype: Any) -> bool:
+  """A typed PRNG key (``jax.random.key``), or its dtype."""
+  dtype = getattr(value_or_dtype, "dtype", value_or_dtype)
+  try:
+    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
+  except TypeError:
+    return False
+
+
+def _as_declared(value: Any, dtype: Any) -> Any:
+  """A hyperparameter in its declared dtype. A typed PRNG key (noisy_sgd's ``key``, injected as in
+  Optax) has no numeric dtype to cast to: it must come back a key of the same implementation."""
+  if not _is_prng_key(dtype):
+    return cast(value, dtype)
+  if not _is_prng_key(value) or value.dtype != dtype or np.shape(value) != ():
+    raise TypeError(f"inject_hyperparams: a PRNG key hyperparameter ({dtype}) was given "
+                    f"{type(value).__name__} {getattr(value, 'dtype', '')}; keep it a scalar key.")
+  return value
+
+
+def _check_schedule_state(owner: str, name: str, old: Any, new: Any) -> None:
+  """A stateful schedule's update that turns an integer state leaf floating is refused.
+
+  Outside strict mode the contract casts a drifting state leaf back to its dtype; here that would
+  truncate the schedule's value (a running total of 0.3 cast back to int32 is 0, and so is the
+  learning rate read from it). Optax lets the state change type instead.
+  """
+  old_leaves = jax.tree_util.tree_flatten_with_path(old)[0]
+  new_leaves = jax.tree_util.tree_leaves(new)
+  if len(old_leaves) != len(new_leaves):
+    return  # a structure change: the contract names it
+  for (path, a), b in zip(old_leaves, new_leaves):
+    if (hasattr(a, "dtype") and hasattr(b, "dtype") and not jnp.issubdtype(a.dtype, jnp.inexact)
+        and jnp.issubdtype(b.dtype, jnp.inexact)):
+      raise ContractError(
+          f"{owner}: the state of the schedule for {name!r} at {jax.tree_util.keystr(path)} "
+          f"changed dtype from {np.dtype(a.dtype).name} to {np.dtype(b.dtype).name} in its update; "
+          "cast back it would lose its fractional part. Make the schedule's init return this leaf "
+          f"as {np.dtype(b.dtype).name}.")
 
 
 def _is_static_value(value: Any) -> bool:
@@ -159,7 +208,9 @@ class InjectHyperparams(Transformation):
     hyperparams.update(self._scheduled({n: s.init() for n, s in zip(self.schedule_names, self.schedules)}, {}))
     return fusion_blocker(self._inner(hyperparams), flat_params)
 
-  def _dtype_for(self, value: Any) -> np.dtype:
+  def _dtype_for(self, value: Any) -> Any:
+    if _is_prng_key(value):
+      return value.dtype
     dtype = declared_dtype(value)
     if self.hyperparam_dtype is not None and jnp.issubdtype(dtype, jnp.floating):
       dtype = np.dtype(jax.dtypes.canonicalize_dtype(self.hyperparam_dtype))
@@ -182,7 +233,8 @@ class InjectHyperparams(Transformation):
   def init_fn(self, params):
     schedule_states = {n: s.init() for n, s in zip(self.schedule_names, self.schedules)}
     hyperparams = {
-        n: cast(v, d) for n, v, d in zip(self.numeric_names, self.numeric_values, self.numeric_dtypes)
+        n: _as_declared(v, d)
+        for n, v, d in zip(self.numeric_names, self.numeric_values, self.numeric_dtypes)
     }
     hyperparams.update(self._scheduled(schedule_states, {}))
     return InjectStatefulHyperparamsState(
@@ -212,6 +264,9 @@ class InjectHyperparams(Transformation):
     hyperparams = {}
     for name, value in given.items():
       dtype = dtypes[name]
+      if _is_prng_key(dtype):
+        hyperparams[name] = _as_declared(value, dtype)
+        continue
       incoming = np.dtype(jnp.result_type(value))
       if jnp.issubdtype(dtype, jnp.integer) and not jnp.issubdtype(incoming, jnp.integer):
         raise TypeError(
@@ -232,13 +287,15 @@ class InjectHyperparams(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     hyperparams = {
-        n: cast(state.hyperparams[n], d) for n, d in zip(self.numeric_names, self.numeric_dtypes)
+        n: _as_declared(state.hyperparams[n], d) for n, d in zip(self.numeric_names, self.numeric_dtypes)
     }
     hyperparams.update(self._scheduled(state.hyperparams_states, extra_args))
     schedule_states = {
         n: s.update(state.hyperparams_states[n], **extra_args)
         for n, s in zip(self.schedule_names, self.schedules)
     }
+    for name in self.schedule_names:
+      _check_schedule_state(self.owner, name, state.hyperparams_states[name], schedule_states[name])
     updates, inner_state = self._inner(hyperparams).update(
         updates, state.inner_state, params, **extra_args
     )
@@ -253,7 +310,7 @@ class InjectHyperparams(Transformation):
 def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any | None = None,
+    hyperparam_dtype: np.dtype | None = None,
 ) -> Callable[..., InjectHyperparams]:
   """Turns a transformation factory into one whose hyperparameters live in the state.
 
@@ -337,7 +394,7 @@ def inject_hyperparams(
       elif _is_stateful_schedule(value):
         scheduled[name] = value
       elif callable(value) and not isinstance(value, GradientTransformation):
-        scheduled[name] = WrappedSchedule(value)
+        scheduled[name] = WrappedSchedule(value)  # pyright: ignore[reportArgumentType]  (a callable hyperparameter is a schedule)
       elif _is_numeric(value):
         numeric[name] = value
       else:
@@ -362,7 +419,7 @@ def inject_hyperparams(
 def inject_stateful_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any | None = None,
+    hyperparam_dtype: np.dtype | None = None,
 ) -> Callable[..., InjectHyperparams]:
   """The same as ``inject_hyperparams`` (Optax's older name; both accept stateful schedules).
 

@@ -1,7 +1,5 @@
 """join_schedules: run schedules one after another, each restarted at its boundary."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +9,7 @@ import jax.numpy as jnp
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import promote_types
 from ._common import as_count, cast, declared_dtype, static_steps
+from .._core._types import Schedule
 
 __all__ = ["join_schedules"]
 
@@ -34,7 +33,7 @@ class JoinedSchedule(Module):
     return value
 
 
-def join_schedules(schedules: Sequence[Callable[[Any], Any]],
+def join_schedules(schedules: Sequence[Schedule],
                    boundaries: Sequence[int | float]) -> JoinedSchedule:
   """Runs ``schedules`` in sequence, switching at ``boundaries``.
 

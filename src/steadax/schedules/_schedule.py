@@ -9,12 +9,11 @@ array), so a schedule returns the same dtype with ``jax_enable_x64`` on or off. 
 the count are taken in integers, then cast explicitly (the code runs under strict dtype promotion).
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._module import Module, hyper_field, static_field
 from .._core._types import Schedule
@@ -41,7 +40,7 @@ class ConstantSchedule(Module):
     return cast(self.value, declared_dtype(self.value))
 
 
-def constant_schedule(value: Any) -> ConstantSchedule:
+def constant_schedule(value: ArrayLike) -> ConstantSchedule:
   """A schedule that always returns ``value``.
 
   Args:
@@ -80,9 +79,9 @@ class PolynomialSchedule(Module):
 
 
 def polynomial_schedule(
-    init_value: Any,
-    end_value: Any,
-    power: Any,
+    init_value: ArrayLike,
+    end_value: ArrayLike,
+    power: ArrayLike,
     transition_steps: int | float,
     transition_begin: int | float = 0,
 ) -> Schedule:
@@ -120,8 +119,8 @@ def polynomial_schedule(
 
 
 def linear_schedule(
-    init_value: Any,
-    end_value: Any,
+    init_value: ArrayLike,
+    end_value: ArrayLike,
     transition_steps: int | float,
     transition_begin: int | float = 0,
 ) -> Schedule:
@@ -171,12 +170,12 @@ class ExponentialDecay(Module):
 
 
 def exponential_decay(
-    init_value: Any,
+    init_value: ArrayLike,
     transition_steps: int | float,
-    decay_rate: float,
+    decay_rate: ArrayLike,
     transition_begin: int | float = 0,
     staircase: bool = False,
-    end_value: Any | None = None,
+    end_value: ArrayLike | None = None,
 ) -> Schedule:
   """Exponential decay: ``init_value * decay_rate ** ((count - transition_begin) / transition_steps)``.
 
@@ -244,10 +243,10 @@ class CosineDecay(Module):
 
 
 def cosine_decay_schedule(
-    init_value: Any,
+    init_value: ArrayLike,
     decay_steps: int | float,
-    alpha: Any = 0.0,
-    exponent: Any = 1.0,
+    alpha: ArrayLike = 0.0,
+    exponent: ArrayLike = 1.0,
 ) -> CosineDecay:
   """Cosine decay from ``init_value`` to ``alpha * init_value`` over ``decay_steps`` steps.
 
@@ -318,7 +317,7 @@ class PiecewiseConstant(Module):
 
 
 def piecewise_constant_schedule(
-    init_value: Any,
+    init_value: ArrayLike,
     boundaries_and_scales: dict[int, float] | None = None,
 ) -> PiecewiseConstant:
   """A piecewise constant schedule: the value is scaled at each boundary.
@@ -377,7 +376,7 @@ class PiecewiseInterpolate(Module):
 
 def piecewise_interpolate_schedule(
     interpolate_type: str,
-    init_value: Any,
+    init_value: ArrayLike,
     boundaries_and_scales: dict[int, float] | None = None,
 ) -> PiecewiseInterpolate:
   """Interpolates (linearly or along a cosine) between values scaled at each boundary.

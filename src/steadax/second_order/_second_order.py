@@ -14,8 +14,6 @@ References:
   empirical Fisher information).
 """
 
-from __future__ import annotations
-
 import abc
 from typing import Any, Protocol
 
@@ -25,6 +23,7 @@ import numpy as np
 
 from .._core._deprecations import warn_deprecated_call
 from .._core._policy import cast, compute_dtype, key_path_str, promote_types, real_dtype
+from .._core._types import Params
 
 __all__ = ["hvp", "hessian_diag", "fisher_diag"]
 
@@ -81,7 +80,7 @@ def _hvp_tree(loss: Any, v_tree: Any, params: Any, inputs: Any, targets: Any) ->
   return jax.jvp(grad_fn, (params,), (v_tree,))[1]
 
 
-def hvp(loss: LossFn, v: jax.Array, params: Any, inputs: jax.Array, targets: jax.Array) -> Any:
+def hvp(loss: LossFn, v: jax.Array, params: Params, inputs: jax.Array, targets: jax.Array) -> Any:
   """The Hessian of ``loss`` (in the parameters) times the flat vector ``v``.
 
   Computed forward-over-reverse (a JVP of the gradient), without forming the Hessian.
@@ -111,7 +110,7 @@ def hvp(loss: LossFn, v: jax.Array, params: Any, inputs: jax.Array, targets: jax
   """
   owner = "hvp"
   warn_deprecated_call("The function hvp is deprecated. This function will be/was removed in "
-                       "optax 0.2.9 (and in steadax with it).")
+                       "optax 0.2.9 (and in steadax with it).", at_caller=True)
   _check_callable(owner, "loss", loss)
   leaves, treedef, _ = _param_leaves(owner, params)
   size = sum(x.size for x in leaves)
@@ -123,7 +122,7 @@ def hvp(loss: LossFn, v: jax.Array, params: Any, inputs: jax.Array, targets: jax
   return _hvp_tree(loss, _unravel(v, leaves, treedef), treedef.unflatten(leaves), inputs, targets)
 
 
-def hessian_diag(loss: LossFn, params: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+def hessian_diag(loss: LossFn, params: Params, inputs: jax.Array, targets: jax.Array) -> jax.Array:
   """The diagonal of the Hessian of ``loss`` in the parameters, as a flat vector.
 
   Exact: one Hessian-vector product per parameter entry (batched with ``vmap``), so it suits small
@@ -151,7 +150,7 @@ def hessian_diag(loss: LossFn, params: Any, inputs: jax.Array, targets: jax.Arra
   """
   owner = "hessian_diag"
   warn_deprecated_call("The function hessian_diag is deprecated. This function will be/was removed in "
-                       "optax 0.2.9 (and in steadax with it).")
+                       "optax 0.2.9 (and in steadax with it).", at_caller=True)
   _check_callable(owner, "loss", loss)
   leaves, treedef, dtype = _param_leaves(owner, params)
   size = sum(x.size for x in leaves)
@@ -167,7 +166,7 @@ def hessian_diag(loss: LossFn, params: Any, inputs: jax.Array, targets: jax.Arra
   return jax.vmap(entry)(jnp.arange(size))
 
 
-def fisher_diag(negative_log_likelihood: LossFn, params: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+def fisher_diag(negative_log_likelihood: LossFn, params: Params, inputs: jax.Array, targets: jax.Array) -> jax.Array:
   """The diagonal of the (empirical, observed) Fisher information: the squared gradient.
 
   Args:
@@ -195,7 +194,7 @@ def fisher_diag(negative_log_likelihood: LossFn, params: Any, inputs: jax.Array,
   """
   owner = "fisher_diag"
   warn_deprecated_call("The function fisher_diag is deprecated. This function will be/was removed in "
-                       "optax 0.2.9 (and in steadax with it).")
+                       "optax 0.2.9 (and in steadax with it).", at_caller=True)
   _check_callable(owner, "negative_log_likelihood", negative_log_likelihood)
   leaves, treedef, dtype = _param_leaves(owner, params)
   grads = jax.grad(negative_log_likelihood)(treedef.unflatten(leaves), inputs, targets)

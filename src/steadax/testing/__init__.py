@@ -12,19 +12,26 @@ Example:
   (True, ())
 """
 
-from ._check import (
-    CHECKS as CHECKS,
-    check_transformation as check_transformation,
-    default_grads as default_grads,
-    perturb_hyperparameters as perturb_hyperparameters,
-    type_signature as type_signature,
-)
-from ._pytest import parametrize_transformations as parametrize_transformations
-from ._report import (
-    ConformanceError as ConformanceError,
-    ConformanceReport as ConformanceReport,
-    Violation as Violation,
-)
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from .._core._lazy import lazy_surface as _lazy_surface
+
+# The re-exports, read by pyright, IDEs and the API reference as written, and at run time by
+# ``lazy_surface``: each name is imported when first read (``_core/_lazy.py``).
+if _TYPE_CHECKING:
+  from ._check import (
+      CHECKS as CHECKS,
+      check_transformation as check_transformation,
+      default_grads as default_grads,
+      perturb_hyperparameters as perturb_hyperparameters,
+      type_signature as type_signature,
+  )
+  from ._pytest import parametrize_transformations as parametrize_transformations
+  from ._report import (
+      ConformanceError as ConformanceError,
+      ConformanceReport as ConformanceReport,
+      Violation as Violation,
+  )
 
 __all__ = [
     "CHECKS",
@@ -37,3 +44,5 @@ __all__ = [
     "perturb_hyperparameters",
     "type_signature",
 ]
+
+__getattr__, __dir__ = _lazy_surface(__name__, __file__)[:2]

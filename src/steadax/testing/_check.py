@@ -7,8 +7,6 @@ traced with ``jax.eval_shape``, which costs no XLA compilation. Only the ``finit
 one step, which it runs ``steps`` times.
 """
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,6 +27,8 @@ from .._core._contract import collect_drift
 from .._core._module import Module
 from .._core._policy import key_path_str
 from ._report import ConformanceReport, Violation, path_in_message, violation_from_exception
+from .._core._base import GradientTransformation
+from .._core._types import Params, Updates
 
 __all__ = ["CHECKS", "check_transformation", "default_grads", "perturb_hyperparameters",
            "type_signature"]
@@ -46,7 +46,7 @@ _AFTER_UPDATE = ("eager", "jit", "recompile", "scan", "cond", "while_loop", "fin
 
 # --- Types of trees --------------------------------------------------------------------------------
 
-def type_signature(tree: Any) -> tuple[Any, list[tuple[str, tuple, Any, bool]]]:
+def type_signature(tree: Params) -> tuple[Any, list[tuple[str, tuple, Any, bool]]]:
   """The types of a tree of arrays or abstract values.
 
   Args:
@@ -160,7 +160,7 @@ def _non_finite(tree: Any, what: str) -> list[tuple[str, str]]:
 
 # --- Inputs --------------------------------------------------------------------------------------
 
-def default_grads(params: Any) -> Any:
+def default_grads(params: Params) -> Any:
   """The gradient of ``sum 0.5 |x - 0.1|^2`` at ``params``, in each parameter's dtype.
 
   Args:
@@ -184,7 +184,7 @@ def default_grads(params: Any) -> Any:
   return jax.tree_util.tree_map(grad, params)
 
 
-def perturb_hyperparameters(tx: Any, factor: float = 0.9) -> Any:
+def perturb_hyperparameters(tx: GradientTransformation, factor: float = 0.9) -> Any:
   """The same transformation with every floating hyperparameter leaf multiplied by ``factor``.
 
   New values of the same types: a steadax transformation must not be traced again for them.
@@ -199,7 +199,7 @@ def perturb_hyperparameters(tx: Any, factor: float = 0.9) -> Any:
   Example:
     >>> import steadax
     >>> from steadax.testing import perturb_hyperparameters
-    >>> perturb_hyperparameters(steadax.scale(2.0)).step_size
+    >>> float(perturb_hyperparameters(steadax.scale(2.0)).step_size)
     1.8
   """
   def change(x):
@@ -207,6 +207,8 @@ def perturb_hyperparameters(tx: Any, factor: float = 0.9) -> Any:
       return x * factor
     dtype = getattr(x, "dtype", None)
     if dtype is not None and hasattr(x, "shape") and jnp.issubdtype(dtype, jnp.inexact):
+      if getattr(x, "weak_type", False):  # a hyperparameter as steadax stores a number: stays weak
+        return x * factor
       return (x * factor).astype(dtype)
     return x
 
@@ -274,7 +276,7 @@ def _x64(value: bool):
 class _Config:
   """The checks of one configuration (an x64 mode and a way of typing the parameters)."""
 
-  def __init__(self, run: _Run, label: str, params: Any, grads_fn: Callable, checks: tuple[str, ...]):
+  def __init__(self, run: "_Run", label: str, params: Any, grads_fn: Callable, checks: tuple[str, ...]):
     self.run = run
     self.tx = run.tx
     self.label = label
@@ -608,16 +610,16 @@ def _retyped_grads(grads_fn: Callable) -> Callable:
 
 
 def check_transformation(
-    tx: Any,
-    params: Any,
+    tx: GradientTransformation,
+    params: Params,
     *,
-    grads: Any = None,
+    grads: Updates | None = None,
     extra_args: dict | Callable[[Any, Any], dict] | None = None,
     checks: Iterable[str] | None = None,
     steps: int = 3,
     x64: str = "both",
     mixed_precision: bool = True,
-    new_hyperparameters: Any = None,
+    new_hyperparameters: GradientTransformation | None = None,
     strict: bool = True,
     name: str | None = None,
     raise_on_failure: bool = False,

@@ -1,7 +1,5 @@
 """pytest integration: one test per transformation, each checked against the contract."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any

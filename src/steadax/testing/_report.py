@@ -1,7 +1,5 @@
 """The result of ``check_transformation``: every violation with its check, configuration and tree path."""
 
-from __future__ import annotations
-
 import dataclasses
 import re
 
@@ -55,15 +53,6 @@ def path_in_message(text: str) -> str:
   return found.group(1) if found else ""
 
 
-class ConformanceError(AssertionError):
-  """Raised by ``ConformanceReport.raise_if_failed`` (and ``check_transformation(...,
-  raise_on_failure=True)``); its message is the report, and ``.report`` holds it."""
-
-  def __init__(self, report: ConformanceReport):
-    super().__init__(str(report))
-    self.report = report
-
-
 @dataclasses.dataclass(frozen=True)
 class ConformanceReport:
   """What ``check_transformation`` found.
@@ -94,7 +83,7 @@ class ConformanceReport:
   def __bool__(self) -> bool:
     raise TypeError("the truth value of a ConformanceReport is ambiguous; use `report.ok`.")
 
-  def raise_if_failed(self) -> ConformanceReport:
+  def raise_if_failed(self) -> "ConformanceReport":
     """Raise a ``ConformanceError`` (an AssertionError) holding this report if any check failed.
 
     Returns:
@@ -133,3 +122,16 @@ class ConformanceReport:
   def __repr__(self) -> str:
     return (f"ConformanceReport({self.name!r}, violations={len(self.violations)}, "
             f"passed={len(self.passed)}, skipped={len(self.skipped)})")
+
+
+class ConformanceError(AssertionError):
+  """Raised by ``ConformanceReport.raise_if_failed`` (and ``check_transformation(...,
+  raise_on_failure=True)``); its message is the report, and ``.report`` holds it.
+
+  Args:
+    report: the failed ``ConformanceReport``.
+  """
+
+  def __init__(self, report: ConformanceReport):
+    super().__init__(str(report))
+    self.report = report

@@ -6,12 +6,11 @@ References:
   Reddi et al., "On the Convergence of Adam and Beyond", ICLR 2018 (AMSGrad).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_decay, check_nonnegative, check_range
@@ -22,6 +21,7 @@ from .._core._policy import hyper, safe_increment
 from .._core._docs import shared_args
 from ._moments import abs_sq, moving_average
 from ._moments import one_minus_pow  # noqa: F401  (imported from here by other modules)
+from .._core._types import Params, Updates
 
 __all__ = [
     "ScaleByAdamState",
@@ -34,22 +34,35 @@ __all__ = [
 
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator("nu_dtype", real=True))
 class ScaleByAdamState(NamedTuple):
-  """State of ``scale_by_adam`` (and ``scale_by_adamax``): int32 count, first and second moments."""
+  """State of ``scale_by_adam`` (and ``scale_by_adamax``): int32 count, first and second moments.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment, one leaf per parameter.
+    nu: the second moment (real), one leaf per parameter.
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
+  mu: Updates
+  nu: Updates
 
 
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=accumulator(real=True),
              nu_max=accumulator(real=True))
 class ScaleByAmsgradState(NamedTuple):
-  """State of ``scale_by_amsgrad``: Adam's state plus the running maximum of ``nu``."""
+  """State of ``scale_by_amsgrad``: Adam's state plus the running maximum of ``nu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second moment.
+    nu_max: the running maximum of ``nu``.
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
-  nu_max: Any
+  mu: Updates
+  nu: Updates
+  nu_max: Params
 
 
 def check_decay_below_one(owner: str, name: str, value: Any) -> None:
@@ -125,14 +138,14 @@ class ScaleByAdam(Transformation):
 
 @shared_args
 def scale_by_adam(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = False,
-    nu_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Rescales updates by Adam's bias-corrected moment estimates.
 
@@ -191,11 +204,11 @@ class ScaleByAmsgrad(Transformation):
 
 @shared_args
 def scale_by_amsgrad(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
     bias_correction_mu: bool = True,
     bias_correction_nu: bool = True,
 ) -> Transformation:
@@ -250,7 +263,7 @@ class ScaleByAdamax(Transformation):
 
 
 @shared_args
-def scale_by_adamax(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8) -> Transformation:
+def scale_by_adamax(b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike = 1e-8) -> Transformation:
   """Adamax: Adam with the infinity norm, ``v = max(b2 v, |g| + eps)`` (Kingma & Ba 2015, §7.1).
 
   Args:

@@ -17,8 +17,6 @@ References:
   type).
 """
 
-from __future__ import annotations
-
 import functools
 import math
 from typing import Any, NamedTuple
@@ -26,6 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -37,6 +36,7 @@ from .._core._tree import tree_map, zeros_mirroring
 from .._core._docs import shared_args
 from ._adam import adam_scalars, adam_step, check_decay_below_one
 from ._matrix import replicate_whole
+from .._core._types import Updates
 
 __all__ = ["BlockQuantized", "ScaleByAdam8bitState", "scale_by_adam_8bit", "dynamic_quantization_map"]
 
@@ -46,6 +46,10 @@ class BlockQuantized(NamedTuple):
 
   The value of element ``i`` is ``map[codes.flat[i]] * scale[i // block_size]``; the padding at the
   end of the last block is zero.
+
+  Attributes:
+    codes: uint8 codes, shape ``[blocks, block_size]``: indices into the quantization map.
+    scale: float32 scale of each block, shape ``[blocks]``.
   """
 
   codes: jax.Array
@@ -58,11 +62,17 @@ class BlockQuantized(NamedTuple):
 @state_roles(count=COUNTER, mu=OTHER, nu=OTHER)
 class ScaleByAdam8bitState(NamedTuple):
   """State of ``scale_by_adam_8bit``: the int32 count and the moments, each leaf either a
-  full-precision array (small tensors) or a ``BlockQuantized`` pair."""
+  full-precision array (small tensors) or a ``BlockQuantized`` pair.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment: per leaf a full-precision array or a ``BlockQuantized``.
+    nu: the second moment, stored as ``mu`` is.
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
+  mu: Updates
+  nu: Updates
 
 
 @functools.lru_cache(maxsize=None)
@@ -269,10 +279,10 @@ class ScaleByAdam8bit(Transformation):
 
 @shared_args
 def scale_by_adam_8bit(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
     *,
     block_size: int = 256,
     min_8bit_size: int = 4096,

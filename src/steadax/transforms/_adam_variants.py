@@ -14,13 +14,12 @@ References:
   (arXiv:2208.06677, Algorithm 1).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
@@ -32,6 +31,7 @@ from .._core._docs import shared_args
 from ._adam import (ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, check_decay_below_one,
                     debiased_mu)
 from ._moments import abs_sq, moving_average, one_minus_pow
+from .._core._types import Params, Updates
 
 __all__ = [
     "ScaleByBeliefState",
@@ -45,21 +45,35 @@ __all__ = [
 
 @state_roles(count=COUNTER, mu=accumulator(), nu=accumulator(real=True))
 class ScaleByBeliefState(NamedTuple):
-  """State of ``scale_by_belief``: int32 count, first moment, second central moment."""
+  """State of ``scale_by_belief``: int32 count, first moment, second central moment.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second central moment (of the gradient's deviation from ``mu``).
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
+  mu: Updates
+  nu: Updates
 
 
 @state_roles(m=accumulator(), v=accumulator(), n=accumulator(real=True), g=accumulator(), t=COUNTER)
 class ScaleByAdanState(NamedTuple):
-  """State of ``scale_by_adan``: the three moments, the previous gradient and the int32 count."""
+  """State of ``scale_by_adan``: the three moments, the previous gradient and the int32 count.
 
-  m: Any
-  v: Any
-  n: Any
-  g: Any
+  Attributes:
+    m: the first moment of the gradients.
+    v: the first moment of the gradient differences.
+    n: the second moment of the corrected gradients.
+    g: the previous gradient.
+    t: the number of updates so far (int32, saturating at its maximum).
+  """
+
+  m: Params
+  v: Params
+  n: Params
+  g: Params
   t: jax.Array
 
 
@@ -93,10 +107,10 @@ class ScaleByBelief(Transformation):
 
 @shared_args
 def scale_by_belief(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-16,
-    eps_root: Any = 1e-16,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-16,
+    eps_root: ArrayLike = 1e-16,
     *,
     nesterov: bool = False,
 ) -> Transformation:
@@ -165,11 +179,11 @@ class ScaleByYogi(Transformation):
 
 @shared_args
 def scale_by_yogi(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-3,
-    eps_root: Any = 0.0,
-    initial_accumulator_value: Any = 1e-6,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-3,
+    eps_root: ArrayLike = 0.0,
+    initial_accumulator_value: ArrayLike = 1e-6,
 ) -> Transformation:
   """Rescales updates by Yogi's additively updated second moment.
 
@@ -247,11 +261,11 @@ class ScaleByRadam(Transformation):
 
 @shared_args
 def scale_by_radam(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    threshold: Any = 5.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    threshold: ArrayLike = 5.0,
     *,
     nesterov: bool = False,
 ) -> Transformation:
@@ -318,11 +332,11 @@ class ScaleByAdan(Transformation):
 
 @shared_args
 def scale_by_adan(
-    b1: Any = 0.98,
-    b2: Any = 0.92,
-    b3: Any = 0.99,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.98,
+    b2: ArrayLike = 0.92,
+    b3: ArrayLike = 0.99,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
 ) -> Transformation:
   """Rescales updates by Adan's Nesterov-style moments.
 

@@ -8,14 +8,13 @@ References:
   Algorithm 2).
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
@@ -26,6 +25,7 @@ from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import tree_map
 from .._core._docs import shared_args
 from ._moments import abs_sq
+from .._core._types import Params, ScalarOrSchedule, Updates
 
 __all__ = [
     "ScaleByAdaDeltaState",
@@ -39,29 +39,45 @@ __all__ = [
 
 @state_roles(e_g=accumulator(real=True), e_x=accumulator(real=True))
 class ScaleByAdaDeltaState(NamedTuple):
-  """State of ``scale_by_adadelta``: running averages of squared gradients and squared updates."""
+  """State of ``scale_by_adadelta``: running averages of squared gradients and squared updates.
 
-  e_g: Any
-  e_x: Any
+  Attributes:
+    e_g: running average of the squared gradients.
+    e_x: running average of the squared updates.
+  """
+
+  e_g: Params
+  e_x: Params
 
 
 # nu holds one real scalar per leaf (not a tree mirroring the parameters' shapes): OTHER.
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), nu=OTHER)
 class ScaleByNovogradState(NamedTuple):
-  """State of ``scale_by_novograd``: int32 count, first moment, one second moment per leaf."""
+  """State of ``scale_by_novograd``: int32 count, first moment, one second moment per leaf.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second moment, one scalar per leaf.
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
+  mu: Updates
+  nu: Updates
 
 
 # mu holds, per leaf, a list of cover vectors (not the parameters' shapes): OTHER.
 @state_roles(mu=OTHER, nu=accumulator())
 class ScaleBySM3State(NamedTuple):
-  """State of ``scale_by_sm3``: per leaf, one accumulator vector per axis (``mu``) and momentum."""
+  """State of ``scale_by_sm3``: per leaf, one accumulator vector per axis (``mu``) and momentum.
 
-  mu: Any
-  nu: Any
+  Attributes:
+    mu: per leaf, one accumulator vector per axis.
+    nu: the momentum.
+  """
+
+  mu: Updates
+  nu: Updates
 
 
 # Decays of Adadelta, NovoGrad and SM3's momentum lie in [0, 1).
@@ -90,7 +106,7 @@ class ScaleByAdaDelta(Transformation):
     return out, ScaleByAdaDeltaState(e_g=e_g, e_x=e_x)
 
 
-def scale_by_adadelta(rho: Any = 0.9, eps: Any = 1e-6) -> Transformation:
+def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> Transformation:
   """Rescales updates by Adadelta's ratio of past step sizes to past gradient sizes.
 
   ``E[g^2] = rho E[g^2] + (1 - rho) g^2``, ``u = sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps) * g``,
@@ -157,12 +173,12 @@ class ScaleByNovograd(Transformation):
 
 @shared_args
 def scale_by_novograd(
-    b1: Any = 0.9,
-    b2: Any = 0.25,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
-    weight_decay: Any = 0.0,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.25,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule | ArrayLike = 0.0,
+    mu_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """NovoGrad's layer-wise normalised momentum.
 
@@ -261,7 +277,7 @@ class ScaleBySM3(Transformation):
     return out, ScaleBySM3State(mu=mu, nu=nu)
 
 
-def scale_by_sm3(b1: Any = 0.9, b2: Any = 1.0, eps: Any = 1e-8) -> Transformation:
+def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8) -> Transformation:
   """Rescales updates by SM3's cover-set accumulators (Adagrad with sublinear memory).
 
   For an ``n x m`` leaf SM3 keeps ``n + m`` accumulators instead of ``n m``: each entry's

@@ -5,8 +5,6 @@ References:
   ECCV 2020 (arXiv:2004.01461, eq. 3).
 """
 
-from __future__ import annotations
-
 import jax.numpy as jnp
 
 from .._core._base import Transformation

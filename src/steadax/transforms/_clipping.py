@@ -7,12 +7,11 @@ References:
   (update clipping by the block's root mean square, §6).
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import EmptyState, Transformation
 from .._core._checks import check_nonnegative, check_positive
@@ -65,7 +64,7 @@ class Clip(Transformation):
     return out, state
 
 
-def clip(max_delta: Any) -> Transformation:
+def clip(max_delta: ArrayLike) -> Transformation:
   """Clips each element of the updates to ``[-max_delta, max_delta]``.
 
   Complex elements have their modulus clipped to ``max_delta`` and keep their phase.
@@ -102,7 +101,7 @@ class ClipByGlobalNorm(Transformation):
     return out, state
 
 
-def clip_by_global_norm(max_norm: Any) -> Transformation:
+def clip_by_global_norm(max_norm: ArrayLike) -> Transformation:
   """Rescales the updates so their global l2 norm is at most ``max_norm``.
 
   The norm is taken over all leaves together in the widest floating dtype present (at least
@@ -144,7 +143,7 @@ class ClipByBlockRms(Transformation):
     return out, state
 
 
-def clip_by_block_rms(threshold: Any) -> Transformation:
+def clip_by_block_rms(threshold: ArrayLike) -> Transformation:
   """Rescales each leaf (block) of the updates so its root mean square is at most ``threshold``.
 
   Args:

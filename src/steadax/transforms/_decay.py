@@ -1,17 +1,16 @@
 """Decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
+from jax.typing import ArrayLike
 
 from .._core._base import EmptyState, Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, state_roles
-from .._core._types import ScalarOrSchedule
+from .._core._types import MaskOrFn, ScalarOrSchedule
 from ._masked import masked
 
 __all__ = ["AddDecayedWeightsState", "WeightDecaySchedule", "add_decayed_weights"]
@@ -21,7 +20,11 @@ AddDecayedWeightsState = EmptyState
 
 @state_roles(count=COUNTER)
 class WeightDecaySchedule(NamedTuple):
-  """State of ``add_decayed_weights`` with a scheduled weight decay: the int32 count."""
+  """State of ``add_decayed_weights`` with a scheduled weight decay: the int32 count.
+
+  Attributes:
+    count: the step count (int32) the weight-decay schedule is evaluated at.
+  """
 
   count: jax.Array
 
@@ -46,6 +49,8 @@ class AddDecayedWeights(Transformation):
       wd = self.weight_decay
       if isinstance(wd, (int, float)) and wd == 0:
         return updates, state
+    if updates is None:  # no updates at all (Optax's `update(None, state, params)`): none to add to
+      return None, state
 
     # Decoupled weight decay: the decay term is added to the update, not to the gradient of the
     # loss (Loshchilov & Hutter 2019, Algorithm 2, line 12).
@@ -55,7 +60,7 @@ class AddDecayedWeights(Transformation):
     return out, state
 
 
-def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: Any = None) -> Transformation:
+def add_decayed_weights(weight_decay: ScalarOrSchedule | ArrayLike = 0.0, mask: MaskOrFn = None) -> Transformation:
   """Adds ``weight_decay * params`` to the updates (decoupled weight decay).
 
   Args:

@@ -11,14 +11,13 @@ References:
   ``decay_rate_fn``).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -28,6 +27,7 @@ from .._core._policy import COUNTER_DTYPE, accumulator_dtype, hyper, safe_increm
 from .._core._roles import COUNTER, OTHER, state_roles
 from .._core._tree import tree_map, zeros_mirroring
 from ._moments import abs_sq
+from .._core._types import Params
 
 __all__ = ["FactoredState", "scale_by_factored_rms"]
 
@@ -47,12 +47,12 @@ class FactoredState(NamedTuple):
   """
 
   count: jax.Array
-  v_row: Any
-  v_col: Any
-  v: Any
+  v_row: Params
+  v_col: Params
+  v: Params
 
 
-def _decay_rate_pow(step: jax.Array, exponent: Any = 0.8) -> jax.Array:
+def _decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
   """Adafactor's default schedule ``1 - (step + 1)**(-exponent)`` (Shazeer & Stern 2018, §7.2)."""
   t = hyper(step, jnp.float32) + np.float32(1)  # float32 whatever the parameters, as in Optax
   return np.float32(1) - t ** (-hyper(exponent, jnp.float32))
@@ -162,11 +162,11 @@ class ScaleByFactoredRms(Transformation):
 
 def scale_by_factored_rms(
     factored: bool = True,
-    decay_rate: Any = 0.8,
-    step_offset: Any = 0,
+    decay_rate: ArrayLike = 0.8,
+    step_offset: ArrayLike = 0,
     min_dim_size_to_factor: int = 128,
-    epsilon: Any = 1e-30,
-    decay_rate_fn: Callable[[Any, Any], Any] = _decay_rate_pow,
+    epsilon: ArrayLike = 1e-30,
+    decay_rate_fn: Callable[[ArrayLike, ArrayLike], ArrayLike] = _decay_rate_pow,
 ) -> Transformation:
   """Divides updates by a factored estimate of the root mean square of the gradients (Adafactor).
 

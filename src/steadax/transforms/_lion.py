@@ -4,18 +4,18 @@ References:
   Chen et al., "Symbolic Discovery of Optimization Algorithms", NeurIPS 2023 (Program 1).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 from .._core._base import Transformation
 from .._core._checks import check_decay
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
+from .._core._types import Updates
 
 __all__ = ["ScaleByLionState", "scale_by_lion"]
 
@@ -24,10 +24,15 @@ _MODES = ("hard", "smooth", "refined")
 
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"))
 class ScaleByLionState(NamedTuple):
-  """State of ``scale_by_lion``: the int32 count and the momentum ``mu``."""
+  """State of ``scale_by_lion``: the int32 count and the momentum ``mu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the momentum.
+  """
 
   count: jax.Array
-  mu: Any
+  mu: Updates
 
 
 class ScaleByLion(Transformation):
@@ -60,12 +65,12 @@ class ScaleByLion(Transformation):
 
 
 def scale_by_lion(
-    b1: Any = 0.9,
-    b2: Any = 0.99,
-    mu_dtype: Any = None,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.99,
+    mu_dtype: DTypeLike | None = None,
     *,
     mode: str = "hard",
-    smooth_beta: Any = 1.0,
+    smooth_beta: float = 1.0,
 ) -> Transformation:
   """Lion's update direction: the sign of an interpolation of the momentum and the gradient.
 

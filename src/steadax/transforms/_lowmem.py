@@ -17,14 +17,13 @@ References:
   and weights in bfloat16 with stochastic rounding).
 """
 
-from __future__ import annotations
-
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -187,13 +186,13 @@ class ScaleByAdamLowmem(Transformation):
 
 @shared_args
 def scale_by_adam_lowmem(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
     *,
-    mu_dtype: Any = jnp.bfloat16,
-    nu_dtype: Any = jnp.bfloat16,
+    mu_dtype: DTypeLike | None = jnp.bfloat16,
+    nu_dtype: DTypeLike = jnp.bfloat16,
     rounding: str = "stochastic",
     seed: int = 0,
 ) -> Transformation:

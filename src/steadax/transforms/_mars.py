@@ -6,12 +6,11 @@ References:
   variant, MARS-approx, replaces the second gradient evaluation with the previous step's gradient).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive
@@ -21,6 +20,7 @@ from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._docs import shared_args
 from ._adam import adam_scalars, adam_step, check_decay_below_one
 from ._moments import abs_sq
+from .._core._types import Updates
 
 __all__ = ["ScaleByMarsState", "scale_by_mars"]
 
@@ -29,12 +29,19 @@ __all__ = ["ScaleByMarsState", "scale_by_mars"]
              prev_grad=accumulator())
 class ScaleByMarsState(NamedTuple):
   """State of ``scale_by_mars``: int32 count, Adam's moments of the corrected gradient, and the
-  previous raw gradient (MARS-approx's stand-in for the gradient at the previous iterate)."""
+  previous raw gradient (MARS-approx's stand-in for the gradient at the previous iterate).
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment of the corrected gradient.
+    nu: the second moment of the corrected gradient.
+    prev_grad: the previous raw gradient.
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
-  prev_grad: Any
+  mu: Updates
+  nu: Updates
+  prev_grad: Updates
 
 
 class ScaleByMars(Transformation):
@@ -79,15 +86,15 @@ class ScaleByMars(Transformation):
 
 @shared_args
 def scale_by_mars(
-    b1: Any = 0.95,
-    b2: Any = 0.99,
-    gamma: Any = 0.025,
-    eps: Any = 1e-8,
-    eps_root: Any = 0.0,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.99,
+    gamma: ArrayLike = 0.025,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
     *,
-    max_norm: Any = 1.0,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    max_norm: ArrayLike = 1.0,
+    mu_dtype: DTypeLike | None = None,
+    nu_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Rescales updates by MARS-AdamW: Adam's moments of a variance-reduced gradient estimate.
 

@@ -5,8 +5,6 @@ for the whole subtree below it. Mappings are matched by key, so a plain ``dict``
 Flax ``FrozenDict`` parameters and the reverse; sequences are matched by position.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -20,6 +18,7 @@ from .._core._prefix import prefix_leaves as prefix_leaves
 from .._core._prefix import resolve_prefix as resolve_prefix
 from .._core._roles import INNER, state_roles
 from .._core._state_tree import ParamsMarker
+from .._core._types import OptState
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
 
@@ -30,9 +29,13 @@ class MaskedNode(NamedTuple):
 
 @state_roles(inner_state=INNER)
 class MaskedState(NamedTuple):
-  """State of ``masked``: the inner transformation's state over the masked-in parameters."""
+  """State of ``masked``: the inner transformation's state over the masked-in parameters.
 
-  inner_state: Any
+  Attributes:
+    inner_state: the state of the inner transformation, over the masked-in parameters.
+  """
+
+  inner_state: OptState
 
 
 def _is_none(x: Any) -> bool:

@@ -15,8 +15,6 @@ Complex parameters are handled with conjugate transposes throughout: the statist
 its eigenvalues are real.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Sequence
 from typing import Any

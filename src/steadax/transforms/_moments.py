@@ -6,15 +6,15 @@ already in the compute dtype; the public tree functions (Optax's names and signa
 they follow the dtype policy too: arithmetic in at least float32, results in each moment's dtype.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._leafwise import Scalars, leafwise
 from .._core._policy import cast, compute_dtype, hyper, real_dtype
+from .._core._types import Updates
 
 __all__ = [
     "update_moment",
@@ -67,7 +67,7 @@ def _moments_of(owner: str, stat: Any, updates: Any, moments: Any, decay: Any) -
   return new
 
 
-def update_moment(updates: Any, moments: Any, decay: Any, order: int) -> Any:
+def update_moment(updates: Updates, moments: Updates, decay: ArrayLike, order: int) -> Any:
   """Exponential moving average of the ``order``-th power of the updates.
 
   Args:
@@ -87,7 +87,7 @@ def update_moment(updates: Any, moments: Any, decay: Any, order: int) -> Any:
   return _moments_of("update_moment", lambda g: g if order == 1 else g**order, updates, moments, decay)
 
 
-def update_moment_per_elem_norm(updates: Any, moments: Any, decay: Any, order: int) -> Any:
+def update_moment_per_elem_norm(updates: Updates, moments: Updates, decay: ArrayLike, order: int) -> Any:
   """Moving average of ``|updates|**order`` (elementwise modulus, so complex inputs give reals).
 
   Args:
@@ -108,7 +108,7 @@ def update_moment_per_elem_norm(updates: Any, moments: Any, decay: Any, order: i
   return _moments_of("update_moment_per_elem_norm", stat, updates, moments, decay)
 
 
-def update_infinity_moment(updates: Any, moments: Any, decay: Any, eps: Any) -> Any:
+def update_infinity_moment(updates: Updates, moments: Updates, decay: ArrayLike, eps: ArrayLike) -> Any:
   """``max(|updates| + eps, decay * moments)``: the infinity-norm moment of Adamax.
 
   Args:
@@ -133,7 +133,7 @@ def update_infinity_moment(updates: Any, moments: Any, decay: Any, eps: Any) -> 
   return new
 
 
-def bias_correction(moment: Any, decay: Any, count: jax.Array) -> Any:
+def bias_correction(moment: Updates, decay: ArrayLike, count: jax.Array) -> Any:
   """Divides a moment by ``1 - decay**count`` (Adam's bias correction).
 
   Args:
@@ -154,7 +154,7 @@ def bias_correction(moment: Any, decay: Any, count: jax.Array) -> Any:
   return corrected
 
 
-def safe_norm(x: jax.Array, min_norm: Any, ord: Any = None, axis: Any = None,
+def safe_norm(x: jax.Array, min_norm: ArrayLike, ord: int | float | str | None = None, axis: tuple[int, ...] | int | None = None,
               keepdims: bool = False) -> jax.Array:
   """``max(norm(x), min_norm)`` with a gradient that is zero (not NaN) at ``x = 0``.
 
@@ -187,7 +187,7 @@ def safe_norm(x: jax.Array, min_norm: Any, ord: Any = None, axis: Any = None,
   return cast(out, real_dtype(x.dtype)) if jnp.issubdtype(x.dtype, jnp.inexact) else out
 
 
-def safe_root_mean_squares(x: jax.Array, min_rms: Any) -> jax.Array:
+def safe_root_mean_squares(x: jax.Array, min_rms: ArrayLike) -> jax.Array:
   """``max(rms(x), min_rms)`` with a safe gradient at zero.
 
   Args:

@@ -6,13 +6,12 @@ References:
   counted from 1, i.e. ``eta / t^gamma``).
 """
 
-from __future__ import annotations
-
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative
@@ -26,7 +25,12 @@ __all__ = ["AddNoiseState", "add_noise"]
 
 @state_roles(count=COUNTER, rng_key=OTHER)
 class AddNoiseState(NamedTuple):
-  """State of ``add_noise``: the int32 count (for annealing) and the typed PRNG key."""
+  """State of ``add_noise``: the int32 count (for annealing) and the typed PRNG key.
+
+  Attributes:
+    count: the number of updates so far (int32), for the noise's annealing.
+    rng_key: the typed PRNG key of the next noise draw.
+  """
 
   count: jax.Array
   rng_key: jax.Array
@@ -87,7 +91,7 @@ class AddNoise(Transformation):
     return out, AddNoiseState(count=count, rng_key=rng_key)
 
 
-def add_noise(eta: Any, gamma: Any, key: Any = None, *, seed: int | None = None) -> Transformation:
+def add_noise(eta: ArrayLike, gamma: ArrayLike, key: ArrayLike | None = None, *, seed: int | None = None) -> Transformation:
   """Adds Gaussian noise of variance ``eta / t^gamma`` to the updates (``t`` counts from 1).
 
   The noise is drawn in at least float32 and added before rounding to each leaf's dtype, so

@@ -1,10 +1,9 @@
 """Normalization of the whole update tree by its global l2 norm."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._leafwise import Scalars
@@ -35,7 +34,7 @@ class NormalizeByUpdateNorm(Transformation):
     return out, state
 
 
-def normalize_by_update_norm(scale_factor: Any = 1.0, eps: Any = 1e-6) -> Transformation:
+def normalize_by_update_norm(scale_factor: ArrayLike = 1.0, eps: ArrayLike = 1e-6) -> Transformation:
   """Divides the updates by their global l2 norm: ``u * scale_factor / (||u|| + eps)``.
 
   The norm is taken over all leaves together in the widest floating dtype present (at least

@@ -6,28 +6,33 @@ References:
   Saddle Point Problems", AISTATS 2020 (the generalised ``alpha``/``beta`` form).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper
 from .._core._roles import OTHER, accumulator, role_zeros, state_roles
+from .._core._types import Updates
 
 __all__ = ["ScaleByOptimisticGradientState", "scale_by_optimistic_gradient"]
 
 
 @state_roles(is_initial_step=OTHER, previous_gradient=accumulator())
 class ScaleByOptimisticGradientState(NamedTuple):
-  """State of ``scale_by_optimistic_gradient``: a bool first-step flag and the previous gradient."""
+  """State of ``scale_by_optimistic_gradient``: a bool first-step flag and the previous gradient.
+
+  Attributes:
+    is_initial_step: a bool scalar, True before the first update.
+    previous_gradient: the previous gradient.
+  """
 
   is_initial_step: jax.Array
-  previous_gradient: Any
+  previous_gradient: Updates
 
 
 def _check_not_schedule(owner: str, name: str, value: Any) -> None:
@@ -61,7 +66,7 @@ class ScaleByOptimisticGradient(Transformation):
     return out, ScaleByOptimisticGradientState(is_initial_step=jnp.asarray(False), previous_gradient=previous)
 
 
-def scale_by_optimistic_gradient(alpha: Any = 1.0, beta: Any = 1.0) -> Transformation:
+def scale_by_optimistic_gradient(alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0) -> Transformation:
   """The generalised optimistic gradient ``(alpha + beta) g_t - beta g_{t-1}``.
 
   At the first step ``g_{t-1}`` is taken to be ``g_t`` (the update is ``alpha g_t``).

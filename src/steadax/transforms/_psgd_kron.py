@@ -18,8 +18,6 @@ References:
   Li, "Preconditioner on Matrix Lie Group for SGD", ICLR 2019 (the triangular-group update, eq. 7).
 """
 
-from __future__ import annotations
-
 import functools
 import math
 from typing import Any, NamedTuple
@@ -27,6 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
@@ -40,6 +39,7 @@ from ._matrix import replicate_whole
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._scaling import value_at
+from .._core._types import ArrayTree, ScalarOrSchedule, Schedule, Updates
 
 __all__ = ["ScaleByPsgdKronState", "scale_by_psgd_kron", "psgd_update_probability"]
 
@@ -58,8 +58,8 @@ class ScaleByPsgdKronState(NamedTuple):
 
   count: jax.Array
   rng_key: jax.Array
-  mu: Any
-  preconditioner: Any
+  mu: Updates
+  preconditioner: ArrayTree
 
 
 class _AnnealedProbability(Module):
@@ -70,16 +70,16 @@ class _AnnealedProbability(Module):
   decay: Any = hyper_field(0.001)
   flat_start: Any = hyper_field(500)
 
-  def __call__(self, count: jax.Array) -> jax.Array:
+  def __call__(self, count: ArrayLike) -> jax.Array:
     f32 = np.dtype(jnp.float32)
-    steps = count.astype(f32) - hyper(self.flat_start, f32)  # the int32 count as a float exponent
+    steps = jnp.asarray(count).astype(f32) - hyper(self.flat_start, f32)  # the int32 count as a float exponent
     value = hyper(self.max_prob, f32) * jnp.exp(-hyper(self.decay, f32) * steps)
     return jnp.clip(value, hyper(self.min_prob, f32), hyper(self.max_prob, f32))
 
 
 def psgd_update_probability(
-    max_prob: Any = 1.0, min_prob: Any = 0.03, decay: Any = 0.001, flat_start: Any = 500,
-) -> Module:
+    max_prob: float = 1.0, min_prob: float = 0.03, decay: float = 0.001, flat_start: int = 500,
+) -> Schedule:
   """The preconditioner update probability schedule of PSGD-Kron: flat, then exponential decay.
 
   PSGD needs frequent preconditioner updates early on and few once the preconditioner has settled:
@@ -379,16 +379,16 @@ class ScaleByPsgdKron(Transformation):
 
 
 def scale_by_psgd_kron(
-    b1: Any = 0.9,
-    preconditioner_update_probability: Any = None,
+    b1: ArrayLike = 0.9,
+    preconditioner_update_probability: ScalarOrSchedule | None = None,
     max_size_triangular: int = 8192,
     min_ndim_triangular: int = 2,
-    preconditioner_lr: Any = 0.1,
-    preconditioner_init_scale: Any = 1.0,
-    mu_dtype: Any = None,
-    preconditioner_dtype: Any = None,
+    preconditioner_lr: ArrayLike = 0.1,
+    preconditioner_init_scale: ArrayLike = 1.0,
+    mu_dtype: DTypeLike | None = None,
+    preconditioner_dtype: DTypeLike | None = None,
     *,
-    key: Any = 0,
+    key: jax.Array | int | None = 0,
 ) -> Transformation:
   """Preconditions updates with PSGD's Kronecker-factored whitening preconditioner (``kron``).
 

@@ -8,12 +8,11 @@ References:
   Optimization", JMLR 2011 (AdaGrad, eq. 1 with a diagonal matrix).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_decay, check_nonnegative
@@ -23,6 +22,7 @@ from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import filled_like, tree_map, zeros_like
 from ._moments import abs_sq
+from .._core._types import Params, Updates
 
 __all__ = [
     "ScaleByRmsState",
@@ -38,41 +38,65 @@ __all__ = [
 
 @state_roles(nu=accumulator(real=True))
 class ScaleByRmsState(NamedTuple):
-  """State of ``scale_by_rms`` without bias correction: the real second moment ``nu``."""
+  """State of ``scale_by_rms`` without bias correction: the real second moment ``nu``.
 
-  nu: Any
+  Attributes:
+    nu: the second moment (real).
+  """
+
+  nu: Updates
 
 
 @state_roles(count=COUNTER, nu=accumulator(real=True))
 class ScaleByRmsWithCountState(NamedTuple):
-  """State of ``scale_by_rms(bias_correction=True)``: the int32 count and ``nu``."""
+  """State of ``scale_by_rms(bias_correction=True)``: the int32 count and ``nu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    nu: the second moment (real).
+  """
 
   count: jax.Array
-  nu: Any
+  nu: Updates
 
 
 @state_roles(mu=accumulator(), nu=accumulator(real=True))
 class ScaleByRStdDevState(NamedTuple):
-  """State of ``scale_by_stddev`` without bias correction: first moment ``mu``, real ``nu``."""
+  """State of ``scale_by_stddev`` without bias correction: first moment ``mu``, real ``nu``.
 
-  mu: Any
-  nu: Any
+  Attributes:
+    mu: the first moment.
+    nu: the second moment (real).
+  """
+
+  mu: Updates
+  nu: Updates
 
 
 @state_roles(count=COUNTER, mu=accumulator(), nu=accumulator(real=True))
 class ScaleByRStdDevWithCountState(NamedTuple):
-  """State of ``scale_by_stddev(bias_correction=True)``: the int32 count, ``mu`` and ``nu``."""
+  """State of ``scale_by_stddev(bias_correction=True)``: the int32 count, ``mu`` and ``nu``.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    mu: the first moment.
+    nu: the second moment (real).
+  """
 
   count: jax.Array
-  mu: Any
-  nu: Any
+  mu: Updates
+  nu: Updates
 
 
 @state_roles(sum_of_squares=accumulator(real=True))
 class ScaleByRssState(NamedTuple):
-  """State of ``scale_by_rss``: the real running sum of squared updates."""
+  """State of ``scale_by_rss``: the real running sum of squared updates.
 
-  sum_of_squares: Any
+  Attributes:
+    sum_of_squares: the running sum of squared updates (real).
+  """
+
+  sum_of_squares: Params
 
 
 def _inverse_root(v: jax.Array, eps: Any, eps_in_sqrt: bool) -> jax.Array:
@@ -119,9 +143,9 @@ class ScaleByRms(Transformation):
 
 
 def scale_by_rms(
-    decay: Any = 0.9,
-    eps: Any = 1e-8,
-    initial_scale: Any = 0.0,
+    decay: ArrayLike = 0.9,
+    eps: ArrayLike = 1e-8,
+    initial_scale: ArrayLike = 0.0,
     eps_in_sqrt: bool = True,
     bias_correction: bool = False,
 ) -> Transformation:
@@ -191,9 +215,9 @@ class ScaleByStddev(Transformation):
 
 
 def scale_by_stddev(
-    decay: Any = 0.9,
-    eps: Any = 1e-8,
-    initial_scale: Any = 0.0,
+    decay: ArrayLike = 0.9,
+    eps: ArrayLike = 1e-8,
+    initial_scale: ArrayLike = 0.0,
     eps_in_sqrt: bool = True,
     bias_correction: bool = False,
 ) -> Transformation:
@@ -247,7 +271,7 @@ class ScaleByRss(Transformation):
     return out, ScaleByRssState(sum_of_squares=sums)
 
 
-def scale_by_rss(initial_accumulator_value: Any = 0.1, eps: Any = 1e-7) -> Transformation:
+def scale_by_rss(initial_accumulator_value: ArrayLike = 0.1, eps: ArrayLike = 1e-7) -> Transformation:
   """Divides updates by the root of the sum of all their squares so far (AdaGrad).
 
   ``s = s + |g|^2`` and ``u = g / sqrt(s + eps)`` (0 where ``s`` is 0). ``s`` is real for complex

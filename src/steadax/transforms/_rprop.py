@@ -7,13 +7,12 @@ References:
   after a sign flip the step is skipped and the gradient forgotten).
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._base import Transformation
 from .._core._checks import check_range
@@ -22,16 +21,22 @@ from .._core._module import hyper_field
 from .._core._policy import hyper, key_path_str
 from .._core._roles import accumulator, role_zeros, state_roles
 from .._core._tree import filled_like
+from .._core._types import Params
 
 __all__ = ["ScaleByRpropState", "scale_by_rprop"]
 
 
 @state_roles(step_sizes=accumulator(), prev_updates=accumulator())
 class ScaleByRpropState(NamedTuple):
-  """State of ``scale_by_rprop``: the current step size and the last update, per coordinate."""
+  """State of ``scale_by_rprop``: the current step size and the last update, per coordinate.
 
-  step_sizes: Any
-  prev_updates: Any
+  Attributes:
+    step_sizes: the current step size of each coordinate.
+    prev_updates: the last update of each coordinate.
+  """
+
+  step_sizes: Params
+  prev_updates: Params
 
 
 def _reject_complex(owner: str, params: Any) -> None:
@@ -91,11 +96,11 @@ class ScaleByRprop(Transformation):
 
 
 def scale_by_rprop(
-    learning_rate: Any,
-    eta_minus: Any = 0.5,
-    eta_plus: Any = 1.2,
-    min_step_size: Any = 1e-6,
-    max_step_size: Any = 50.0,
+    learning_rate: ArrayLike,
+    eta_minus: ArrayLike = 0.5,
+    eta_plus: ArrayLike = 1.2,
+    min_step_size: ArrayLike = 1e-6,
+    max_step_size: ArrayLike = 50.0,
 ) -> Transformation:
   """Rprop's update ``step_size * sign(g)`` with step sizes adapted per coordinate.
 

@@ -1,18 +1,17 @@
 """Scaling by constants, learning rates and schedules; sign; momentum (trace) and EMA."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import EmptyState, Transformation
 from .._core._leafwise import Scalars, leafwise
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._types import ScalarOrSchedule
+from .._core._types import Params, ScalarOrSchedule, Schedule
 
 __all__ = [
     "ScaleState",
@@ -35,24 +34,37 @@ ScaleState = EmptyState
 
 @state_roles(count=COUNTER)
 class ScaleByScheduleState(NamedTuple):
-  """State of ``scale_by_schedule``: the int32 step count."""
+  """State of ``scale_by_schedule``: the int32 step count.
+
+  Attributes:
+    count: the step count (int32) the schedule is evaluated at.
+  """
 
   count: jax.Array
 
 
 @state_roles(trace=accumulator("accumulator_dtype"))
 class TraceState(NamedTuple):
-  """State of ``trace``: the momentum buffer."""
+  """State of ``trace``: the momentum buffer.
 
-  trace: Any
+  Attributes:
+    trace: the momentum buffer, one leaf per parameter.
+  """
+
+  trace: Params
 
 
 @state_roles(count=COUNTER, ema=accumulator("accumulator_dtype"))
 class EmaState(NamedTuple):
-  """State of ``ema``: the int32 count and the running average."""
+  """State of ``ema``: the int32 count and the running average.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    ema: the exponential moving average of the updates, one leaf per parameter.
+  """
 
   count: jax.Array
-  ema: Any
+  ema: Params
 
 
 def value_at(value: ScalarOrSchedule, count: jax.Array) -> Any:
@@ -101,7 +113,7 @@ class Scale(Transformation):
     return out, state
 
 
-def scale(step_size: Any) -> Transformation:
+def scale(step_size: ArrayLike) -> Transformation:
   """Multiplies updates by a fixed ``step_size``.
 
   Args:
@@ -131,7 +143,7 @@ class ScaleBySchedule(Transformation):
     return out, ScaleByScheduleState(count=safe_increment(state.count))
 
 
-def scale_by_schedule(step_size_fn: Any) -> Transformation:
+def scale_by_schedule(step_size_fn: Schedule) -> Transformation:
   """Multiplies updates by ``step_size_fn(count)``; the int32 count starts at 0.
 
   Args:
@@ -172,7 +184,7 @@ class ScaleByLearningRate(Transformation):
     return out, state
 
 
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *,
+def scale_by_learning_rate(learning_rate: ScalarOrSchedule | ArrayLike | None = None, *,
                            flip_sign: bool = True) -> Transformation:
   """Scales updates by the learning rate, negated by default (gradient descent).
 
@@ -239,7 +251,7 @@ class Trace(Transformation):
     return out, TraceState(trace=new_trace)
 
 
-def trace(decay: Any, nesterov: bool = False, accumulator_dtype: Any = None) -> Transformation:
+def trace(decay: ArrayLike, nesterov: bool = False, accumulator_dtype: DTypeLike | None = None) -> Transformation:
   """Heavy-ball momentum: ``t = g + decay * t``; with ``nesterov``, returns ``g + decay * t``.
 
   Args:
@@ -284,7 +296,7 @@ class Ema(Transformation):
     return out, EmaState(count=count, ema=new_ema)
 
 
-def ema(decay: Any, debias: bool = True, accumulator_dtype: Any = None) -> Transformation:
+def ema(decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None) -> Transformation:
   """Exponential moving average of the updates, optionally debiased.
 
   Args:

@@ -15,14 +15,13 @@ moment), so with Adam grafting the step of every block has exactly Adam's norm. 
 and empty parameters get Adam's diagonal step.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
@@ -46,6 +45,7 @@ from ._matrix import (
 )
 from ._moments import abs_sq
 from ._soap import stat_dtype
+from .._core._types import ArrayTree, Updates
 
 __all__ = ["ScaleByShampooState", "scale_by_shampoo"]
 
@@ -68,10 +68,10 @@ class ScaleByShampooState(NamedTuple):
   """
 
   count: jax.Array
-  mu: Any
-  nu: Any
-  statistics: Any
-  preconditioners: Any
+  mu: Updates
+  nu: Updates
+  statistics: ArrayTree
+  preconditioners: ArrayTree
 
 
 def _plan(shape: tuple[int, ...], block_size: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
@@ -197,20 +197,20 @@ class ScaleByShampoo(Transformation):
 
 @shared_args
 def scale_by_shampoo(
-    b1: Any = 0.9,
-    b2: Any = 0.999,
-    eps: Any = 1e-8,
-    matrix_eps: Any = 1e-6,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    matrix_eps: ArrayLike = 1e-6,
     block_size: int = 128,
     precondition_frequency: int = 10,
-    shampoo_beta: Any = None,
-    mu_dtype: Any = None,
+    shampoo_beta: ArrayLike | None = None,
+    mu_dtype: DTypeLike | None = None,
     *,
     graft_type: str = "adam",
-    exponent_override: Any = None,
-    nu_dtype: Any = None,
-    statistics_dtype: Any = None,
-    preconditioner_dtype: Any = None,
+    exponent_override: int | None = None,
+    nu_dtype: DTypeLike | None = None,
+    statistics_dtype: DTypeLike | None = None,
+    preconditioner_dtype: DTypeLike | None = None,
 ) -> Transformation:
   """Shampoo's Kronecker-factored preconditioning with blocking and grafting.
 

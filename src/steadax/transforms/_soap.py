@@ -20,14 +20,13 @@ Differences from the reference implementation, all deliberate:
   bias correction counts from the second update.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_range
@@ -46,6 +45,7 @@ from ._matrix import (
     mode_product,
 )
 from ._moments import abs_sq
+from .._core._types import ArrayTree, Updates
 
 __all__ = ["ScaleBySoapState", "scale_by_soap"]
 
@@ -67,10 +67,10 @@ class ScaleBySoapState(NamedTuple):
   """
 
   count: jax.Array
-  mu: Any
-  nu: Any
-  statistics: Any
-  eigenbases: Any
+  mu: Updates
+  nu: Updates
+  statistics: ArrayTree
+  eigenbases: ArrayTree
 
 
 def preconditioned_axes(shape: tuple[int, ...], max_precond_dim: int,
@@ -175,17 +175,17 @@ class ScaleBySoap(Transformation):
 
 
 def scale_by_soap(
-    b1: Any = 0.95,
-    b2: Any = 0.95,
-    shampoo_beta: Any = None,
-    eps: Any = 1e-8,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.95,
+    shampoo_beta: ArrayLike | None = None,
+    eps: ArrayLike = 1e-8,
     precondition_frequency: int = 10,
     max_precond_dim: int = 10000,
-    mu_dtype: Any = None,
+    mu_dtype: DTypeLike | None = None,
     *,
-    nu_dtype: Any = None,
-    statistics_dtype: Any = None,
-    eigenbasis_dtype: Any = None,
+    nu_dtype: DTypeLike | None = None,
+    statistics_dtype: DTypeLike | None = None,
+    eigenbasis_dtype: DTypeLike | None = None,
     precondition_1d: bool = False,
 ) -> Transformation:
   """Adam run in the eigenbasis of Shampoo's preconditioner (SOAP).

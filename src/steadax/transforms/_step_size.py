@@ -14,13 +14,12 @@ References:
   (arXiv:2302.12022, eq. 1 and §4 "layer-wise DoG").
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
 from .._core._checks import check_nonnegative, check_positive
@@ -30,6 +29,7 @@ from .._core._policy import compute_dtype, hyper, real_dtype, scalar_stat_dtype
 from .._core._roles import OTHER, state_roles
 from .._core._tree import copy_like, tree_map, tree_sum_of_squares
 from ._moments import abs_sq
+from .._core._types import Params, Updates
 
 __all__ = [
     "ScaleByDistanceOverGradientsState",
@@ -79,9 +79,9 @@ class ScaleByPolyak(Transformation):
 
 
 def scale_by_polyak(
-    f_min: Any = 0.0,
-    max_learning_rate: Any = 1.0,
-    eps: Any = 0.0,
+    f_min: ArrayLike = 0.0,
+    max_learning_rate: ArrayLike = 1.0,
+    eps: ArrayLike = 0.0,
     variant: str = "sps",
 ) -> Transformation:
   """Scales updates by the Polyak step ``min((f(x) - f_min) / (||g||^2 + eps), max_learning_rate)``.
@@ -116,11 +116,17 @@ def scale_by_polyak(
 @state_roles(max_dist=OTHER, grad_sum_of_squares=OTHER, init_params=OTHER)
 class ScaleByDistanceOverGradientsState(NamedTuple):
   """State of ``scale_by_distance_over_gradients`` (per leaf: the largest distance travelled, the
-  sum of squared gradient norms as a length-1 vector, and the initial parameters)."""
+  sum of squared gradient norms as a length-1 vector, and the initial parameters).
 
-  max_dist: Any
-  grad_sum_of_squares: Any
-  init_params: Any
+  Attributes:
+    max_dist: per leaf, the largest distance travelled from the initial parameters.
+    grad_sum_of_squares: per leaf, the sum of squared gradient norms (a length-1 vector).
+    init_params: the initial parameters.
+  """
+
+  max_dist: jax.Array
+  grad_sum_of_squares: Updates
+  init_params: Params
 
 
 def _stat_dtype(dtype: Any) -> np.dtype:
@@ -169,10 +175,10 @@ class ScaleByDistanceOverGradients(Transformation):
 
 
 def scale_by_distance_over_gradients(
-    reps_rel: Any = 1e-6,
-    eps: Any = 1e-8,
-    param_dtype: Any = jnp.float32,
-    global_scale: Any = 1.0,
+    reps_rel: ArrayLike = 1e-6,
+    eps: ArrayLike = 1e-8,
+    param_dtype: DTypeLike = jnp.float32,
+    global_scale: ArrayLike = 1.0,
 ) -> Transformation:
   """Layer-wise DoG: scales each leaf by ``max distance from x_0 / sqrt(sum of squared grad norms)``.
 

@@ -10,11 +10,10 @@ References:
   (relative step sizes, §8).
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._core._base import EmptyState, Transformation
 from .._core._checks import check_nonnegative
@@ -60,7 +59,7 @@ class ScaleByTrustRatio(Transformation):
     return out, state
 
 
-def scale_by_trust_ratio(min_norm: Any = 0.0, trust_coefficient: Any = 1.0, eps: Any = 0.0) -> Transformation:
+def scale_by_trust_ratio(min_norm: ArrayLike = 0.0, trust_coefficient: ArrayLike = 1.0, eps: ArrayLike = 0.0) -> Transformation:
   """Scales each parameter's update by the trust ratio ``coefficient * ||p|| / (||u|| + eps)``.
 
   Norms are per leaf (a layer's weight matrix is one block) and floored at ``min_norm``; where
@@ -100,7 +99,7 @@ class ScaleByParamBlockNorm(Transformation):
     return out, state
 
 
-def scale_by_param_block_norm(min_scale: Any = 1e-3) -> Transformation:
+def scale_by_param_block_norm(min_scale: ArrayLike = 1e-3) -> Transformation:
   """Multiplies each parameter's update by the parameter's l2 norm (floored at ``min_scale``).
 
   Args:
@@ -132,7 +131,7 @@ class ScaleByParamBlockRms(Transformation):
     return out, state
 
 
-def scale_by_param_block_rms(min_scale: Any = 1e-3) -> Transformation:
+def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> Transformation:
   """Multiplies each parameter's update by the parameter's root mean square (floored at
   ``min_scale``): Adafactor's relative step size (Shazeer & Stern 2018, §8).
 

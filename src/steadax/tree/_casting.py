@@ -1,15 +1,15 @@
 """Casting trees and reading their dtype."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from .._core._policy import key_path_str, promote_types
 from ._leafwise import map_leaves
+from .._core._types import Params
 
 __all__ = ["tree_cast", "tree_cast_like", "tree_dtype"]
 
@@ -19,7 +19,7 @@ def _astype(x: Any, dtype: Any) -> Any:
   return x.astype(dtype) if hasattr(x, "astype") else jnp.asarray(x, dtype)
 
 
-def tree_cast(tree: Any, dtype: Any) -> Any:
+def tree_cast(tree: Params, dtype: DTypeLike | None) -> Any:
   """Casts every leaf to ``dtype``; ``dtype=None`` returns ``tree`` unchanged.
 
   Args:
@@ -39,7 +39,7 @@ def tree_cast(tree: Any, dtype: Any) -> Any:
   return map_leaves("cast", lambda x: _astype(x, dtype), tree)
 
 
-def tree_cast_like(tree: Any, other_tree: Any) -> Any:
+def tree_cast_like(tree: Params, other_tree: Params) -> Any:
   """Casts every leaf of ``tree`` to the dtype of the matching leaf of ``other_tree``.
 
   Args:
@@ -76,7 +76,7 @@ def _ordered(dtype1: np.dtype, dtype2: np.dtype, highest: bool) -> np.dtype:
   return dtype2 if joined == dtype1 else dtype1
 
 
-def tree_dtype(tree: Any, mixed_dtype_handler: str | None = None) -> np.dtype:
+def tree_dtype(tree: Params, mixed_dtype_handler: str | None = None) -> np.dtype:
   """The dtype of a tree's leaves.
 
   Args:

@@ -6,8 +6,6 @@ op is JAX's *standard* promotion of its inputs (Python scalars and scalar argume
 they never widen a leaf), computed once per dtype combination at trace time.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

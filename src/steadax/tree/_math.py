@@ -5,15 +5,15 @@ float32 + bfloat16 gives float32), with scalar arguments treated as weak (a floa
 bfloat16 tree in bfloat16); floating arithmetic runs in at least float32 and is rounded once on write.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ._leafwise import arith_dtype, as_array, cast_to, map_leaves, result_dtype, with_weak
+from .._core._types import ArrayTree, Params
 
 __all__ = [
     "tree_add",
@@ -141,7 +141,7 @@ def _scaled(x: Any, scalar: Any) -> tuple[jax.Array, np.dtype]:
   return cast_to(scalar, cdt) * cast_to(x, cdt), out_dtype
 
 
-def tree_scale(scalar: Any, tree: Any) -> Any:
+def tree_scale(scalar: ArrayLike, tree: Params) -> Any:
   """``scalar * tree``, leaf by leaf; the scalar never widens a leaf's dtype.
 
   Args:
@@ -165,7 +165,7 @@ def tree_scale(scalar: Any, tree: Any) -> Any:
   return map_leaves("scale", leaf, tree)
 
 
-def tree_add_scale(tree_x: Any, scalar: Any, tree_y: Any) -> Any:
+def tree_add_scale(tree_x: Any, scalar: ArrayLike, tree_y: Any) -> Any:
   """``tree_x + scalar * tree_y``, computed in at least float32 and rounded once.
 
   Args:
@@ -191,7 +191,7 @@ def tree_add_scale(tree_x: Any, scalar: Any, tree_y: Any) -> Any:
   return map_leaves("add_scale", leaf, tree_x, tree_y, names=["tree_y"])
 
 
-def tree_where(condition: Any, tree_x: Any, tree_y: Any) -> Any:
+def tree_where(condition: ArrayTree, tree_x: ArrayTree, tree_y: ArrayTree) -> Any:
   """Leafwise ``jnp.where(condition, x, y)``.
 
   Args:
@@ -226,7 +226,7 @@ def tree_where(condition: Any, tree_x: Any, tree_y: Any) -> Any:
   return map_leaves("where", leaf, tree_x, tree_y, names=["tree_y"])
 
 
-def tree_clip(tree: Any, min_value: Any = None, max_value: Any = None) -> Any:
+def tree_clip(tree: Params, min_value: ArrayLike | None = None, max_value: ArrayLike | None = None) -> Any:
   """Clips every leaf to ``[min_value, max_value]`` (either bound may be None).
 
   Args:
@@ -255,7 +255,7 @@ def tree_clip(tree: Any, min_value: Any = None, max_value: Any = None) -> Any:
   return map_leaves("clip", leaf, tree)
 
 
-def tree_conj(tree: Any) -> Any:
+def tree_conj(tree: Params) -> Any:
   """Complex conjugate of every leaf (real leaves are returned unchanged in value and dtype).
 
   Args:
@@ -272,7 +272,7 @@ def tree_conj(tree: Any) -> Any:
   return map_leaves("conj", jnp.conj, tree)
 
 
-def tree_real(tree: Any) -> Any:
+def tree_real(tree: Params) -> Any:
   """Real part of every leaf (complex64 gives float32; real leaves keep their dtype).
 
   Args:
@@ -289,7 +289,7 @@ def tree_real(tree: Any) -> Any:
   return map_leaves("real", jnp.real, tree)
 
 
-def tree_batch_shape(tree: Any, shape: tuple[int, ...] = ()) -> Any:
+def tree_batch_shape(tree: Params, shape: tuple[int, ...] = ()) -> Any:
   """Broadcasts every leaf to ``(*shape, *leaf.shape)`` (leading batch dimensions).
 
   Args:
@@ -308,7 +308,7 @@ def tree_batch_shape(tree: Any, shape: tuple[int, ...] = ()) -> Any:
   return map_leaves("batch_shape", lambda x: jnp.broadcast_to(x, (*shape, *jnp.shape(x))), tree)
 
 
-def tree_full_like(tree: Any, fill_value: Any, dtype: Any = None) -> Any:
+def tree_full_like(tree: Params, fill_value: ArrayLike, dtype: DTypeLike | None = None) -> Any:
   """A tree like ``tree`` whose leaves are filled with ``fill_value``.
 
   Args:
@@ -328,7 +328,7 @@ def tree_full_like(tree: Any, fill_value: Any, dtype: Any = None) -> Any:
   return map_leaves("full_like", lambda x: jnp.full_like(x, fill_value, dtype=dtype), tree)
 
 
-def tree_zeros_like(tree: Any, dtype: Any = None) -> Any:
+def tree_zeros_like(tree: Params, dtype: DTypeLike | None = None) -> Any:
   """A tree of zeros like ``tree``.
 
   Args:
@@ -346,7 +346,7 @@ def tree_zeros_like(tree: Any, dtype: Any = None) -> Any:
   return map_leaves("zeros_like", lambda x: jnp.zeros_like(x, dtype=dtype), tree)
 
 
-def tree_ones_like(tree: Any, dtype: Any = None) -> Any:
+def tree_ones_like(tree: Params, dtype: DTypeLike | None = None) -> Any:
   """A tree of ones like ``tree``.
 
   Args:

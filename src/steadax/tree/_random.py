@@ -1,7 +1,5 @@
 """Random trees: one key per leaf, random leaves shaped like a target tree."""
 
-from __future__ import annotations
-
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -9,13 +7,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from ._leafwise import flatten_like
+from .._core._types import Params
 
 __all__ = ["tree_split_key_like", "tree_random_like", "tree_unwrap_random_key_data"]
 
 
-def tree_split_key_like(rng_key: jax.Array, target_tree: Any) -> Any:
+def tree_split_key_like(rng_key: jax.Array, target_tree: Params) -> Any:
   """Splits ``rng_key`` into one key per leaf of ``target_tree``.
 
   Leaf ``i`` (in flattening order) gets ``jax.random.split(rng_key, num_leaves)[i]``, the same keys
@@ -41,9 +41,9 @@ def tree_split_key_like(rng_key: jax.Array, target_tree: Any) -> Any:
 
 def tree_random_like(
     rng_key: jax.Array,
-    target_tree: Any,
+    target_tree: Params,
     sampler: Callable[..., jax.Array] = jax.random.normal,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
 ) -> Any:
   """A random tree with the structure, shapes and (by default) dtypes of ``target_tree``.
 
@@ -85,7 +85,7 @@ def tree_random_like(
   return treedef.unflatten(out)
 
 
-def tree_unwrap_random_key_data(input_tree: Any) -> Any:
+def tree_unwrap_random_key_data(input_tree: Params) -> Any:
   """Replaces typed PRNG keys by their raw ``key_data`` (to compare or print states holding keys).
 
   Args:

@@ -6,13 +6,12 @@ float64 tree in float64), so nothing is silently rounded to a narrow leaf's prec
 boolean trees reduce exactly in their integer dtype.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._core._policy import compute_dtype, real_dtype
 from .._core._tree import tree_sum_of_squares
@@ -25,6 +24,7 @@ from ._leafwise import (
     result_dtype,
     with_weak,
 )
+from .._core._types import Params
 
 __all__ = [
     "tree_sum",
@@ -59,7 +59,7 @@ def _accumulate(values: list[jax.Array], dtype: Any, associative: bool = False) 
   return total
 
 
-def tree_sum(tree: Any, associative_reduction: bool = False) -> jax.Array:
+def tree_sum(tree: Params, associative_reduction: bool = False) -> jax.Array:
   """Sum of all the elements of all the leaves.
 
   Args:
@@ -97,7 +97,7 @@ def _extreme(fname: str, tree: Any, reduce_leaf: Any, combine: Any, empty: float
   return _pairwise([cast_to(reduce_leaf(x), dtype) for x in leaves], combine)
 
 
-def tree_max(tree: Any) -> jax.Array:
+def tree_max(tree: Params) -> jax.Array:
   """The largest element over all the leaves (zero-size leaves are skipped).
 
   Args:
@@ -115,7 +115,7 @@ def tree_max(tree: Any) -> jax.Array:
   return _extreme("max", tree, jnp.max, jnp.maximum, -np.inf)
 
 
-def tree_min(tree: Any) -> jax.Array:
+def tree_min(tree: Params) -> jax.Array:
   """The smallest element over all the leaves (zero-size leaves are skipped).
 
   Args:
@@ -133,7 +133,7 @@ def tree_min(tree: Any) -> jax.Array:
   return _extreme("min", tree, jnp.min, jnp.minimum, np.inf)
 
 
-def tree_norm(tree: Any, ord: Any = None, squared: bool = False) -> jax.Array:  # noqa: A002
+def tree_norm(tree: Params, ord: int | str | float | None = None, squared: bool = False) -> jax.Array:  # noqa: A002
   """The vector norm of all the leaves taken together (complex leaves by modulus).
 
   Args:
@@ -202,7 +202,7 @@ def tree_vdot(tree_x: Any, tree_y: Any) -> jax.Array:
   return _accumulate(terms, dtype)
 
 
-def tree_size(tree: Any) -> int:
+def tree_size(tree: Params) -> int:
   """Total number of elements over all the leaves.
 
   Args:
@@ -219,7 +219,7 @@ def tree_size(tree: Any) -> int:
   return int(sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(tree)))
 
 
-def tree_allclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08,
+def tree_allclose(a: Any, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08,
                   equal_nan: bool = False) -> jax.Array:
   """Whether two trees are equal leaf by leaf within ``atol + rtol * |b|`` (as ``jnp.allclose``).
 

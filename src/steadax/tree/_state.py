@@ -10,8 +10,6 @@ The finding and replacing machinery lives in ``steadax._core._state_tree`` (wrap
 this module re-exports it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +22,7 @@ from .._core._state_tree import NamedTupleKey as NamedTupleKey
 from .._core._state_tree import ParamsMarker as _ParamsMarker
 from .._core._state_tree import tree_get_all_with_path as tree_get_all_with_path
 from .._core._state_tree import tree_set as tree_set
+from .._core._types import OptState, Params
 
 __all__ = [
     "NamedTupleKey",
@@ -34,7 +33,7 @@ __all__ = [
 ]
 
 
-def tree_get(tree: Any, key: Any, default: Any = None, filtering: Filtering | None = None) -> Any:
+def tree_get(tree: Params, key: Any, default: Any = None, filtering: Filtering | None = None) -> Any:
   """The single value named ``key`` in ``tree`` (see ``get_all_with_path``), or ``default``.
 
   Args:
@@ -73,13 +72,13 @@ class Initable(Protocol):
 
 
 def tree_map_params(
-    initable: Any,
+    initable: Callable[[Params], Params] | Initable,
     f: Callable[..., Any],
-    state: Any,
+    state: OptState,
     /,
     *rest: Any,
     transform_non_params: Callable[..., Any] | None = None,
-    is_leaf: Callable[[Any], bool] | None = None,
+    is_leaf: Callable[[Params], bool] | None = None,
 ) -> Any:
   """Applies ``f`` to every copy of the parameter tree inside an optimizer state.
 
@@ -117,7 +116,7 @@ def tree_map_params(
   if isinstance(initable, Initable):
     skeleton = initable.init(marker)
   elif callable(initable):
-    skeleton = initable(marker)
+    skeleton = initable(marker)  # pyright: ignore[reportArgumentType]  (the marker stands in for the parameters)
   else:
     raise TypeError(
         f"tree_map_params: `initable` must be a transformation or an init function, got "

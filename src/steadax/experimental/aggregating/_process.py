@@ -9,8 +9,6 @@ Every state here obeys the type-stability contract: int32 counters, accumulators
 dtype (real for sums of squares), arithmetic in at least float32.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, Union
 
@@ -35,6 +33,7 @@ from ..._core._policy import cast, compute_dtype, key_path_str, safe_increment, 
 from ..._core._roles import COUNTER, OTHER, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
 from ...tree._state import tree_get
+from ..._core._types import Params
 
 __all__ = [
     "PerElementUpdates",
@@ -282,11 +281,17 @@ def average_per_element_updates(per_elt_axis: int | Sequence[int] = 0) -> Aggreg
 @state_roles(micro_step=COUNTER, ready=OTHER, avg_grad=accumulator())
 class AccumulateAvgUpdatesState(NamedTuple):
   """State of ``accumulate_avg_updates``: the int32 micro-step, whether the last step emitted, and
-  the running mean of the updates."""
+  the running mean of the updates.
+
+  Attributes:
+    micro_step: the micro-step within the accumulation (int32).
+    ready: bool scalar, True when the last step emitted the average.
+    avg_grad: the running mean of the updates.
+  """
 
   micro_step: jax.Array
   ready: jax.Array
-  avg_grad: Any
+  avg_grad: Params
 
 
 class _AccumulateAvg(Transformation):

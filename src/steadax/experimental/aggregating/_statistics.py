@@ -8,8 +8,6 @@ References:
   Variances", COMPSTAT 1982, eq. (2.1) (merging the sums of squared deviations of two batches).
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -17,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..._core._base import EmptyState, GradientTransformation, Transformation, identity
 from ..._core._checks import check_range
@@ -28,6 +27,7 @@ from ..._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
 from ...tree._state import tree_get
 from ._process import Aggregator, _axes, _batch_stats, _check_axis, _check_steps, _map_with_path, process
+from ..._core._types import OptState, Params
 
 __all__ = [
     "get_batch_size_from_per_elt_updates",
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-def get_batch_size_from_per_elt_updates(per_elt_updates: Any, per_elt_axis: int | list[int]) -> int:
+def get_batch_size_from_per_elt_updates(per_elt_updates: Params, per_elt_axis: int | list[int]) -> int:
   """The number of elements along the per-element axes, checked equal across the leaves.
 
   Args:
@@ -75,12 +75,19 @@ def get_batch_size_from_per_elt_updates(per_elt_updates: Any, per_elt_axis: int 
              sum_sq_diff_grads=accumulator(real=True))
 class PerElementMeanAndSumSqDiffGradsState(NamedTuple):
   """State of ``get_per_element_mean_and_sum_sq_diff_grads`` with accumulation: the int32
-  micro-step, whether the last step emitted, the running mean and the sum of squared deviations."""
+  micro-step, whether the last step emitted, the running mean and the sum of squared deviations.
+
+  Attributes:
+    micro_step: the micro-step within the accumulation (int32).
+    ready: bool scalar, True when the last step emitted the statistics.
+    mean_grads: the running mean of the per-element gradients.
+    sum_sq_diff_grads: the running sum of squared deviations from the mean.
+  """
 
   micro_step: jax.Array
   ready: jax.Array
-  mean_grads: Any
-  sum_sq_diff_grads: Any
+  mean_grads: Params
+  sum_sq_diff_grads: Params
 
 
 class _MeanAndSumSq(Transformation, Aggregator):
@@ -185,12 +192,19 @@ def get_per_element_mean_and_sum_sq_diff_grads(
              variance_grads_ema=accumulator(real=True))
 class PerElementMeanAndVarianceEMAState(NamedTuple):
   """State of ``track_per_element_mean_and_variance_with_ema``: the int32 count, the decay, and the
-  moving averages of the mean and of the variance of per-element gradients."""
+  moving averages of the mean and of the variance of per-element gradients.
+
+  Attributes:
+    count: the number of updates so far (int32, saturating at its maximum).
+    ema_decay: the decay of the moving averages.
+    mean_grads_ema: the moving average of the mean of per-element gradients.
+    variance_grads_ema: the moving average of their variance.
+  """
 
   count: jax.Array
   ema_decay: jax.Array
-  mean_grads_ema: Any
-  variance_grads_ema: Any
+  mean_grads_ema: Params
+  variance_grads_ema: Params
 
 
 class _TrackMeanVarianceEma(Transformation):
@@ -232,7 +246,7 @@ class _TrackMeanVarianceEma(Transformation):
     )
 
 
-def track_per_element_mean_and_variance_with_ema(ema_decay: Any = 0.9) -> GradientTransformation:
+def track_per_element_mean_and_variance_with_ema(ema_decay: ArrayLike = 0.9) -> GradientTransformation:
   """Tracks moving averages of the mean and the variance of per-element gradients.
 
   Reads the ``sum_sq_diff_grads`` and ``sample_size`` extra arguments that
@@ -259,7 +273,7 @@ def track_per_element_mean_and_variance_with_ema(ema_decay: Any = 0.9) -> Gradie
   return _TrackMeanVarianceEma(ema_decay)
 
 
-def get_unbiased_mean_and_variance_ema(state: Any) -> tuple[Any, Any]:
+def get_unbiased_mean_and_variance_ema(state: OptState) -> tuple[Any, Any]:
   """The bias-corrected moving averages of ``track_per_element_mean_and_variance_with_ema``.
 
   Args:
@@ -294,7 +308,7 @@ def get_unbiased_mean_and_variance_ema(state: Any) -> tuple[Any, Any]:
 
 def add_mean_variance_to_opt(
     opt: GradientTransformation,
-    ema_decay: Any = 0.9,
+    ema_decay: ArrayLike = 0.9,
     per_elt_axis: int | list[int] = 0,
     accumulation_steps: int = 1,
 ) -> GradientTransformation | Aggregator:
