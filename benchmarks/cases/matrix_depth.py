@@ -69,18 +69,39 @@ def _compile_once(make_tx, grads, params) -> tuple[float, float, object, object]
   return t1 - t0, t2 - t1, compiled, state
 
 
-def _step_s(compiled, grads, state, params, rounds: int) -> float:
-  jax.block_until_ready(compiled(grads, state, params))
-  times = []
+def _steady(compiled, grads, state, params):
+  """The state after two updates: a step that refreshes no preconditioner (SOAP and Shampoo refresh
+  at the first update, then every 10), the one most steps are."""
+  for _ in range(2):
+    state = compiled(grads, state, params)[1]
+  return jax.block_until_ready(state)
+
+
+def _time_steps(programs: dict, rounds: int) -> dict:
+  """Median seconds per step of each ``(compiled, grads, state, params)``, in alternating rounds."""
+  times: dict = {label: [] for label in programs}
   for _ in range(rounds):
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(grads, state, params))
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+    for label, (compiled, grads, state, params) in programs.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(compiled(grads, state, params))
+      times[label].append(time.perf_counter() - t0)
+  return {label: statistics.median(t) for label, t in times.items()}
 
 
-def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=None) -> dict:
-  """The case's measurements: one row per (optimizer, depth)."""
+def _per_leaf(grouping: bool):
+  """Shape groups on (the default) or off: every parameter its own group, as before issue 22."""
+  from steadax.transforms import _matrix
+  previous, _matrix._GROUPING = _matrix._GROUPING, grouping
+  return previous
+
+
+def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=None,
+            per_leaf: bool = True) -> dict:
+  """The case's measurements: one row per (optimizer, depth).
+
+  ``per_leaf``: the steadax matrix optimizers are also compiled (once per point) and timed with shape
+  groups off, the per-parameter path of earlier versions, in the same process.
+  """
   factories = optimizers()
   labels = list(factories) if labels is None else labels
   previous = jax.config.jax_enable_compilation_cache
@@ -91,20 +112,33 @@ def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=No
     grads = {d: jax.tree.map(lambda p: p * 0.5 + 1e-3, trees[d]) for d in depths}
     for label in labels:
       for depth in depths:
-        lower_s, compile_s, step_s = [], [], None
+        totals, programs = [], {}
         for _ in range(repetitions):
           lo, co, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
-          lower_s.append(lo)
-          compile_s.append(co)
-          if step_s is None:
-            step_s = _step_s(compiled, grads[depth], state, trees[depth], rounds)
+          totals.append((lo, co))
           if progress is not None:
             progress.tick(f"{label} L={depth}")
-        rows.append({"optimizer": label, "depth": depth, "leaves": LEAVES_PER_LAYER * depth,
-                     "lower_s": statistics.median(lower_s), "compile_s": statistics.median(compile_s),
-                     "total_s": statistics.median([a + b for a, b in zip(lower_s, compile_s)]),
-                     "all_total_s": [a + b for a, b in zip(lower_s, compile_s)],
-                     "step_s": step_s})
+        programs["grouped"] = (compiled, grads[depth], _steady(compiled, grads[depth], state, trees[depth]),
+                               trees[depth])
+        row = {"optimizer": label, "depth": depth, "leaves": LEAVES_PER_LAYER * depth,
+               "lower_s": statistics.median(t[0] for t in totals),
+               "compile_s": statistics.median(t[1] for t in totals),
+               "total_s": statistics.median(sum(t) for t in totals),
+               "all_total_s": [sum(t) for t in totals]}
+        if per_leaf and label.startswith("steadax") and "adamw" not in label:
+          before = _per_leaf(False)
+          try:
+            lo, co, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
+            programs["per_leaf"] = (compiled, grads[depth],
+                                    _steady(compiled, grads[depth], state, trees[depth]), trees[depth])
+          finally:
+            _per_leaf(before)
+          row["per_leaf_total_s"] = lo + co
+        steps = _time_steps(programs, rounds)
+        row["step_s"] = steps["grouped"]
+        if "per_leaf" in steps:
+          row["per_leaf_step_s"] = steps["per_leaf"]
+        rows.append(row)
   finally:
     jax.config.update("jax_enable_compilation_cache", previous)
   return {"kind": "matrix_depth", "depths": list(depths), "repetitions": repetitions, "rows": rows,
@@ -146,13 +180,22 @@ def table(result: dict) -> list[str]:
   by = {(r["optimizer"], r["depth"]): r for r in result["rows"]}
   lo, hi = min(depths), max(depths)
   header = ["optimizer", *[f"L={d} s" for d in depths], f"L={hi}/L={lo}",
-            *[f"step L={d} ms" for d in depths]]
+            *[f"per-leaf L={d} s" for d in depths], *[f"step L={d} ms" for d in depths],
+            *[f"per-leaf step L={d} ms" for d in depths]]
+
+  def cell(label, d, key, fmt):
+    row = by.get((label, d))
+    return fmt(row[key]) if row is not None and key in row else "n/a"
+
+  seconds, ms = (lambda x: f"{x:.2f}"), (lambda x: f"{1e3 * x:.3g}")
   body = []
   for label in labels:
-    cells = [f"{by[(label, d)]['total_s']:.2f}" if (label, d) in by else "n/a" for d in depths]
     growth = result["ratios"].get(f"{label} L={hi}/L={lo}")
-    steps = [f"{1e3 * by[(label, d)]['step_s']:.3g}" if (label, d) in by else "n/a" for d in depths]
-    body.append([label, *cells, "n/a" if growth is None else f"{growth:.2f}", *steps])
+    body.append([label, *[cell(label, d, "total_s", seconds) for d in depths],
+                 "n/a" if growth is None else f"{growth:.2f}",
+                 *[cell(label, d, "per_leaf_total_s", seconds) for d in depths],
+                 *[cell(label, d, "step_s", ms) for d in depths],
+                 *[cell(label, d, "per_leaf_step_s", ms) for d in depths]])
   align = ["---"] + ["---:"] * (len(header) - 1)
   muon = ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items() if k.startswith("muon"))
   return [f"Update only (`jax.jit(tx.update).lower(...).compile()`), L layers of 7 leaves, median of "
@@ -168,6 +211,7 @@ def main(argv=None) -> None:
   parser.add_argument("--rounds", type=int, default=10)
   parser.add_argument("--optimizers", default=None, help="comma-separated substrings of the labels")
   parser.add_argument("--json", default=None, help="write the result here")
+  parser.add_argument("--no-per-leaf", action="store_true", help="skip the per-parameter reference")
   args = parser.parse_args(argv)
   jax.config.update("jax_numpy_dtype_promotion", "standard")
   labels = list(optimizers())
@@ -175,7 +219,7 @@ def main(argv=None) -> None:
     wanted = args.optimizers.split(",")
     labels = [l for l in labels if any(w in l for w in wanted)]
   depths = [int(d) for d in args.depths.split(",")]
-  result = measure(depths, args.repetitions, labels, rounds=args.rounds)
+  result = measure(depths, args.repetitions, labels, rounds=args.rounds, per_leaf=not args.no_per_leaf)
   print("\n".join(table(result)))
   if args.json:
     with open(args.json, "w") as f:
