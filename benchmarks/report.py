@@ -204,6 +204,11 @@ def sweep_table(result: dict) -> list[str]:
                       "steadax/optax"], body)]
 
 
+def _matrix_depth_table(result: dict) -> list[str]:
+  from benchmarks.cases import matrix_depth  # the case owns its table (report loads before cases)
+  return matrix_depth.table(result)
+
+
 TITLES = {
     "first_call": "First call of the AdamW training step (loss, gradient, update, apply: trace + "
                   "lower + compile + one step), seconds, one "
@@ -211,12 +216,14 @@ TITLES = {
     "memory": "Memory:",
     "lbfgs": "L-BFGS:",
     "sweep": "Learning-rate sweep:",
+    "matrix_depth": "Matrix optimizers, update compile time against depth (issue 22):",
 }
 TABLES = {
     "first_call": lambda result: first_call_table(result["rows"]),
     "memory": memory_table,
     "lbfgs": lbfgs_table,
     "sweep": sweep_table,
+    "matrix_depth": lambda result: _matrix_depth_table(result),
 }
 
 

@@ -3,7 +3,7 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, lbfgs, memory, solvers, steps, sweep, train
+from . import first_call, lbfgs, matrix_depth, memory, solvers, steps, sweep, train
 
 CASES = {
     "big": steps.big,
@@ -15,4 +15,5 @@ CASES = {
     "lbfgs": lbfgs.run,
     "solvers": solvers.run,
     "sweep": sweep.run,
+    "matrix_depth": matrix_depth.run,
 }

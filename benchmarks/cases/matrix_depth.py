@@ -55,18 +55,20 @@ def layers(depth: int, seed: int = 0) -> dict:
                             for name, shape in shapes.items()} for i in range(depth)}
 
 
-def _compile_once(make_tx, grads, params) -> tuple[float, float, object, object]:
-  """Seconds to trace + lower and to compile a fresh jitted update; the compiled program, state."""
+def _compile_once(make_tx, grads, params) -> tuple[float, float, float, object, object]:
+  """Seconds to trace + lower and to compile a fresh jitted update, the CPU seconds of both (this
+  process, all threads: on a loaded machine the work, where wall time adds the waiting), the
+  compiled program and a state."""
   tx = make_tx()
   state = jax.jit(tx.init)(params)
   # A new function object each time: nothing is reused from an earlier trace.
   update = jax.jit(lambda g, s, p: tx.update(g, s, p))
-  t0 = time.perf_counter()
+  c0, t0 = time.process_time(), time.perf_counter()
   lowered = update.lower(grads, state, params)
   t1 = time.perf_counter()
   compiled = lowered.compile()
-  t2 = time.perf_counter()
-  return t1 - t0, t2 - t1, compiled, state
+  c2, t2 = time.process_time(), time.perf_counter()
+  return t1 - t0, t2 - t1, c2 - c0, compiled, state
 
 
 def _steady(compiled, grads, state, params):
@@ -96,12 +98,14 @@ def _per_leaf(grouping: bool):
 
 
 def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=None,
-            per_leaf: bool = True) -> dict:
+            per_leaf_depths=None) -> dict:
   """The case's measurements: one row per (optimizer, depth).
 
-  ``per_leaf``: the steadax matrix optimizers are also compiled (once per point) and timed with shape
-  groups off, the per-parameter path of earlier versions, in the same process.
+  ``per_leaf_depths`` (default: every depth): there the steadax matrix optimizers are also compiled
+  (once per point) and timed with shape groups off, the per-parameter path of earlier versions, in
+  the same process.
   """
+  per_leaf_depths = depths if per_leaf_depths is None else per_leaf_depths
   factories = optimizers()
   labels = list(factories) if labels is None else labels
   previous = jax.config.jax_enable_compilation_cache
@@ -112,10 +116,11 @@ def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=No
     grads = {d: jax.tree.map(lambda p: p * 0.5 + 1e-3, trees[d]) for d in depths}
     for label in labels:
       for depth in depths:
-        totals, programs = [], {}
+        totals, cpus, programs = [], [], {}
         for _ in range(repetitions):
-          lo, co, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
+          lo, co, cpu, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
           totals.append((lo, co))
+          cpus.append(cpu)
           if progress is not None:
             progress.tick(f"{label} L={depth}")
         programs["grouped"] = (compiled, grads[depth], _steady(compiled, grads[depth], state, trees[depth]),
@@ -124,11 +129,12 @@ def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=No
                "lower_s": statistics.median(t[0] for t in totals),
                "compile_s": statistics.median(t[1] for t in totals),
                "total_s": statistics.median(sum(t) for t in totals),
-               "all_total_s": [sum(t) for t in totals]}
-        if per_leaf and label.startswith("steadax") and "adamw" not in label:
+               "all_total_s": [sum(t) for t in totals], "cpu_s": statistics.median(cpus)}
+        if depth in per_leaf_depths and label.startswith("steadax") and "adamw" not in label:
           before = _per_leaf(False)
           try:
-            lo, co, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
+            lo, co, cpu, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
+            row["per_leaf_cpu_s"] = cpu
             programs["per_leaf"] = (compiled, grads[depth],
                                     _steady(compiled, grads[depth], state, trees[depth]), trees[depth])
           finally:
@@ -153,10 +159,12 @@ def ratios(rows, depths) -> dict:
   for label in dict.fromkeys(r["optimizer"] for r in rows):
     if (label, lo) in by and (label, hi) in by:
       out[f"{label} L={hi}/L={lo}"] = by[(label, hi)]["total_s"] / by[(label, lo)]["total_s"]
+      out[f"{label} L={hi}/L={lo} cpu"] = by[(label, hi)]["cpu_s"] / by[(label, lo)]["cpu_s"]
   for depth in depths:
     a, b = by.get(("steadax contrib.muon", depth)), by.get(("optax contrib.muon", depth))
     if a and b:
       out[f"muon steadax/optax L={depth}"] = a["total_s"] / b["total_s"]
+      out[f"muon steadax/optax L={depth} cpu"] = a["cpu_s"] / b["cpu_s"]
   return out
 
 
@@ -180,6 +188,7 @@ def table(result: dict) -> list[str]:
   by = {(r["optimizer"], r["depth"]): r for r in result["rows"]}
   lo, hi = min(depths), max(depths)
   header = ["optimizer", *[f"L={d} s" for d in depths], f"L={hi}/L={lo}",
+            *[f"L={d} CPU s" for d in depths], f"L={hi}/L={lo} CPU",
             *[f"per-leaf L={d} s" for d in depths], *[f"step L={d} ms" for d in depths],
             *[f"per-leaf step L={d} ms" for d in depths]]
 
@@ -191,15 +200,19 @@ def table(result: dict) -> list[str]:
   body = []
   for label in labels:
     growth = result["ratios"].get(f"{label} L={hi}/L={lo}")
+    cpu_growth = result["ratios"].get(f"{label} L={hi}/L={lo} cpu")
     body.append([label, *[cell(label, d, "total_s", seconds) for d in depths],
                  "n/a" if growth is None else f"{growth:.2f}",
+                 *[cell(label, d, "cpu_s", seconds) for d in depths],
+                 "n/a" if cpu_growth is None else f"{cpu_growth:.2f}",
                  *[cell(label, d, "per_leaf_total_s", seconds) for d in depths],
                  *[cell(label, d, "step_s", ms) for d in depths],
                  *[cell(label, d, "per_leaf_step_s", ms) for d in depths]])
   align = ["---"] + ["---:"] * (len(header) - 1)
   muon = ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items() if k.startswith("muon"))
   return [f"Update only (`jax.jit(tx.update).lower(...).compile()`), L layers of 7 leaves, median of "
-          f"{result['repetitions']} compilations; {muon}.", "",
+          f"{result['repetitions']} compilations (wall seconds, and CPU seconds of the process); {muon}. "
+          "Per-leaf: shape groups off (one compilation).", "",
           *["| " + " | ".join(r) + " |" for r in [header, align, *body]]]
 
 
@@ -211,7 +224,8 @@ def main(argv=None) -> None:
   parser.add_argument("--rounds", type=int, default=10)
   parser.add_argument("--optimizers", default=None, help="comma-separated substrings of the labels")
   parser.add_argument("--json", default=None, help="write the result here")
-  parser.add_argument("--no-per-leaf", action="store_true", help="skip the per-parameter reference")
+  parser.add_argument("--per-leaf-depths", default=None,
+                      help="depths at which the per-parameter path is also measured (default: all)")
   args = parser.parse_args(argv)
   jax.config.update("jax_numpy_dtype_promotion", "standard")
   labels = list(optimizers())
@@ -219,7 +233,9 @@ def main(argv=None) -> None:
     wanted = args.optimizers.split(",")
     labels = [l for l in labels if any(w in l for w in wanted)]
   depths = [int(d) for d in args.depths.split(",")]
-  result = measure(depths, args.repetitions, labels, rounds=args.rounds, per_leaf=not args.no_per_leaf)
+  result = measure(depths, args.repetitions, labels, rounds=args.rounds,
+                   per_leaf_depths=None if args.per_leaf_depths is None else
+                   [int(d) for d in args.per_leaf_depths.split(",") if d])
   print("\n".join(table(result)))
   if args.json:
     with open(args.json, "w") as f:

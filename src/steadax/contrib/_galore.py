@@ -155,7 +155,8 @@ class ScaleByGalore(Transformation):
     # Shape groups (issue 22): matrices of one shape, view, dtypes and layout are projected as one
     # batch (one batched SVD under one cond), so the program grows with the number of distinct
     # shapes, not with depth; a group of one is the per-parameter path.
-    lows, new_projectors, wholes = list(grads), list(projectors), [None] * len(grads)
+    lows, new_projectors = list(grads), list(projectors)
+    wholes: list[Any] = [None] * len(grads)
     keys = [None if g is None or view is None else
             (tuple(g.shape), view.reduction_axes, view.output_axes,
              *((tuple(x.shape), x.dtype, layout_key(x)) for x in (g, p)),
