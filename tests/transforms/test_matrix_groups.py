@@ -3,8 +3,8 @@ as one batched computation, with the per-parameter path's results and state.
 
 The per-parameter path is the same code with grouping off (``_matrix._GROUPING``, read when the
 update is traced): every parameter a group of its own, as before shape groups existed. One jitted
-program per path runs every optimizer on a tree of three small layers with repeated shapes (and a
-bfloat16 leaf, which must not be stacked with its float32 twins).
+program per path runs every optimizer on a tree of two small layers with repeated shapes (and a
+bfloat16 leaf, which must not be stacked with its float32 twin).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _two_steps(txs, params):
 @pytest.fixture(scope="module")
 def both_paths():
   txs = {name: make() for name, make in OPTIMIZERS.items()}
-  params = layers(3)
+  params = layers(2)
   results = {}
   for grouping in (True, False):
     _matrix._GROUPING = grouping
