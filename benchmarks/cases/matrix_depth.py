@@ -189,7 +189,7 @@ def table(result: dict) -> list[str]:
   lo, hi = min(depths), max(depths)
   header = ["optimizer", *[f"L={d} s" for d in depths], f"L={hi}/L={lo}",
             *[f"L={d} CPU s" for d in depths], f"L={hi}/L={lo} CPU",
-            *[f"per-leaf L={d} s" for d in depths], *[f"step L={d} ms" for d in depths],
+            *[f"per-leaf L={d} CPU s" for d in depths], *[f"step L={d} ms" for d in depths],
             *[f"per-leaf step L={d} ms" for d in depths]]
 
   def cell(label, d, key, fmt):
@@ -205,7 +205,7 @@ def table(result: dict) -> list[str]:
                  "n/a" if growth is None else f"{growth:.2f}",
                  *[cell(label, d, "cpu_s", seconds) for d in depths],
                  "n/a" if cpu_growth is None else f"{cpu_growth:.2f}",
-                 *[cell(label, d, "per_leaf_total_s", seconds) for d in depths],
+                 *[cell(label, d, "per_leaf_cpu_s", seconds) for d in depths],
                  *[cell(label, d, "step_s", ms) for d in depths],
                  *[cell(label, d, "per_leaf_step_s", ms) for d in depths]])
   align = ["---"] + ["---:"] * (len(header) - 1)
