@@ -214,6 +214,11 @@ def import_time_table(result: dict) -> list[str]:
           *_markdown(["", "optax, ms", "steadax, ms", "difference, ms", "steadax/optax"], body)]
 
 
+def _matrix_depth_table(result: dict) -> list[str]:
+  from benchmarks.cases import matrix_depth  # the case owns its table (report loads before cases)
+  return matrix_depth.table(result)
+
+
 TITLES = {
     "first_call": "First call of the AdamW training step (loss, gradient, update, apply: trace + "
                   "lower + compile + one step), seconds, one "
@@ -222,6 +227,7 @@ TITLES = {
     "lbfgs": "L-BFGS:",
     "sweep": "Learning-rate sweep:",
     "import_time": "Import time:",
+    "matrix_depth": "Matrix optimizers, update compile time against depth (issue 22):",
 }
 TABLES = {
     "first_call": lambda result: first_call_table(result["rows"]),
@@ -229,6 +235,7 @@ TABLES = {
     "lbfgs": lbfgs_table,
     "sweep": sweep_table,
     "import_time": import_time_table,
+    "matrix_depth": lambda result: _matrix_depth_table(result),
 }
 
 

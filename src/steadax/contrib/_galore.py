@@ -31,7 +31,8 @@ from .._core._tree import cond, is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import conj_t, replicate_whole
+from ..transforms._matrix import (conj_t, group_label, layout_key, replicate_whole, shape_groups, stack,
+                                  stacked_struct, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from ._axes import leaf_dims, leaf_paths, matrix_view
 
@@ -149,35 +150,46 @@ class ScaleByGalore(Transformation):
 
     # The projection (Zhao et al. 2024, Algorithm 2) is a matrix part, in the compute dtype of the
     # gradient and its projector (at least float32; float64 for float64 parameters).
-    lows, new_projectors, wholes = [], [], []
-    for g, p, view in zip(grads, projectors, views):
-      if g is None or view is None:
-        lows.append(g)
-        new_projectors.append(p)
-        wholes.append(None)
-        continue
+    # Shape groups (issue 22): matrices of one shape, view, dtypes and layout are projected as one
+    # batch (one batched SVD under one cond), so the program grows with the number of distinct
+    # shapes, not with depth; a group of one is the per-parameter path.
+    lows, new_projectors = list(grads), list(projectors)
+    wholes: list[Any] = [None] * len(grads)
+    keys = [None if g is None or view is None else
+            (tuple(g.shape), view.reduction_axes, view.output_axes,
+             *((tuple(x.shape), x.dtype, layout_key(x)) for x in (g, p)),
+             None if param is None else (param.dtype, layout_key(param)))
+            for g, p, param, view in zip(grads, projectors, ps, views)]
+    groups = shape_groups(keys)
+    for members in groups:
+      i = members[0]
+      view, dtype = views[i], projectors[i].dtype
       _, _, left, r = _plan(view, self.rank)
-      cdt = compute_dtype(g.dtype, p.dtype)
-      # The SVD and the products need the whole matrix (sharded axes are gathered once).
-      (whole,), (restore,) = replicate_whole(g)
-      wholes.append((whole, restore))
+      cdt = compute_dtype(grads[i].dtype, dtype)
+      for j in members:
+        # The SVD and the products need the whole matrix (sharded axes are gathered once).
+        (whole,), (restore,) = replicate_whole(grads[j])
+        wholes[j] = (whole, restore)
       # Cast in once: the SVD has no 16-bit kernels and the projection accumulates in cdt.
-      g2 = view.to_matrices(whole).astype(cdt)
+      g2 = stack([view.to_matrices(wholes[j][0]).astype(cdt) for j in members])
+      p = stack([projectors[j] for j in members])
       if r > 0:
-        def fresh(g2=g2, left=left, r=r, dtype=p.dtype):
+        def fresh(g2=g2, left=left, r=r, dtype=dtype):
           u, _, vh = jnp.linalg.svd(g2, full_matrices=False)
           # Projectors are stored in the parameter's dtype, as in Optax.
-          return (u[:, :r] if left else conj_t(vh[:r, :])).astype(dtype)
+          return (u[..., :r] if left else conj_t(vh[..., :r, :])).astype(dtype)
 
         # The projector keeps its layout (under automatic mesh axes the compiler would choose one
         # for the cond's result).
-        p = place_like(p, cond(refresh, fresh, lambda p=p: p))
+        p = stack([place_like(projectors[j], q)
+                   for j, q in zip(members, unstack(cond(refresh, fresh, lambda p=p: p), len(members)))])
       pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
       # The base optimizer sees the projected gradient in the gradient's dtype, as its own
       # parameters (the low-rank proxies built at init) have it; written saturating, as leafwise
       # writes (a projection of 6e4 float16 gradients can exceed float16's range).
-      lows.append(saturating_cast(conj_t(pc) @ g2 if left else g2 @ pc, g.dtype))
-      new_projectors.append(p)
+      low = saturating_cast(conj_t(pc) @ g2 if left else g2 @ pc, grads[i].dtype)
+      for j, low_j, p_j in zip(members, unstack(low, len(members)), unstack(p, len(members))):
+        lows[j], new_projectors[j] = low_j, p_j
 
     low_updates, base_state = self.base_optimizer.update(
         treedef.unflatten(lows), state.base_optimizer_state, None)
@@ -195,15 +207,28 @@ class ScaleByGalore(Transformation):
         return view.from_matrices(p @ low if left else low @ conj_t(p)) * k.scale
       return back
 
-    out = []
-    for low, p, param, view, whole in zip(low_updates, new_projectors, ps, views, wholes):
-      if whole is None:
-        out.append(low)
-        continue
-      (g, restore), left = whole, _plan(view, self.rank)[2]
+    out = list(low_updates)
+    paths = leaf_paths(updates)
+    for members in groups:
+      i, n = members[0], len(members)
+      view = views[i]
+      back = back_fn(view, _plan(view, self.rank)[2])
       # Back to the full space, scaled, cast once to the parameter's dtype.
-      (u,) = self.leafwise(back_fn(view, left), g, params=param, reads=(p, low), scalars=scalars)
-      out.append(restore(u))
+      if n == 1:
+        (u,) = self.leafwise(back, wholes[i][0], params=ps[i], reads=(new_projectors[i], low_updates[i]),
+                             scalars=scalars)
+        us = [u]
+      else:
+        label = group_label([paths[j] for j in members])
+        column = lambda xs: {label: stack(xs)}  # noqa: E731
+        (u,) = self.leafwise(
+            lambda k, *xs: jax.vmap(lambda *ys: back(k, *ys))(*xs), column([wholes[j][0] for j in members]),
+            params=None if ps[i] is None else {label: stacked_struct(ps[i], n)},
+            reads=(column([new_projectors[j] for j in members]), column([low_updates[j] for j in members])),
+            scalars=scalars)
+        us = unstack(u[label], n)
+      for j, u in zip(members, us):
+        out[j] = wholes[j][1](u)
 
     return treedef.unflatten(out), GaLoreState(
         count=safe_increment(state.count), base_optimizer_state=base_state,

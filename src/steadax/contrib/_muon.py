@@ -41,7 +41,8 @@ from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import conj_t, replicate_axes
+from ..transforms._matrix import (conj_t, group_label, layout_key, replicate_axes, shape_groups, stack,
+                                  stacked_struct, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
 from ._axes import leaf_dims, leaf_paths, matrix_view
@@ -231,7 +232,9 @@ class ScaleByMuon(Transformation):
                      c1_next=one_minus_pow(self.beta, safe_increment(count), dt),
                      eps=hyper(self.eps, dt))
 
-    def leaf_fn(where, dn):
+    def leaf_fn(where, dn, stacked=False):
+      # ``stacked``: the inputs are a shape group on a leading axis (``dn`` counts it), whose
+      # matrices Newton-Schulz orthogonalizes as one batch.
       def leaf(k, g, m, coeffs):
         m = k.b1 * m + (1 - k.b1) * g
         m_hat = debiased_mu(k, m, g, self.nesterov)
@@ -239,32 +242,59 @@ class ScaleByMuon(Transformation):
                             k.eps)
         if self.adaptive:
           # Scale by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
-          out = jnp.sum(jnp.conj(m_hat) * out) * out
+          per_matrix = tuple(range(1, out.ndim)) if stacked else None
+          out = jnp.sum(jnp.conj(m_hat) * out, axis=per_matrix, keepdims=stacked) * out
         return out, m
       return leaf
 
-    # One leafwise call per parameter: each has its own matrix view (dimension numbers).
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     grads, mus = treedef.flatten_up_to(updates), treedef.flatten_up_to(state.mu)
     ps = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
-    out, new_mu = [], []
-    for g, m, p, where, dn in zip(grads, mus, ps, leaf_paths(updates), dims):
+    paths = leaf_paths(updates)
+    out, new_mu = list(grads), list(mus)
+    keys = []
+    for g, m, p, where, dn in zip(grads, mus, ps, paths, dims):
       if g is None:
-        out.append(None)
-        new_mu.append(m)
+        keys.append(None)
         continue
       if dn is None:
         raise ValueError(
             f"{self.owner}: the parameter at {where} has shape {tuple(g.shape)}; Muon orthogonalizes "
             "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
             "(muon() sends it to AdamW).")
-      u, new_m = self.leafwise(leaf_fn(where, dn), g, m, params=p, reads=(state.ns_coeffs,),
-                               scalars=scalars)
-      # The update in its parameter's layout and the momentum in its own: tied to the step's inputs,
-      # not to the gathered momentum inside the leaf function (under automatic mesh axes a gather
-      # constraint there would otherwise pull the results to its replicated layout).
-      out.append(place_like(p if p is not None else g, u))
-      new_mu.append(place_like(m, new_m))
+      view = matrix_view(self.owner, where, tuple(g.shape), dn)
+      if not jnp.issubdtype(g.dtype, jnp.inexact):  # not optimised (leafwise's zero update): alone
+        keys.append(("alone", len(keys)))
+        continue
+      keys.append((tuple(g.shape), np.dtype(g.dtype), np.dtype(m.dtype),
+                   None if p is None else np.dtype(p.dtype), view.reduction_axes, view.output_axes,
+                   layout_key(g), layout_key(m), layout_key(p)))
+    # One leafwise call per shape group (issue 22): parameters of one shape, dtype, layout and
+    # matrix view are stacked and orthogonalized as one batch, so the program grows with the
+    # number of distinct shapes, not with depth. A group of one is the per-parameter path.
+    for members in shape_groups(keys):
+      i = members[0]
+      if len(members) == 1:
+        u, new_m = self.leafwise(leaf_fn(paths[i], dims[i]), grads[i], mus[i], params=ps[i],
+                                 reads=(state.ns_coeffs,), scalars=scalars)
+        results = [(u, new_m)]
+      else:
+        view = matrix_view(self.owner, paths[i], tuple(grads[i].shape), dims[i])
+        shifted = MuonDimensionNumbers(tuple(a + 1 for a in view.reduction_axes),
+                                       tuple(a + 1 for a in view.output_axes))
+        label = group_label([paths[j] for j in members])
+        u, new_m = self.leafwise(
+            leaf_fn(label, shifted, stacked=True), {label: stack([grads[j] for j in members])},
+            {label: stack([mus[j] for j in members])},
+            params=None if ps[i] is None else {label: stacked_struct(ps[i], len(members))},
+            reads=({label: state.ns_coeffs},), scalars=scalars)
+        results = list(zip(unstack(u[label], len(members)), unstack(new_m[label], len(members))))
+      for j, (u, new_m) in zip(members, results):
+        # The update in its parameter's layout and the momentum in its own: tied to the step's
+        # inputs, not to the gathered momentum inside the leaf function (under automatic mesh axes
+        # a gather constraint there would otherwise pull the results to its replicated layout).
+        out[j] = place_like(ps[j] if ps[j] is not None else grads[j], u)
+        new_mu[j] = place_like(mus[j], new_m)
     return treedef.unflatten(out), MuonState(count=count, mu=treedef.unflatten(new_mu),
                                              ns_coeffs=state.ns_coeffs)
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._leafwise import place_like
+from .._core._policy import key_path_str
 
 __all__: list[str] = []
 
@@ -112,6 +113,82 @@ def replicate_whole(*arrays: jax.Array) -> tuple[tuple[jax.Array, ...], tuple[Ca
   all-gather each when sharded) and, per array, the function restoring its sharding."""
   pairs = [replicate_axes(x, range(x.ndim)) for x in arrays]
   return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shape groups: parameters that share a shape, dtypes, layout and static configuration run as one
+# batched computation (stacked on a new leading axis), so the traced and compiled program grows
+# with the number of distinct shapes of a model, not with its depth. The state stays per parameter:
+# a group is stacked on entry and split on exit, inside one update.
+
+
+def layout_key(x: Any) -> Any:
+  """What must agree for two arrays to be stacked without changing either's layout.
+
+  The sharding in a traced value's type (explicit mesh axes; empty on automatic axes, where the
+  partitioner places the stack and ``place_like`` ties each result back to its parameter), or a
+  concrete array's sharding; None for None. Equal keys mean the stack along a new leading axis is
+  sharded like each member, with that axis whole.
+  """
+  if x is None:
+    return None
+  if isinstance(x, jax.core.Tracer):
+    sharding = getattr(jax.typeof(x), "sharding", None)
+  else:
+    sharding = getattr(x, "sharding", None)
+  if sharding is None:
+    return None
+  spec = getattr(sharding, "spec", None)
+  mesh = getattr(sharding, "mesh", None)
+  if spec is not None:
+    # Specs written with and without trailing Nones are the same layout.
+    entries = tuple(spec)
+    while entries and entries[-1] is None:
+      entries = entries[:-1]
+    try:
+      return (type(sharding).__name__, mesh, entries)
+    except TypeError:  # pragma: no cover - an unhashable mesh: keep such leaves apart
+      return id(x)
+  try:
+    hash(sharding)
+  except TypeError:  # pragma: no cover
+    return id(x)
+  return sharding
+
+
+# False: every parameter is a group of its own (the per-parameter path), which the tests compare
+# the grouped results with.
+_GROUPING = True
+
+
+def shape_groups(keys: Sequence[Any]) -> list[list[int]]:
+  """Indices with equal keys, in order of first appearance (None keys: not grouped, left out)."""
+  groups: dict = {}
+  for i, key in enumerate(keys):
+    if key is not None:
+      groups.setdefault(key if _GROUPING else i, []).append(i)
+  return list(groups.values())
+
+
+def stack(arrays: Sequence[jax.Array]) -> jax.Array:
+  """The arrays on a new leading axis (one concatenation)."""
+  return jnp.stack(list(arrays))
+
+
+def unstack(x: jax.Array, n: int) -> list[jax.Array]:
+  """The ``n`` slices of ``x`` along its leading axis."""
+  return [x[i] for i in range(n)]
+
+
+def stacked_struct(x: Any, n: int) -> Any:
+  """A shape-and-dtype stand-in for ``n`` stacked copies of ``x`` (None stays None): what
+  ``leafwise`` reads of a parameter is its dtype, so the parameters themselves are not stacked."""
+  return None if x is None else jax.ShapeDtypeStruct((n, *np.shape(x)), x.dtype)
+
+
+def group_label(paths: Sequence[str]) -> str:
+  """The key naming a stacked group in ``leafwise``'s error messages: its members' paths."""
+  return ", ".join(paths) if len(paths) <= 3 else f"{paths[0]}, ... ({len(paths)} parameters)"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -243,27 +320,65 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
   moment_leaves = [treedef.flatten_up_to(tree) for tree in moments]
   matrix_leaves = [treedef.flatten_up_to(tree) for tree in matrices]
   param_leaves = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
-  outs = []
+  paths = [key_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+      updates, is_leaf=lambda x: x is None)[0]]
+  outs: list = [None] * len(grads)
+  keys = []
   for i, g in enumerate(grads):
     leaf_moments = [tree[i] for tree in moment_leaves]
     leaf_matrices = [tree[i] for tree in matrix_leaves]
     if g is None:
-      outs.append((None, *leaf_moments, *leaf_matrices))
-      continue
+      outs[i] = (None, *leaf_moments, *leaf_matrices)
+      keys.append(None)
+    elif not jnp.issubdtype(g.dtype, jnp.inexact):
+      keys.append(("alone", i))  # not optimised (leafwise's zero update): nothing to batch
+    else:
+      arrays = [g, *leaf_moments, *(x for mats in leaf_matrices for x in mats), param_leaves[i]]
+      keys.append((split_matrices(leaf_matrices[0])[0] if leaf_matrices else (),
+                   tuple(None if x is None else (tuple(np.shape(x)), np.dtype(x.dtype), layout_key(x))
+                         for x in arrays)))
+  # One leafwise call per shape group (see "Shape groups" above); a group of one is the
+  # per-parameter path.
+  for members in shape_groups(keys):
+    i, n = members[0], len(members)
+    leaf_matrices = [tree[i] for tree in matrix_leaves]
     axes = split_matrices(leaf_matrices[0])[0] if leaf_matrices else ()
-    live = [x for mats in leaf_matrices for x in split_matrices(mats)[1]]
-    back = [_identity] * (1 + len(leaf_moments))
-    if axes:
-      (g, *leaf_moments), back = replicate_whole(g, *leaf_moments)
-    u, *rest = tx.leafwise(make_leaf(axes), g, *leaf_moments, *live, params=param_leaves[i],
-                           scalars=scalars)
-    new_moments, new_live = rest[:len(leaf_moments)], rest[len(leaf_moments):]
-    # Each matrix keeps the layout it came in with: computed from the gathered parameter, it
-    # would otherwise come out wherever the partitioner puts it (a different layout at each step).
-    new_live = [place_like(old, new) for old, new in zip(live, new_live)]
-    new_matrices = [merge_matrices(mats, axes, new_live[j * len(axes):(j + 1) * len(axes)])
-                    for j, mats in enumerate(leaf_matrices)]
-    outs.append((back[0](u), *(b(x) for b, x in zip(back[1:], new_moments)), *new_matrices))
+    gathered, backs, lives = [], [], []
+    for j in members:
+      g, leaf_moments = grads[j], [tree[j] for tree in moment_leaves]
+      back = [_identity] * (1 + len(leaf_moments))
+      if axes:
+        (g, *leaf_moments), back = replicate_whole(g, *leaf_moments)
+      gathered.append([g, *leaf_moments])
+      backs.append(back)
+      lives.append([x for tree in matrix_leaves for x in split_matrices(tree[j])[1]])
+    if n == 1:
+      leaf = make_leaf(axes)
+      label = None
+      inputs = gathered[0] + lives[0]
+      param = param_leaves[i]
+    else:
+      one = make_leaf(axes)
+      # The scalars record is shared by the group; every array input has the group axis.
+      leaf = lambda k, *xs, one=one: jax.vmap(lambda *ys: one(k, *ys))(*xs)  # noqa: E731
+      label = group_label([paths[j] for j in members])
+      columns = zip(*(g_and_moments + live for g_and_moments, live in zip(gathered, lives)))
+      inputs = [{label: stack(column)} for column in columns]
+      param = None if param_leaves[i] is None else {label: stacked_struct(param_leaves[i], n)}
+    results = tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=scalars)
+    if n > 1:
+      results = list(zip(*(unstack(r[label], n) for r in results)))
+    else:
+      results = [results]
+    n_moments = len(moment_leaves)
+    for j, back, live, (u, *rest) in zip(members, backs, lives, results):
+      new_moments, new_live = rest[:n_moments], rest[n_moments:]
+      # Each matrix keeps the layout it came in with: computed from the gathered parameter, it
+      # would otherwise come out wherever the partitioner puts it (a different layout at each step).
+      new_live = [place_like(old, new) for old, new in zip(live, new_live)]
+      new_matrices = [merge_matrices(tree[j], axes, new_live[t * len(axes):(t + 1) * len(axes)])
+                      for t, tree in enumerate(matrix_leaves)]
+      outs[j] = (back[0](u), *(b(x) for b, x in zip(back[1:], new_moments)), *new_matrices)
   n = 1 + len(moments) + len(matrices)
   return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(n))
 

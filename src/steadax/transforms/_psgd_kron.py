@@ -35,7 +35,7 @@ from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype,
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import cond, is_none, l2_norm
 from ._adam import one_minus_pow
-from ._matrix import replicate_whole
+from ._matrix import layout_key, replicate_whole, shape_groups, stack
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._scaling import value_at
@@ -328,20 +328,45 @@ class ScaleByPsgdKron(Transformation):
       def in_compute(fs, h):
         return tuple(_to(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
 
+      # Shape groups (issue 22): parameters whose momenta and factors agree in shape, dtype and
+      # layout are fitted and preconditioned as one batch (vmapped over the stacked group), so the
+      # program grows with the number of distinct shapes, not with depth. Each keeps its own probe
+      # key: a group's results are its members' per-parameter results.
+      position = {i: n for n, i in enumerate(live)}
+      groups = shape_groups([
+          None if i not in momenta or momenta[i].size == 0 else
+          (tuple(np.shape(grads[i])), np.dtype(momenta[i].dtype), layout_key(momenta[i]),
+           tuple((tuple(q.shape), np.dtype(q.dtype), layout_key(q)) for q in factors[i]))
+          for i in range(len(grads))])
+
+      def batched(fn, members, *columns):
+        """``fn`` on each member's inputs (``columns``: one list per argument, indexed by member),
+        as one vmapped call over the stacked group; the per-member results, in order."""
+        if len(members) == 1:
+          return [fn(*(column[members[0]] for column in columns))]
+        stacked = [jax.tree_util.tree_map(lambda *xs: stack(xs), *[column[j] for j in members])
+                   for column in columns]
+        result = jax.vmap(fn)(*stacked)
+        return [jax.tree_util.tree_map(lambda x, t=t: x[t], result) for t in range(len(members))]
+
+      def fit_one(fs, h, key, dense):
+        k = scalars(real_dtype(h.dtype))
+        fs = in_compute(_balance(fs, do_balance), h)
+        probe = jax.random.normal(key, h.shape, h.dtype)
+        # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
+        damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
+        return _fit_factors(fs, dense, damped, probe, k.lr, k.tiny)
+
       def fit(all_factors):
         out = list(all_factors)
-        for n, i in enumerate(live):
-          h = momenta[i]
-          if h.size == 0:
-            continue
-          k = scalars(real_dtype(h.dtype))
-          fs = in_compute(_balance(all_factors[i], do_balance), h)
-          probe = jax.random.normal(probe_keys[n], h.shape, h.dtype)
-          # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
-          damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
-          fitted = _fit_factors(fs, self._dense(np.shape(grads[i])), damped, probe, k.lr, k.tiny)
-          # Each factor keeps its layout (both branches of the cond must agree on it).
-          out[i] = tuple(place_like(old, _to(q, old.dtype)) for q, old in zip(fitted, all_factors[i]))
+        keys = {i: probe_keys[position[i]] for i in live}
+        for members in groups:
+          dense = self._dense(np.shape(grads[members[0]]))
+          fitted = batched(lambda fs, h, key: fit_one(fs, h, key, dense), members, all_factors,
+                           momenta, keys)
+          for i, new in zip(members, fitted):
+            # Each factor keeps its layout (both branches of the cond must agree on it).
+            out[i] = tuple(place_like(old, _to(q, old.dtype)) for q, old in zip(new, all_factors[i]))
         return out
 
       fitted = cond(do_update, fit, lambda fs: list(fs), list(factors))
@@ -352,12 +377,17 @@ class ScaleByPsgdKron(Transformation):
 
       preconditioned = {}
       for i in live:
-        h = momenta[i]
-        fs = in_compute(factors[i], h)
-        pre = _precondition(fs, self._dense(np.shape(grads[i])), h) if h.size else h
-        pre = pre.reshape(np.shape(grads[i]))
-        # Back in the layout of the gradient (a step input; the gathered momentum is not).
-        preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
+        if momenta[i].size == 0:
+          pre = momenta[i].reshape(np.shape(grads[i]))
+          preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
+      for members in groups:
+        dense = self._dense(np.shape(grads[members[0]]))
+        pres = batched(lambda fs, h: _precondition(in_compute(fs, h), dense, h), members, factors,
+                       momenta)
+        for i, pre in zip(members, pres):
+          pre = pre.reshape(np.shape(grads[i]))
+          # Back in the layout of the gradient (a step input; the gathered momentum is not).
+          preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
 
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
     # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,

@@ -1,0 +1,99 @@
+"""Shape groups of the matrix optimizers (issue 22 §1): parameters of one shape, dtype and layout run
+as one batched computation, with the per-parameter path's results and state.
+
+The per-parameter path is the same code with grouping off (``_matrix._GROUPING``, read when the
+update is traced): every parameter a group of its own, as before shape groups existed. One jitted
+program per path runs every optimizer on a tree of two small layers with repeated shapes (and a
+bfloat16 leaf, which must not be stacked with its float32 twin).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import steadax
+from steadax.transforms import _matrix
+
+X64 = bool(jax.config.jax_enable_x64)
+DTYPE = jnp.float64 if X64 else jnp.float32
+
+OPTIMIZERS = {
+    "muon": lambda: steadax.contrib.muon(0.02, adaptive=True),
+    "soap": lambda: steadax.soap(0.02, precondition_frequency=1),
+    "shampoo": lambda: steadax.shampoo(0.02, block_size=4, precondition_frequency=1),
+    "psgd_kron": lambda: steadax.psgd_kron(0.02),
+    "galore": lambda: steadax.contrib.galore(0.02, rank=2, update_proj_gap=1),
+}
+# The primitive each one runs per group: its count does not grow with depth.
+SIGNATURE = {"muon": "dot_general", "soap": "eigh", "shampoo": "eigh", "psgd_kron": "triangular_solve",
+             "galore": "svd"}
+
+
+def layers(depth: int) -> dict:
+  rng = np.random.default_rng(0)
+  shapes = {"q": (4, 4), "k": (4, 4), "up": (4, 6), "down": (6, 4), "bias": (4,)}
+  tree = {f"layer{i}": {name: jnp.asarray(rng.normal(size=shape), DTYPE) for name, shape in shapes.items()}
+          for i in range(depth)}
+  tree["layer1"]["k"] = tree["layer1"]["k"].astype(jnp.bfloat16)
+  return tree
+
+
+def _two_steps(txs, params):
+  # Independent gradients: proportional ones would leave SOAP's rotated second step with entries
+  # at rounding level, whose signs Adam's first step amplifies.
+  rng = np.random.default_rng(1)
+  grads = [jax.tree_util.tree_map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), params)
+           for _ in range(2)]
+  out = {}
+  for name, tx in txs.items():
+    state = tx.init(params)
+    for g in grads:
+      updates, state = tx.update(g, state, params)
+    out[name] = (updates, state)
+  return out
+
+
+@pytest.fixture(scope="module")
+def both_paths():
+  txs = {name: make() for name, make in OPTIMIZERS.items()}
+  params = layers(2)
+  results = {}
+  for grouping in (True, False):
+    _matrix._GROUPING = grouping
+    try:
+      # A new function object per path: the trace (where grouping is decided) is not shared.
+      results[grouping] = jax.jit(lambda p: _two_steps(txs, p))(params)
+    finally:
+      _matrix._GROUPING = True
+  return results
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_groups_equal_the_per_parameter_path(both_paths, name):
+  grouped, per_leaf = both_paths[True][name], both_paths[False][name]
+  assert jax.tree_util.tree_structure(grouped) == jax.tree_util.tree_structure(per_leaf)
+  tol = 1e-12 if X64 else 2e-6
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(grouped)[0], jax.tree_util.tree_leaves(per_leaf)):
+    if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+      continue
+    assert a.dtype == b.dtype and a.shape == b.shape, jax.tree_util.keystr(path)
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
+    np.testing.assert_allclose(a, b, rtol=0, atol=tol * scale, err_msg=f"{name} {jax.tree_util.keystr(path)}")
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_the_traced_update_does_not_grow_with_depth(name):
+  tx = OPTIMIZERS[name]()
+
+  def count(depth):
+    params = layers(depth)
+    jaxpr = jax.make_jaxpr(lambda p, s: tx.update(p, s, p))(params, jax.eval_shape(tx.init, params))
+    return str(jaxpr).count(SIGNATURE[name])
+
+  # Depth 2 and 6 have the same distinct shapes (one bfloat16 leaf among them): the same number of
+  # matrix computations. Per parameter, depth 6 would have three times as many.
+  assert count(6) == count(2) > 0
