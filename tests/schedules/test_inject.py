@@ -75,8 +75,9 @@ def test_declared_dtypes_and_the_override():
   assert hyperparams["learning_rate"].dtype == jnp.bfloat16
   assert hyperparams["b1"].dtype == jnp.float32 and hyperparams["b2"].dtype == jnp.float32
 
+  # b2=0.99: the default 0.999 is 1.0 in bfloat16, which adam's check now refuses (b2 < 1).
   tx = steadax.inject_hyperparams(steadax.adam, hyperparam_dtype=jnp.bfloat16)(
-      learning_rate=steadax.constant_schedule(0.1), b1=0.9)
+      learning_rate=steadax.constant_schedule(0.1), b1=0.9, b2=0.99)
   state = tx.init(params)
   assert {v.dtype for v in state.hyperparams.values()} == {jnp.dtype(jnp.bfloat16)}
   _, new_state = tx.update(_grads(params), state, params)
