@@ -103,11 +103,16 @@ def test_off_in_this_process():
 
 
 def test_private_names_table_is_current_and_public():
-  spec = importlib.util.spec_from_file_location("optax_private_names",
-                                                ROOT / "tools" / "optax_private_names.py")
-  optax_private_names = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(optax_private_names)
-  assert optax_private_names.table() == _optax_private.PRIVATE_NAMES, (
+  # Generated in a fresh interpreter, as the tool runs: in the suite's process other tests have
+  # already imported (and patched) parts of Optax, and the same objects are no longer found.
+  program = ("import importlib.util, json, sys\n"
+             f"spec = importlib.util.spec_from_file_location('g', {str(ROOT / 'tools' / 'optax_private_names.py')!r})\n"
+             "g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)\n"
+             "print(json.dumps(g.table()))\n")
+  env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+  out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env,
+                       check=True)
+  assert json.loads(out.stdout) == _optax_private.PRIVATE_NAMES, (
       "stale: run `PYTHONPATH=src python tools/optax_private_names.py`")
   for names in _optax_private.PRIVATE_NAMES.values():
     for path in names.values():

@@ -14,8 +14,6 @@ written twice.
 package.
 """
 
-from __future__ import annotations
-
 import ast
 import importlib
 import sys
