@@ -138,13 +138,13 @@ def in_init_containers(tx: Any, state: Any, reference: Any) -> tuple[Any, Callab
   """
   if _INSIDE.get() or reference is None or not _has_foreign_container(state):
     return state, _same, contextlib.nullcontext()
-  leaves, state_def = jax.tree_util.tree_flatten(state)
+  with_paths, state_def = jax.tree_util.tree_flatten_with_path(state)
+  leaves = [leaf for _, leaf in with_paths]
   made = _init_structure(tx, state_def, reference)
   if made is None:
     return state, _same, _inside()
   made_def, shapes = made
-  for path_and_leaf, shape in zip(jax.tree_util.tree_flatten_with_path(state)[0], shapes):
-    path, leaf = path_and_leaf
+  for (path, leaf), shape in zip(with_paths, shapes):
     if np.shape(leaf) != shape:
       raise InputMismatchError(
           f"{tx.owner}: the state leaf at state{key_path_str(path)} has shape {np.shape(leaf)}, "
