@@ -18,14 +18,13 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_decay_below_one, check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
-from ..transforms._adam import check_decay_below_one
 from ..transforms._adam_variants import ScaleByBeliefState
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average, one_minus_pow

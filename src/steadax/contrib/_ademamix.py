@@ -21,14 +21,14 @@ import jax
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_decay_below_one, check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._module import hyper_field, static_field
 from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
-from ..transforms._adam import adam_denominator, adam_moments, adam_scalars, check_decay_below_one
+from ..transforms._adam import adam_denominator, adam_moments, adam_scalars
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate, value_at

@@ -22,14 +22,14 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_decay_below_one, check_nonnegative, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
-from ..transforms._adam import ScaleByAdamState, check_decay_below_one
+from ..transforms._adam import ScaleByAdamState
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._base import Transformation
-from .._core._checks import check_decay, check_nonnegative, check_range
+from .._core._checks import check_decay, check_decay_below_one, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._module import hyper_field, static_field
@@ -65,11 +65,6 @@ class ScaleByAmsgradState(NamedTuple):
   nu_max: Params
 
 
-def check_decay_below_one(owner: str, name: str, value: Any) -> None:
-  """A decay in [0, 1): at 1 the bias correction ``1 - decay^t`` divides by zero."""
-  check_range(owner, name, value, 0.0, 1.0, high_open=True)
-
-
 def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
   """Adam's per-dtype scalars: the decays and the bias corrections at step ``count``.
 
@@ -117,8 +112,8 @@ class ScaleByAdam(Transformation):
   name = "scale_by_adam"
   elementwise = True
   State = ScaleByAdamState
-  b1: Any = hyper_field(0.9, check=check_decay)
-  b2: Any = hyper_field(0.999, check=check_decay)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-8, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
@@ -178,8 +173,8 @@ class ScaleByAmsgrad(Transformation):
   name = "scale_by_amsgrad"
   elementwise = True
   State = ScaleByAmsgradState
-  b1: Any = hyper_field(0.9, check=check_decay)
-  b2: Any = hyper_field(0.999, check=check_decay)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
@@ -245,7 +240,7 @@ class ScaleByAdamax(Transformation):
   name = "scale_by_adamax"
   elementwise = True
   State = ScaleByAdamState
-  b1: Any = hyper_field(0.9, check=check_decay)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)  # 1 - b1^t divides; b2 is not corrected
   b2: Any = hyper_field(0.999, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
 

@@ -12,6 +12,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Schedule
+from .._core._checks import check_schedule_or_scalar
 
 __all__ = [
     "ScaleState",
@@ -165,7 +166,7 @@ def scale_by_schedule(step_size_fn: Schedule) -> Transformation:
 class ScaleByLearningRate(Transformation):
   name = "scale_by_learning_rate"
   elementwise = True
-  learning_rate: Any = hyper_field()
+  learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
   flip_sign: bool = static_field(default=True)
 
   def init_fn(self, params):  # the state depends on whether the learning rate is a schedule
