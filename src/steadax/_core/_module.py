@@ -283,21 +283,11 @@ def _is_concrete(value: Any) -> bool:
 
 
 def _finish(obj: Any) -> None:
-  """What every built Module gets, whoever wrote its ``__init__``: plain callables in dynamic fields
-  wrapped in ``Fn``, concrete scalar hyperparameters as one kind of leaf (``_canonical_hyper``), and
-  every field's check run on its (concrete) value."""
+  """What every built Module gets, whoever wrote its ``__init__``: every field's check run on its
+  (concrete) value as given, then plain callables in dynamic fields wrapped in ``Fn`` and concrete
+  scalar hyperparameters made one kind of leaf (``_canonical_hyper``)."""
   cls = type(obj)
   d = obj.__dict__
-  for name in cls._dynamic_fields:
-    value = d[name]
-    frozen = _freeze_callables(value)
-    if frozen is not value:
-      object.__setattr__(obj, name, frozen)
-  for name in cls._hyper_fields:
-    value = d[name]
-    canonical = _canonical_hyper(value)
-    if canonical is not value:
-      object.__setattr__(obj, name, canonical)
   owner = getattr(obj, "owner", cls.__name__)
   for name, check in cls._field_checks:
     value = d[name]
@@ -314,6 +304,16 @@ def _finish(obj: Any) -> None:
         name_of_factory, parameters = factory
         check(name_of_factory if name in parameters else f"{name_of_factory} > {owner}", name, value)
         raise
+  for name in cls._dynamic_fields:
+    value = d[name]
+    frozen = _freeze_callables(value)
+    if frozen is not value:
+      object.__setattr__(obj, name, frozen)
+  for name in cls._hyper_fields:
+    value = d[name]
+    canonical = _canonical_hyper(value)
+    if canonical is not value:
+      object.__setattr__(obj, name, canonical)
 
 
 def _factory_called() -> tuple[str, frozenset[str]] | None:

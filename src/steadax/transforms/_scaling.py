@@ -203,8 +203,6 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule | ArrayLike | None = 
     >>> tx.update(jnp.ones(1), tx.init(jnp.zeros(1)))[0]
     Array([-0.1], dtype=float32)
   """
-  if learning_rate is None:
-    raise ValueError("scale_by_learning_rate: learning_rate is required (a scalar or a schedule).")
   return ScaleByLearningRate(learning_rate, flip_sign=flip_sign)
 
 
