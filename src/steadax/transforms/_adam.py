@@ -108,15 +108,20 @@ def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
   return debiased_mu(k, m, g, nesterov) / adam_denominator(k, v), m, v
 
 
-class ScaleByAdam(Transformation):
-  name = "scale_by_adam"
-  elementwise = True
-  State = ScaleByAdamState
+class _AdamFields(Transformation):
+  """The hyperparameters Adam and AMSGrad share (their defaults and checks, written once)."""
+
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-8, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
+
+
+class ScaleByAdam(_AdamFields):
+  name = "scale_by_adam"
+  elementwise = True
+  State = ScaleByAdamState
   nu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=False)
 
@@ -169,15 +174,10 @@ def scale_by_adam(
   return ScaleByAdam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov)
 
 
-class ScaleByAmsgrad(Transformation):
+class ScaleByAmsgrad(_AdamFields):
   name = "scale_by_amsgrad"
   elementwise = True
   State = ScaleByAmsgradState
-  b1: Any = hyper_field(0.9, check=check_decay_below_one)
-  b2: Any = hyper_field(0.999, check=check_decay_below_one)
-  eps: Any = hyper_field(1e-08, check=check_nonnegative)
-  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
-  mu_dtype: Any = static_field(default=None)
   bias_correction_mu: bool = static_field(default=True)
   bias_correction_nu: bool = static_field(default=True)
 
