@@ -1,4 +1,4 @@
-"""Optimizer states as flat path-keyed arrays with a manifest, and atomic checkpoint files.
+"""Optimizer states as path-keyed arrays with a manifest, checked path by path, stored by Orbax.
 
 A state is any pytree of arrays (NamedTuples, dicts, tuples, PRNG key arrays). ``state_to_arrays``
 names each leaf by its tree path (``"1/0/mu/w"``: the chain's second stage, its first stage, field
@@ -10,33 +10,29 @@ position lets a state survive a refactor of the chain wherever the paths stay pu
 of a ``named_chain`` can start from its fresh init with ``missing="keep"``) and fail with the list of
 paths where they do not.
 
-Files are written atomically: the bytes go to a temporary file beside the target, which is flushed,
-``fsync``-ed and renamed over the target (then the directory is ``fsync``-ed). A process killed while
-writing leaves at most a temporary file that readers never look at; the target is either the previous
-complete checkpoint or the new complete one. A file that is nevertheless incomplete or corrupted
-(copied half-way, a damaged disk) fails to read with a ``CheckpointError`` naming it, never gives a
-half-read state: every array carries a CRC-32 in the manifest.
-
-The file is a ZIP archive (stored, not compressed) holding ``manifest.json`` and one raw
-little-endian buffer per leaf; ``read_manifest`` shows what a file holds without reading the arrays.
+The files are Orbax's: a checkpoint is a directory holding two items, ``arrays`` (the path-keyed
+arrays, written by Orbax's PyTree handler: each process writes the shards it holds) and ``manifest``
+(a JSON item: what wrote the state, and every path's shape and dtype). Orbax writes a checkpoint into
+a temporary directory and renames it when complete, and its ``CheckpointManager`` numbers the step
+directories, lists the complete ones and deletes old ones; a checkpoint is validated against the
+template from its manifest before any array is read, and the arrays are read straight into the
+template's shardings. Files of the ZIP format that came before (``FORMAT_VERSION`` 1) are still read.
 """
 
-import contextlib
+import functools
 import importlib.metadata
 import json
 import os
 import re
-import sys
-import tempfile
 import zipfile
-import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 from .._core._base import GradientTransformation
 from .._core._types import OptState
 
@@ -59,13 +55,13 @@ __all__ = [
 ]
 
 FORMAT = "steadax-checkpoint"
-FORMAT_VERSION = 1
-_MANIFEST = "manifest.json"
-_STEP_FILE = re.compile(r"^step_(\d+)\.steadax$")
+FORMAT_VERSION = 2
+_ARRAYS, _MANIFEST = "arrays", "manifest"
+_V1_STEP_FILE = re.compile(r"^step_(\d+)\.steadax$")  # save_step's files of format version 1
 
 
 class CheckpointError(ValueError):
-  """A checkpoint that does not fit the state it is restored into, or is not a complete file."""
+  """A checkpoint that does not fit the state it is restored into, or is not a complete checkpoint."""
 
 
 def _version() -> str:
@@ -121,9 +117,9 @@ def _flatten(state: Any) -> list[tuple[str, Any]]:
   return pairs
 
 
-def _host_array(path: str, leaf: Any) -> tuple[np.ndarray, dict]:
-  """(raw numpy data, manifest record) of one leaf."""
-  record: dict[str, Any] = {}
+def _stored(path: str, leaf: Any) -> tuple[Any, dict]:
+  """(the array to store, its manifest record) of one leaf; the array stays where it is (sharded)."""
+  record: dict[str, Any] = {"path": path}
   if _is_key(leaf):
     record["key_impl"] = str(jax.random.key_impl(leaf))
     record["dtype"] = str(leaf.dtype)
@@ -133,17 +129,16 @@ def _host_array(path: str, leaf: Any) -> tuple[np.ndarray, dict]:
                           "array; a checkpoint holds arrays only.")
   if isinstance(leaf, jax.core.Tracer):
     raise CheckpointError(f"checkpoint: the state leaf at {path} is traced; save outside jit.")
-  data = np.asarray(jax.device_get(leaf))
-  record.setdefault("dtype", str(data.dtype))
-  record["shape"] = list(data.shape)
-  return data, record
+  record.setdefault("dtype", str(jnp.dtype(leaf.dtype)))
+  record["shape"] = list(leaf.shape)
+  return leaf, record
 
 
 def state_to_arrays(state: OptState, *, skip_empty: bool = False) -> dict[str, np.ndarray]:
   """A state as a flat dict ``path -> numpy array`` (PRNG keys as their raw key data).
 
   Args:
-    state: an optimizer state (any pytree of arrays).
+    state: an optimizer state (any pytree of arrays, fully addressable by this process).
     skip_empty: leave out arrays with no elements (Orbax refuses to save them);
       ``arrays_to_state`` rebuilds them from the template's shape and dtype, which is all they hold.
 
@@ -159,7 +154,7 @@ def state_to_arrays(state: OptState, *, skip_empty: bool = False) -> dict[str, n
     >>> {path: (a.shape, str(a.dtype)) for path, a in arrays.items()}
     {'0/trace/w': ((3,), 'float32')}
   """
-  arrays = {path: _host_array(path, leaf)[0] for path, leaf in _flatten(state)}
+  arrays = {path: np.asarray(jax.device_get(_stored(path, leaf)[0])) for path, leaf in _flatten(state)}
   return {p: a for p, a in arrays.items() if a.size} if skip_empty else arrays
 
 
@@ -183,35 +178,12 @@ def describe_transformation(tx: GradientTransformation) -> str:
   return _ADDRESS.sub("", repr(tx))
 
 
-def _manifest_and_arrays(state: Any, tx: Any, step: int | None, metadata: Mapping | None
-                         ) -> tuple[dict, list[np.ndarray]]:
-  leaves, arrays = [], []
-  for path, leaf in _flatten(state):
-    data, record = _host_array(path, leaf)
-    record["path"] = path
-    record["crc32"] = zlib.crc32(np.ascontiguousarray(data).tobytes())
-    leaves.append(record)
-    arrays.append(data)
-  manifest = {
-      "format": FORMAT,
-      "format_version": FORMAT_VERSION,
-      "steadax_version": _version(),
-      "jax_version": jax.__version__,
-      "transformation": None if tx is None else describe_transformation(tx),
-      "step": None if step is None else int(step),
-      "treedef": str(jax.tree_util.tree_structure(state)),
-      "leaves": leaves,
-      "metadata": dict(metadata or {}),
-  }
-  return manifest, arrays
-
-
 def state_manifest(state: OptState, tx: GradientTransformation | None = None, step: int | None = None,
                    metadata: Mapping | None = None) -> dict:
   """The manifest of a state: versions, the transformation's description, each path's shape and dtype.
 
   Args:
-    state: the optimizer state.
+    state: the optimizer state (its arrays are not read: only their shapes and dtypes).
     tx: the transformation that made it (recorded by ``describe_transformation``), or None.
     step: the training step, or None.
     metadata: JSON-serialisable values to keep with the checkpoint.
@@ -219,7 +191,7 @@ def state_manifest(state: OptState, tx: GradientTransformation | None = None, st
   Returns:
     A JSON-serialisable dict: ``format``, ``format_version``, ``steadax_version``, ``jax_version``,
     ``transformation``, ``step``, ``treedef``, ``metadata`` and ``leaves`` (one record per leaf:
-    ``path``, ``shape``, ``dtype``, ``crc32`` and, for a PRNG key, ``key_impl``).
+    ``path``, ``shape``, ``dtype`` and, for a PRNG key, ``key_impl``).
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -228,27 +200,125 @@ def state_manifest(state: OptState, tx: GradientTransformation | None = None, st
     >>> manifest["step"], [(r["path"], r["shape"], r["dtype"]) for r in manifest["leaves"]]
     (7, [('0/count', [], 'int32'), ('0/mu/w', [2], 'float32'), ('0/nu/w', [2], 'float32')])
   """
-  return _manifest_and_arrays(state, tx, step, metadata)[0]
+  return {
+      "format": FORMAT,
+      "format_version": FORMAT_VERSION,
+      "steadax_version": _version(),
+      "jax_version": jax.__version__,
+      "transformation": None if tx is None else describe_transformation(tx),
+      "step": None if step is None else int(step),
+      "treedef": str(jax.tree_util.tree_structure(state)),
+      "leaves": [_stored(path, leaf)[1] for path, leaf in _flatten(state)],
+      "metadata": dict(metadata or {}),
+  }
 
 
-def _template_leaf(leaf: Any) -> tuple[tuple[int, ...], Any]:
-  if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-    raise CheckpointError(f"checkpoint: the template leaf {leaf!r} is not an array or "
-                          "ShapeDtypeStruct; build the template with tx.init(params) or "
-                          "jax.eval_shape(tx.init, params).")
-  return tuple(leaf.shape), leaf.dtype
+def _check_options(missing: str, unused: str) -> None:
+  if missing not in ("raise", "keep") or unused not in ("raise", "ignore"):
+    raise ValueError(f"arrays_to_state: missing must be 'raise' or 'keep' (got {missing!r}) and unused "
+                     f"'raise' or 'ignore' (got {unused!r}).")
 
 
-def _place(data: np.ndarray, like: Any, record: Mapping | None) -> Any:
-  if _is_key(like):
-    impl = (record or {}).get("key_impl") or str(jax.random.key_impl(like))
-    value = jax.random.wrap_key_data(jnp.asarray(data), impl=impl)
-  else:
-    value = jnp.asarray(data)
+def _fit(found: Mapping[str, tuple[tuple[int, ...], str]], like: Any, *, missing: str, unused: str,
+         written_for: str | None) -> list[tuple[str, Any, str]]:
+  """How each template leaf is filled: ``(path, leaf, "read" | "keep" | "empty")``.
+
+  ``found`` maps each stored path to its shape and dtype (a PRNG key's: its key data's shape and the
+  key dtype). Raises a CheckpointError listing every path that is missing, unused or of another
+  shape or dtype, before any array is read.
+  """
+  pairs = _flatten(like)
+  problems, plan = [], []
+  for path, leaf in pairs:
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+      raise CheckpointError(f"checkpoint: the template leaf at {path} is a {type(leaf).__name__}, not an "
+                            "array or ShapeDtypeStruct; build the template with tx.init(params) or "
+                            "jax.eval_shape(tx.init, params).")
+    empty = not _is_key(leaf) and int(np.prod(leaf.shape)) == 0  # no data to lose: rebuilt from its type
+    if path not in found:
+      if empty or (missing == "keep" and isinstance(leaf, jax.Array)):
+        plan.append((path, leaf, "empty" if empty else "keep"))
+        continue
+      problems.append(f"{path}: missing from the checkpoint (expected shape {tuple(leaf.shape)}, "
+                      f"{jnp.dtype(leaf.dtype)})"
+                      + ("; missing='keep' needs a concrete template leaf" if missing == "keep" else ""))
+      continue
+    shape, dtype = found[path]
+    if _is_key(leaf):  # stored as its key data; raw uint32 key data fits too
+      expected_shape, expected_dtypes = jax.eval_shape(jax.random.key_data, leaf).shape, (str(leaf.dtype), "uint32")
+    else:
+      expected_shape, expected_dtypes = tuple(leaf.shape), (str(jnp.dtype(leaf.dtype)),)
+    problem = []
+    if tuple(shape) != tuple(expected_shape):
+      problem.append(f"shape {tuple(shape)} in the checkpoint, {tuple(expected_shape)} expected")
+    if dtype not in expected_dtypes:
+      problem.append(f"dtype {dtype} in the checkpoint, {expected_dtypes[0]} expected")
+    if problem:
+      problems.append(f"{path}: " + "; ".join(problem))
+    plan.append((path, leaf, "empty" if empty else "read"))
+  if unused == "raise":
+    extra = [p for p in found if p not in {path for path, _ in pairs}]
+    if extra:
+      problems.append(f"{', '.join(extra)}: in the checkpoint but not in the template state "
+                      "(pass unused=\"ignore\" to drop them)")
+  if problems:
+    raise CheckpointError(
+        "checkpoint: the arrays do not fit the template state:\n  " + "\n  ".join(problems)
+        + (f"\nThe checkpoint was written for {written_for}." if written_for else ""))
+  return plan
+
+
+def _sharding(like: Any) -> jax.sharding.Sharding | None:
+  """The template leaf's sharding if it names devices (``jax.eval_shape`` may give an abstract one)."""
   sharding = getattr(like, "sharding", None)
-  if sharding is not None and not isinstance(like, jax.core.Tracer):
-    value = jax.device_put(value, sharding)
-  return value
+  if not isinstance(sharding, jax.sharding.Sharding) or isinstance(like, jax.core.Tracer):
+    return None
+  try:
+    sharding.device_set  # noqa: B018 - raises for a sharding over an abstract mesh
+  except (ValueError, TypeError, AttributeError, RuntimeError):
+    return None
+  return sharding
+
+
+def _data_sharding(like: Any) -> jax.sharding.Sharding | None:
+  """Where the stored data of a template leaf goes: its sharding, for a PRNG key one with the key
+  data's extra trailing axis unsharded."""
+  sharding = _sharding(like)
+  if sharding is None or not _is_key(like):
+    return sharding
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    spec = tuple(sharding.spec) + (None,) * (len(like.shape) + 1 - len(sharding.spec))
+    return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec))
+  return sharding if isinstance(sharding, jax.sharding.SingleDeviceSharding) else None
+
+
+def _place(data: Any, like: Any, record: Mapping | None) -> Any:
+  """A template leaf's value from its stored data (a PRNG key's: its key data), on its sharding."""
+  sharding, data_sharding = _sharding(like), _data_sharding(like)
+  if not isinstance(data, jax.Array):
+    data = np.asarray(data)
+    if data_sharding is None:
+      data = jnp.asarray(data)
+    else:  # each process fills the shards it holds (a device_put needs all of them addressable)
+      data = jax.make_array_from_callback(data.shape, data_sharding, lambda index: data[index])
+  if not _is_key(like):
+    return data
+  impl = (record or {}).get("key_impl") or str(jax.random.key_impl(like))
+  wrap = jax.jit(functools.partial(jax.random.wrap_key_data, impl=impl), out_shardings=sharding)
+  return wrap(data)
+
+
+def _assemble(plan: list[tuple[str, Any, str]], like: Any, arrays: Mapping[str, Any],
+              records: Mapping[str, Mapping]) -> Any:
+  leaves = []
+  for path, leaf, how in plan:
+    if how == "keep":
+      leaves.append(leaf)
+    elif how == "empty":
+      leaves.append(_place(np.zeros(leaf.shape, jnp.dtype(leaf.dtype)), leaf, None))
+    else:
+      leaves.append(_place(arrays[path], leaf, records.get(path)))
+  return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
 
 
 def arrays_to_state(arrays: Mapping[str, Any], like: OptState, *, manifest: Mapping | None = None,
@@ -256,7 +326,7 @@ def arrays_to_state(arrays: Mapping[str, Any], like: OptState, *, manifest: Mapp
   """Put path-keyed arrays back into the structure of a template state, checking every path.
 
   Args:
-    arrays: ``path -> array`` as ``state_to_arrays`` gives (or read back from Orbax or a file).
+    arrays: ``path -> array`` as ``state_to_arrays`` gives (or read back from any array store).
     like: a template state of the transformation the state is for: ``tx.init(params)`` or
       ``jax.eval_shape(tx.init, params)``. Its structure, shapes and dtypes are the expected ones;
       a leaf with a sharding puts the restored array on that sharding.
@@ -292,188 +362,157 @@ def arrays_to_state(arrays: Mapping[str, Any], like: OptState, *, manifest: Mapp
       0/trace/w: missing from the checkpoint (expected shape (2,), float32)
       0/count, 0/mu/w, 0/nu/w: in the checkpoint but not in the template state (pass unused="ignore" to drop them)
   """
-  if missing not in ("raise", "keep") or unused not in ("raise", "ignore"):
-    raise ValueError(f"arrays_to_state: missing must be 'raise' or 'keep' (got {missing!r}) and unused "
-                     f"'raise' or 'ignore' (got {unused!r}).")
+  _check_options(missing, unused)
   records = {r["path"]: r for r in (manifest or {}).get("leaves", [])}
-  pairs = _flatten(like)
-  problems, leaves = [], []
-  for path, leaf in pairs:
-    shape, dtype = _template_leaf(leaf)
-    if path not in arrays:
-      if not _is_key(leaf) and np.prod(shape, dtype=int) == 0:  # no data to lose: rebuild it
-        leaves.append(_place(np.zeros(shape, jnp.dtype(dtype)), leaf, None))
-        continue
-      if missing == "keep" and isinstance(leaf, jax.Array):
-        leaves.append(leaf)
-        continue
-      problems.append(f"{path}: missing from the checkpoint (expected shape {shape}, {dtype})"
-                      + ("; missing='keep' needs a concrete template leaf" if missing == "keep" else ""))
-      leaves.append(None)
-      continue
-    data = arrays[path]
-    record = records.get(path)
-    if _is_key(leaf):
-      data_shape = jax.eval_shape(jax.random.key_data, leaf).shape
-      found_dtype = (record or {}).get("dtype", str(dtype))
-      expected_dtype, expected_shape = str(dtype), data_shape
-    else:
-      found_dtype, expected_dtype, expected_shape = str(np.asarray(data).dtype), str(jnp.dtype(dtype)), shape
-    problem = []
-    if tuple(np.shape(data)) != tuple(expected_shape):
-      problem.append(f"shape {tuple(np.shape(data))} in the checkpoint, {tuple(expected_shape)} expected")
-    if found_dtype != expected_dtype:
-      problem.append(f"dtype {found_dtype} in the checkpoint, {expected_dtype} expected")
-    if problem:
-      problems.append(f"{path}: " + "; ".join(problem))
-      leaves.append(None)
-      continue
-    leaves.append(_place(np.asarray(data), leaf, record))
-  if unused == "raise":
-    extra = [p for p in arrays if p not in {path for path, _ in pairs}]
-    if extra:
-      problems.append(f"{', '.join(extra)}: in the checkpoint but not in the template state "
-                      "(pass unused=\"ignore\" to drop them)")
-  if problems:
-    written_for = (manifest or {}).get("transformation")
-    raise CheckpointError(
-        "checkpoint: the arrays do not fit the template state:\n  " + "\n  ".join(problems)
-        + (f"\nThe checkpoint was written for {written_for}." if written_for else ""))
-  return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+  found = {}
+  for path, data in arrays.items():
+    record = records.get(path, {})
+    dtype = record["dtype"] if "key_impl" in record else str(jnp.dtype(getattr(data, "dtype", None) or np.asarray(data).dtype))
+    found[path] = (tuple(np.shape(data)), dtype)
+  plan = _fit(found, like, missing=missing, unused=unused, written_for=(manifest or {}).get("transformation"))
+  return _assemble(plan, like, arrays, records)
 
 
-def _fsync_directory(directory: str) -> None:
-  with contextlib.suppress(OSError):  # platforms without directory fds (Windows)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-      os.fsync(fd)
-    finally:
-      os.close(fd)
+# --- Orbax checkpoints ---------------------------------------------------------------------------
 
 
-def _write_archive(f: Any, manifest: dict, arrays: list[np.ndarray]) -> None:
-  with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as archive:
-    archive.writestr(_MANIFEST, json.dumps(manifest, indent=1))
-    for index, data in enumerate(arrays):
-      data = np.ascontiguousarray(data)
-      if data.dtype.byteorder == ">" or (data.dtype.byteorder == "=" and sys.byteorder == "big"):
-        data = data.byteswap().view(data.dtype.newbyteorder("<"))
-      _write_leaf(archive, f"{index}.bin", data)
+def _save_args(state: Any, tx: Any, step: int | None, metadata: Mapping | None) -> Any:
+  stored = {path: _stored(path, leaf) for path, leaf in _flatten(state)}
+  manifest = state_manifest(state, tx, step, metadata)
+  # Orbax refuses arrays with no elements; the manifest's record is all they hold.
+  arrays = {path: data for path, (data, _) in stored.items() if int(np.prod(data.shape)) > 0}
+  return ocp.args.Composite(**{_ARRAYS: ocp.args.PyTreeSave(arrays), _MANIFEST: ocp.args.JsonSave(manifest)})
 
 
-def _write_leaf(archive: zipfile.ZipFile, name: str, data: np.ndarray) -> None:
-  archive.writestr(name, data.tobytes())
-
-
-def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      write(f)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.unlink(tmp)
-    raise
-  _fsync_directory(directory)
-
-
-def save(path: str | os.PathLike, state: OptState, *, tx: GradientTransformation | None = None, step: int | None = None,
-         metadata: Mapping | None = None) -> str:
-  """Write a state to one checkpoint file, atomically.
+def save(path: str | os.PathLike, state: OptState, *, tx: GradientTransformation | None = None,
+         step: int | None = None, metadata: Mapping | None = None, overwrite: bool = False) -> str:
+  """Write a state to one checkpoint directory with Orbax (every process calls it with its shards).
 
   Args:
-    path: the file to write (its directory is created); an existing file is replaced only once the
-      new one is complete and on disk.
-    state: the optimizer state.
+    path: the checkpoint directory to write. Orbax writes into a temporary directory beside it and
+      renames it once complete.
+    state: the optimizer state (or any pytree of arrays), sharded or not: each process writes the
+      shards it holds.
     tx: the transformation, recorded in the manifest by its description.
     step: the training step, recorded in the manifest.
     metadata: JSON-serialisable values to keep in the manifest.
+    overwrite: replace an existing checkpoint at ``path``. Orbax deletes it before writing the new
+      one, so a crash in between leaves none; ``save_step`` keeps the previous step instead.
 
   Returns:
     The path written.
+
+  Raises:
+    CheckpointError: ``path`` exists and ``overwrite`` is False, or a leaf is not an array.
 
   Example:
     >>> import os, tempfile, jax.numpy as jnp, steadax
     >>> tx = steadax.adam(1e-3)
     >>> params = {"w": jnp.ones(2)}
-    >>> path = os.path.join(tempfile.mkdtemp(), "opt.steadax")
+    >>> path = os.path.join(tempfile.mkdtemp(), "opt_state")
     >>> _ = steadax.checkpoint.save(path, tx.init(params), tx=tx, step=0)
+    >>> sorted(os.listdir(path))[-2:]
+    ['arrays', 'manifest']
     >>> restored = steadax.checkpoint.restore(path, tx.init(params))
     >>> steadax.checkpoint.read_manifest(path)["step"]
     0
+
+  References:
+    Orbax checkpointing, https://orbax.readthedocs.io/en/latest/guides/checkpoint/checkpointing_pytrees.html
   """
-  path = os.fspath(path)
-  manifest, arrays = _manifest_and_arrays(state, tx, step, metadata)
-  _atomic_write(path, lambda f: _write_archive(f, manifest, arrays))
+  path = os.path.abspath(os.fspath(path))
+  if os.path.exists(path) and not overwrite:
+    raise CheckpointError(f"save: {path} exists; pass overwrite=True to replace it (or use save_step).")
+  args = _save_args(state, tx, step, metadata)
+  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+    checkpointer.save(path, args, force=overwrite)
   return path
 
 
-def _open(path: str) -> zipfile.ZipFile:
+def _read_v1(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+  """The manifest and arrays of a ZIP file of format version 1 (zipfile checks each member's CRC)."""
   try:
-    archive = zipfile.ZipFile(path, "r")
-  except FileNotFoundError:
-    raise
-  except (zipfile.BadZipFile, OSError, EOFError) as e:
+    with zipfile.ZipFile(path) as archive:
+      manifest = json.loads(archive.read("manifest.json"))
+      arrays = {}
+      for index, record in enumerate(manifest["leaves"]):
+        # A PRNG key is stored as its key data (uint32); its record keeps the key dtype and impl.
+        dtype = np.dtype("uint32" if "key_impl" in record else jnp.dtype(record["dtype"])).newbyteorder("<")
+        data = np.frombuffer(archive.read(f"{index}.bin"), dtype=dtype)
+        arrays[record["path"]] = data.astype(dtype.newbyteorder("="), copy=False).reshape(record["shape"])
+  except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as e:
     raise CheckpointError(f"checkpoint: {path} is not a complete steadax checkpoint ({e}).") from e
-  return archive
+  if manifest.get("format") != FORMAT or manifest.get("format_version") != 1:
+    raise CheckpointError(f"checkpoint: {path} is not a {FORMAT} file (format {manifest.get('format')!r}, "
+                          f"version {manifest.get('format_version')!r}).")
+  return manifest, arrays
 
 
-def _read_manifest(archive: zipfile.ZipFile, path: str) -> dict:
+def _is_v1(path: str) -> bool:
+  return os.path.isfile(path) and zipfile.is_zipfile(path)
+
+
+def _read_orbax_manifest(path: str) -> dict:
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"checkpoint: no checkpoint at {path}.")
   try:
-    manifest = json.loads(archive.read(_MANIFEST))
-  except (KeyError, ValueError, zipfile.BadZipFile, OSError, EOFError) as e:
-    raise CheckpointError(f"checkpoint: {path} has no readable manifest ({e}).") from e
-  if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-    raise CheckpointError(f"checkpoint: {path} is not a {FORMAT} file of version {FORMAT_VERSION} "
-                          f"(format {manifest.get('format')!r}, version {manifest.get('format_version')!r}).")
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+      manifest = checkpointer.restore(path, ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()}))[_MANIFEST]
+  except Exception as e:  # noqa: BLE001 - whatever Orbax raises for a directory that is not a checkpoint
+    raise CheckpointError(f"checkpoint: {path} is not a complete steadax checkpoint "
+                          f"({type(e).__name__}: {e}).") from e
+  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    raise CheckpointError(f"checkpoint: {path} holds no {FORMAT} manifest.")
+  if manifest.get("format_version") != FORMAT_VERSION:
+    raise CheckpointError(f"checkpoint: {path} is of format version {manifest.get('format_version')!r}; "
+                          f"this steadax reads version {FORMAT_VERSION} directories and version 1 files.")
   return manifest
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-  """The manifest of a checkpoint file (see ``state_manifest``), without reading its arrays.
+  """The manifest of a checkpoint (see ``state_manifest``), without reading its arrays.
 
   Args:
-    path: a file written by ``save`` or ``save_step``.
+    path: a checkpoint directory written by ``save`` or ``save_step``, or a file of format version 1.
 
   Returns:
     The manifest dict.
 
+  Raises:
+    FileNotFoundError: there is nothing at ``path``.
+    CheckpointError: ``path`` is not a complete steadax checkpoint.
+
   Example:
-    >>> import os, tempfile, jax.numpy as jnp, steadax
+    >>> import os, tempfile, steadax
     >>> tx = steadax.sgd(0.1)
     >>> path = steadax.checkpoint.save(os.path.join(tempfile.mkdtemp(), "c"), tx.init({}), tx=tx)
     >>> steadax.checkpoint.read_manifest(path)["transformation"]
     'Chain(transforms=(_Identity(), ScaleByLearningRate(learning_rate=0.1, flip_sign=True)))'
   """
-  path = os.fspath(path)
-  with _open(path) as archive:
-    return _read_manifest(archive, path)
+  path = os.path.abspath(os.fspath(path))
+  return _read_v1(path)[0] if _is_v1(path) else _read_orbax_manifest(path)
 
 
-def _read(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-  with _open(path) as archive:
-    manifest = _read_manifest(archive, path)
-    arrays = {}
-    for index, record in enumerate(manifest["leaves"]):
-      try:
-        raw = archive.read(f"{index}.bin")
-      except (KeyError, zipfile.BadZipFile, OSError, EOFError) as e:
-        raise CheckpointError(f"checkpoint: {path} is incomplete: the array of {record['path']} cannot "
-                              f"be read ({e}).") from e
-      if zlib.crc32(raw) != record["crc32"]:
-        raise CheckpointError(f"checkpoint: {path} is corrupted: the array of {record['path']} fails its "
-                              "checksum.")
-      # A PRNG key is stored as its key data (uint32); its record keeps the key dtype and impl.
-      dtype = jnp.dtype("uint32") if "key_impl" in record else jnp.dtype(record["dtype"])
-      data = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype, copy=False)
-      data = data.reshape(record["shape"])
-      arrays[record["path"]] = data
-  return manifest, arrays
+def _read_arrays(path: str, plan: list[tuple[str, Any, str]], records: Mapping[str, Mapping]) -> dict:
+  """The arrays the plan reads, each straight into its template leaf's sharding (numpy without one)."""
+  item, restore_args = {}, {}
+  for p, leaf, how in plan:
+    if how != "read":
+      continue
+    record, sharding = records[p], _data_sharding(leaf)
+    shape = tuple(record["shape"])
+    item[p] = jax.ShapeDtypeStruct(shape, jnp.dtype("uint32" if "key_impl" in record else record["dtype"]))
+    restore_args[p] = (ocp.RestoreArgs(restore_type=np.ndarray) if sharding is None
+                       else ocp.ArrayRestoreArgs(sharding=sharding, global_shape=shape))
+  if not item:
+    return {}
+  try:
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+      restored = checkpointer.restore(path, ocp.args.Composite(**{_ARRAYS: ocp.args.PyTreeRestore(
+          item=item, restore_args=restore_args, partial_restore=True)}))
+  except Exception as e:  # noqa: BLE001 - missing or damaged array files, whatever Orbax raises
+    raise CheckpointError(f"checkpoint: the arrays of {path} cannot be read ({type(e).__name__}: {e}).") from e
+  return dict(restored[_ARRAYS])
 
 
 def _check_transformation(manifest: dict, tx: Any, path: str) -> None:
@@ -486,13 +525,18 @@ def _check_transformation(manifest: dict, tx: Any, path: str) -> None:
         f"  given:      {ours}\nPass tx=None to restore into the template's structure anyway.")
 
 
-def restore(path: str | os.PathLike, like: OptState, *, tx: GradientTransformation | None = None, missing: str = "raise",
-            unused: str = "raise") -> Any:
-  """Read a checkpoint file into the structure of a template state (see ``arrays_to_state``).
+def restore(path: str | os.PathLike, like: OptState, *, tx: GradientTransformation | None = None,
+            missing: str = "raise", unused: str = "raise") -> Any:
+  """Read a checkpoint into the structure (and shardings) of a template state, checking every path.
+
+  The manifest is checked against the template first (see ``arrays_to_state``); then only the
+  arrays the template needs are read, each into its template leaf's sharding, so every process
+  reads the shards it holds.
 
   Args:
-    path: a file written by ``save`` or ``save_step``.
-    like: the template state: ``tx.init(params)`` or ``jax.eval_shape(tx.init, params)``.
+    path: a checkpoint directory written by ``save`` or ``save_step``, or a file of format version 1.
+    like: the template state: ``tx.init(params)`` or ``jax.eval_shape(tx.init, params)``; leaves
+      with a sharding (arrays, or ``jax.ShapeDtypeStruct(..., sharding=...)``) are restored with it.
     tx: if given, the checkpoint must have been written for a transformation with the same
       description (``describe_transformation``); None restores into any template that fits.
     missing: ``"raise"`` or ``"keep"``, as in ``arrays_to_state``.
@@ -502,9 +546,9 @@ def restore(path: str | os.PathLike, like: OptState, *, tx: GradientTransformati
     The restored state.
 
   Raises:
-    CheckpointError: the file is incomplete or corrupted, was written for another transformation,
+    FileNotFoundError: there is nothing at ``path``.
+    CheckpointError: ``path`` is not a complete checkpoint, was written for another transformation,
       or does not fit the template (naming each path).
-    FileNotFoundError: there is no such file.
 
   Example:
     >>> import os, tempfile, jax.numpy as jnp, numpy as np, steadax
@@ -516,23 +560,49 @@ def restore(path: str | os.PathLike, like: OptState, *, tx: GradientTransformati
     >>> np.asarray(restored[0].mu["w"]).tolist() == np.asarray(state[0].mu["w"]).tolist()
     True
   """
-  path = os.fspath(path)
-  manifest, arrays = _read(path)
+  _check_options(missing, unused)
+  path = os.path.abspath(os.fspath(path))
+  if _is_v1(path):
+    manifest, arrays = _read_v1(path)
+    _check_transformation(manifest, tx, path)
+    try:
+      return arrays_to_state(arrays, like, manifest=manifest, missing=missing, unused=unused)
+    except CheckpointError as e:
+      raise CheckpointError(f"{path}: {e}") from None
+  manifest = _read_orbax_manifest(path)
   _check_transformation(manifest, tx, path)
+  records = {r["path"]: r for r in manifest["leaves"]}
   try:
-    return arrays_to_state(arrays, like, manifest=manifest, missing=missing, unused=unused)
+    plan = _fit({p: (tuple(r["shape"]), r["dtype"]) for p, r in records.items()}, like, missing=missing,
+                unused=unused, written_for=manifest.get("transformation"))
   except CheckpointError as e:
     raise CheckpointError(f"{path}: {e}") from None
+  return _assemble(plan, like, _read_arrays(path, plan, records), records)
 
 
-def _step_path(directory: str, step: int) -> str:
-  return os.path.join(directory, f"step_{int(step):08d}.steadax")
+# --- Step directories ----------------------------------------------------------------------------
+
+
+def _manager(directory: str, keep: int | None = None) -> Any:
+  options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
+  return ocp.CheckpointManager(directory, options=options, item_names=(_ARRAYS, _MANIFEST))
+
+
+def _v1_steps(directory: str) -> dict[int, str]:
+  return {int(m.group(1)): os.path.join(directory, name) for name in os.listdir(directory)
+          if (m := _V1_STEP_FILE.match(name))}
+
+
+def _orbax_steps(directory: str) -> list[int]:
+  with _manager(directory) as manager:
+    return sorted(manager.all_steps())
 
 
 def all_steps(directory: str | os.PathLike) -> list[int]:
   """The steps of the complete checkpoints in a directory, in increasing order.
 
-  Temporary files of an interrupted ``save_step`` are not checkpoints and are not listed.
+  Orbax's temporary directories of an interrupted ``save_step`` are not checkpoints and are not
+  listed; ``step_XXXXXXXX.steadax`` files of format version 1 are.
 
   Args:
     directory: a directory written by ``save_step`` (a missing directory has none).
@@ -545,11 +615,10 @@ def all_steps(directory: str | os.PathLike) -> list[int]:
     >>> steadax.checkpoint.all_steps(tempfile.mkdtemp())
     []
   """
-  directory = os.fspath(directory)
+  directory = os.path.abspath(os.fspath(directory))
   if not os.path.isdir(directory):
     return []
-  steps = [int(m.group(1)) for name in os.listdir(directory) if (m := _STEP_FILE.match(name))]
-  return sorted(steps)
+  return sorted(set(_orbax_steps(directory)) | set(_v1_steps(directory)))
 
 
 def latest_step(directory: str | os.PathLike) -> int | None:
@@ -575,19 +644,26 @@ def latest_step(directory: str | os.PathLike) -> int | None:
 
 def save_step(directory: str | os.PathLike, step: int, state: OptState, *, tx: GradientTransformation | None = None,
               keep: int | None = None, metadata: Mapping | None = None) -> str:
-  """Write the checkpoint of one training step into a directory, atomically (see ``save``).
+  """Write the checkpoint of one training step into a directory with Orbax's ``CheckpointManager``.
+
+  The step is written to a temporary directory and renamed to ``directory/<step>`` once complete
+  (Orbax's step layout, which ``ocp.CheckpointManager(directory)`` reads too), so a process killed
+  while saving leaves the previous steps as they were. Every process calls it, with its shards.
 
   Args:
-    directory: the checkpoint directory (created if needed); one writer at a time.
-    step: the training step (the file is ``step_XXXXXXXX.steadax``).
+    directory: the checkpoint directory (created if needed).
+    step: the training step; a step that is already saved is refused.
     state: the optimizer state (or any pytree of arrays: ``{"params": ..., "opt_state": ...}``).
     tx: the transformation, recorded in the manifest.
-    keep: keep only the latest ``keep`` checkpoints (older ones are deleted after the new one is
+    keep: keep only the latest ``keep`` steps (Orbax deletes older ones after the new one is
       complete); None keeps all.
     metadata: JSON-serialisable values to keep in the manifest.
 
   Returns:
-    The file written.
+    The step's checkpoint directory.
+
+  Raises:
+    CheckpointError: the step is already in the directory, or a leaf is not an array.
 
   Example:
     >>> import tempfile, jax.numpy as jnp, steadax
@@ -600,26 +676,29 @@ def save_step(directory: str | os.PathLike, step: int, state: OptState, *, tx: G
     >>> step, state = steadax.checkpoint.restore_step(directory, tx.init(params))
     >>> step
     2
+
+  References:
+    Orbax CheckpointManager, https://orbax.readthedocs.io/en/latest/guides/checkpoint/api_refactor.html
   """
   if keep is not None and (not isinstance(keep, int) or keep < 1):
     raise ValueError(f"save_step: keep must be a positive integer or None, got {keep!r}.")
-  directory = os.fspath(directory)
-  path = save(_step_path(directory, step), state, tx=tx, step=step, metadata=metadata)
-  if keep is not None:
-    for old in all_steps(directory)[:-keep]:
-      with contextlib.suppress(FileNotFoundError):
-        os.unlink(_step_path(directory, old))
-    _fsync_directory(directory)
-  return path
+  directory, step = os.path.abspath(os.fspath(directory)), int(step)
+  args = _save_args(state, tx, step, metadata)
+  with _manager(directory, keep) as manager:
+    if step in manager.all_steps():
+      raise CheckpointError(f"save_step: step {step} is already saved in {directory}.")
+    manager.save(step, args=args, force=True)  # force: every step asked for, whatever Orbax's policy
+    return str(manager.directory / str(step))
 
 
-def restore_step(directory: str | os.PathLike, like: OptState, *, step: int | None = None, tx: GradientTransformation | None = None,
-                 missing: str = "raise", unused: str = "raise") -> tuple[int, Any]:
-  """Read a step's checkpoint (the latest complete one by default) from a directory.
+def restore_step(directory: str | os.PathLike, like: OptState, *, step: int | None = None,
+                 tx: GradientTransformation | None = None, missing: str = "raise", unused: str = "raise"
+                 ) -> tuple[int, Any]:
+  """Read a step's checkpoint (the latest complete one by default) from a directory (see ``restore``).
 
   Args:
     directory: a directory written by ``save_step``.
-    like: the template state (see ``arrays_to_state``).
+    like: the template state (see ``restore``); its shardings are the restored arrays'.
     step: the step to read; None reads the latest complete checkpoint.
     tx: as in ``restore``.
     missing: as in ``arrays_to_state``.
@@ -639,14 +718,14 @@ def restore_step(directory: str | os.PathLike, like: OptState, *, step: int | No
     >>> steadax.checkpoint.restore_step(directory, tx.init({"w": jnp.ones(2)}))[0]
     5
   """
-  directory = os.fspath(directory)
+  directory = os.path.abspath(os.fspath(directory))
+  steps = all_steps(directory)
   if step is None:
-    step = latest_step(directory)
-    if step is None:
+    if not steps:
       raise FileNotFoundError(f"restore_step: no checkpoint in {directory!r}.")
-  path = _step_path(directory, step)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"restore_step: no checkpoint of step {step} in {directory!r} (steps: "
-                            f"{all_steps(directory)}).")
+    step = steps[-1]
+  if step not in steps:
+    raise FileNotFoundError(f"restore_step: no checkpoint of step {step} in {directory!r} (steps: {steps}).")
+  orbax_path = os.path.join(directory, str(step))
+  path = orbax_path if os.path.isdir(orbax_path) else _v1_steps(directory)[step]
   return int(step), restore(path, like, tx=tx, missing=missing, unused=unused)
-
