@@ -459,8 +459,10 @@ def _read_orbax_manifest(path: str) -> dict:
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
       manifest = checkpointer.restore(path, ocp.args.Composite(**{_MANIFEST: ocp.args.JsonRestore()}))[_MANIFEST]
   except Exception as e:  # noqa: BLE001 - whatever Orbax raises for a directory that is not a checkpoint
+    hint = ("; it holds the steps of save_step: read one with restore_step"
+            if os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path)) else "")
     raise CheckpointError(f"checkpoint: {path} is not a complete steadax checkpoint "
-                          f"({type(e).__name__}: {e}).") from e
+                          f"({type(e).__name__}: {e}){hint}.") from e
   if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
     raise CheckpointError(f"checkpoint: {path} holds no {FORMAT} manifest.")
   if manifest.get("format_version") != FORMAT_VERSION:
