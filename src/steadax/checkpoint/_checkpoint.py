@@ -321,7 +321,7 @@ def _assemble(plan: list[tuple[str, Any, str]], like: Any, arrays: Mapping[str, 
   return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
 
 
-def arrays_to_state(arrays: Mapping[str, Any], like: OptState, *, manifest: Mapping | None = None,
+def arrays_to_state(arrays: Mapping[str, Any], like: Any, *, manifest: Mapping | None = None,
                     missing: str = "raise", unused: str = "raise") -> Any:
   """Put path-keyed arrays back into the structure of a template state, checking every path.
 
@@ -379,9 +379,13 @@ def arrays_to_state(arrays: Mapping[str, Any], like: OptState, *, manifest: Mapp
 def _save_args(state: Any, tx: Any, step: int | None, metadata: Mapping | None) -> Any:
   stored = {path: _stored(path, leaf) for path, leaf in _flatten(state)}
   manifest = state_manifest(state, tx, step, metadata)
-  # Orbax refuses arrays with no elements; the manifest's record is all they hold.
+  # Orbax refuses arrays with no elements, and an item with no arrays (a stateless ``sgd``): the
+  # manifest's records are all they hold.
   arrays = {path: data for path, (data, _) in stored.items() if int(np.prod(data.shape)) > 0}
-  return ocp.args.Composite(**{_ARRAYS: ocp.args.PyTreeSave(arrays), _MANIFEST: ocp.args.JsonSave(manifest)})
+  items: dict[str, Any] = {_MANIFEST: ocp.args.JsonSave(manifest)}
+  if arrays:
+    items[_ARRAYS] = ocp.args.PyTreeSave(arrays)
+  return ocp.args.Composite(**items)
 
 
 def save(path: str | os.PathLike, state: OptState, *, tx: GradientTransformation | None = None,
@@ -411,7 +415,7 @@ def save(path: str | os.PathLike, state: OptState, *, tx: GradientTransformation
     >>> params = {"w": jnp.ones(2)}
     >>> path = os.path.join(tempfile.mkdtemp(), "opt_state")
     >>> _ = steadax.checkpoint.save(path, tx.init(params), tx=tx, step=0)
-    >>> sorted(os.listdir(path))[-2:]
+    >>> sorted(name for name in os.listdir(path) if os.path.isdir(os.path.join(path, name)))
     ['arrays', 'manifest']
     >>> restored = steadax.checkpoint.restore(path, tx.init(params))
     >>> steadax.checkpoint.read_manifest(path)["step"]
@@ -527,7 +531,7 @@ def _check_transformation(manifest: dict, tx: Any, path: str) -> None:
         f"  given:      {ours}\nPass tx=None to restore into the template's structure anyway.")
 
 
-def restore(path: str | os.PathLike, like: OptState, *, tx: GradientTransformation | None = None,
+def restore(path: str | os.PathLike, like: Any, *, tx: GradientTransformation | None = None,
             missing: str = "raise", unused: str = "raise") -> Any:
   """Read a checkpoint into the structure (and shardings) of a template state, checking every path.
 
@@ -693,7 +697,7 @@ def save_step(directory: str | os.PathLike, step: int, state: OptState, *, tx: G
     return str(manager.directory / str(step))
 
 
-def restore_step(directory: str | os.PathLike, like: OptState, *, step: int | None = None,
+def restore_step(directory: str | os.PathLike, like: Any, *, step: int | None = None,
                  tx: GradientTransformation | None = None, missing: str = "raise", unused: str = "raise"
                  ) -> tuple[int, Any]:
   """Read a step's checkpoint (the latest complete one by default) from a directory (see ``restore``).
