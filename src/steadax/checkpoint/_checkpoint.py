@@ -234,7 +234,7 @@ def _fit(found: Mapping[str, tuple[tuple[int, ...], str]], like: Any, *, missing
       raise CheckpointError(f"checkpoint: the template leaf at {path} is a {type(leaf).__name__}, not an "
                             "array or ShapeDtypeStruct; build the template with tx.init(params) or "
                             "jax.eval_shape(tx.init, params).")
-    empty = not _is_key(leaf) and int(np.prod(leaf.shape)) == 0  # no data to lose: rebuilt from its type
+    empty = int(np.prod(leaf.shape)) == 0  # no data to lose: rebuilt from its type
     if path not in found:
       if empty or (missing == "keep" and isinstance(leaf, jax.Array)):
         plan.append((path, leaf, "empty" if empty else "keep"))
@@ -295,17 +295,20 @@ def _data_sharding(like: Any) -> jax.sharding.Sharding | None:
 def _place(data: Any, like: Any, record: Mapping | None) -> Any:
   """A template leaf's value from its stored data (a PRNG key's: its key data), on its sharding."""
   sharding, data_sharding = _sharding(like), _data_sharding(like)
-  if not isinstance(data, jax.Array):
-    data = np.asarray(data)
-    if data_sharding is None:
-      data = jnp.asarray(data)
-    else:  # each process fills the shards it holds (a device_put needs all of them addressable)
-      data = jax.make_array_from_callback(data.shape, data_sharding, lambda index: data[index])
+  if isinstance(data, jax.Array):
+    if data_sharding is not None and not data.sharding.is_equivalent_to(data_sharding, data.ndim):
+      data = jax.device_put(data, data_sharding)
+  elif data_sharding is None:
+    data = jnp.asarray(data)
+  else:  # each process fills the shards it holds (a device_put needs all of them addressable)
+    host = np.asarray(data)
+    data = jax.make_array_from_callback(host.shape, data_sharding, lambda index: host[index])
   if not _is_key(like):
     return data
   impl = (record or {}).get("key_impl") or str(jax.random.key_impl(like))
-  wrap = jax.jit(functools.partial(jax.random.wrap_key_data, impl=impl), out_shardings=sharding)
-  return wrap(data)
+  if sharding is None:
+    return jax.random.wrap_key_data(data, impl=impl)
+  return jax.jit(functools.partial(jax.random.wrap_key_data, impl=impl), out_shardings=sharding)(data)
 
 
 def _assemble(plan: list[tuple[str, Any, str]], like: Any, arrays: Mapping[str, Any],
@@ -315,7 +318,8 @@ def _assemble(plan: list[tuple[str, Any, str]], like: Any, arrays: Mapping[str, 
     if how == "keep":
       leaves.append(leaf)
     elif how == "empty":
-      leaves.append(_place(np.zeros(leaf.shape, jnp.dtype(leaf.dtype)), leaf, None))
+      stored = jax.eval_shape(jax.random.key_data, leaf) if _is_key(leaf) else leaf
+      leaves.append(_place(np.zeros(stored.shape, jnp.dtype(stored.dtype)), leaf, records.get(path)))
     else:
       leaves.append(_place(arrays[path], leaf, records.get(path)))
   return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
