@@ -57,7 +57,7 @@ def _report(restored, expected):
   for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(restored)[0], jax.tree.leaves(expected)):
     spec = got.sharding.spec if isinstance(got.sharding, NamedSharding) else None
     record = {"spec": str(spec), "dtype": str(got.dtype), "local_shards": len(got.addressable_shards)}
-    if jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key):
+    if jnp.issubdtype(got.dtype, jax.dtypes.prng_key):
       got, want = jax.random.key_data(got), jax.random.key_data(want)
     record["equal"] = bool(np.array_equal(multihost_utils.process_allgather(got, tiled=True),
                                           multihost_utils.process_allgather(want, tiled=True)))

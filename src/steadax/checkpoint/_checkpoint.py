@@ -25,8 +25,8 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Union
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
@@ -58,6 +58,9 @@ FORMAT = "steadax-checkpoint"
 FORMAT_VERSION = 2
 _ARRAYS, _MANIFEST = "arrays", "manifest"
 _V1_STEP_FILE = re.compile(r"^step_(\d+)\.steadax$")  # save_step's files of format version 1
+# A template state: a state, or its abstract version (``jax.eval_shape``, ShapeDtypeStructs with
+# shardings).
+Template = Union[jax.Array, jax.ShapeDtypeStruct, Iterable["Template"], Mapping[Any, "Template"]]
 
 
 class CheckpointError(ValueError):
@@ -325,7 +328,7 @@ def _assemble(plan: list[tuple[str, Any, str]], like: Any, arrays: Mapping[str, 
   return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
 
 
-def arrays_to_state(arrays: Mapping[str, Any], like: Any, *, manifest: Mapping | None = None,
+def arrays_to_state(arrays: Mapping[str, Any], like: Template, *, manifest: Mapping | None = None,
                     missing: str = "raise", unused: str = "raise") -> Any:
   """Put path-keyed arrays back into the structure of a template state, checking every path.
 
@@ -535,7 +538,7 @@ def _check_transformation(manifest: dict, tx: Any, path: str) -> None:
         f"  given:      {ours}\nPass tx=None to restore into the template's structure anyway.")
 
 
-def restore(path: str | os.PathLike, like: Any, *, tx: GradientTransformation | None = None,
+def restore(path: str | os.PathLike, like: Template, *, tx: GradientTransformation | None = None,
             missing: str = "raise", unused: str = "raise") -> Any:
   """Read a checkpoint into the structure (and shardings) of a template state, checking every path.
 
@@ -701,7 +704,7 @@ def save_step(directory: str | os.PathLike, step: int, state: OptState, *, tx: G
     return str(manager.directory / str(step))
 
 
-def restore_step(directory: str | os.PathLike, like: Any, *, step: int | None = None,
+def restore_step(directory: str | os.PathLike, like: Template, *, step: int | None = None,
                  tx: GradientTransformation | None = None, missing: str = "raise", unused: str = "raise"
                  ) -> tuple[int, Any]:
   """Read a step's checkpoint (the latest complete one by default) from a directory (see ``restore``).
