@@ -132,6 +132,26 @@ def test_a_state_survives_a_refactor_where_the_paths_allow():
 
 
 @pytest.mark.x32_only
+def test_restore_reads_only_what_the_template_takes(tmp_path):
+  # Through the files: a stage added (missing="keep") and a stage removed (unused="ignore"); Orbax
+  # reads the paths the template takes and no other.
+  params = PARAMS
+  old = steadax.named_chain(("clip", steadax.clip(1.0)), ("momentum", steadax.trace(0.9)),
+                            ("adam", steadax.adam(1e-3)))
+  new = steadax.named_chain(("adam", steadax.adam(1e-3)), ("ema", steadax.ema(0.9)))
+  old_state = _trained(old)
+  path = checkpoint.save(tmp_path / "c", old_state, tx=old)
+  with pytest.raises(CheckpointError) as error:
+    checkpoint.restore(path, new.init(params))
+  message = str(error.value)
+  assert "ema/ema/w: missing" in message and "momentum/trace/b, momentum/trace/w: in the checkpoint" in message
+  assert str(path) in message and "written for" in message
+  restored = checkpoint.restore(path, new.init(params), missing="keep", unused="ignore")
+  assert _bits(restored["adam"]) == _bits(old_state["adam"])
+  assert _bits(restored["ema"]) == _bits(new.init(params)["ema"])
+
+
+@pytest.mark.x32_only
 def test_restore_checks_the_transformation_when_given(tmp_path):
   tx = steadax.adam(1e-3)
   path = checkpoint.save(tmp_path / "c", _trained(tx), tx=tx)
