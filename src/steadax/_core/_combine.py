@@ -2,7 +2,10 @@
 
 from typing import Any
 
-from ._base import GradientTransformation, InputMismatchError, Transformation, as_inner
+from ._adapters import as_inner
+from ._contract import InputMismatchError
+from ._interface import GradientTransformation
+from ._transformation import Transformation
 from ._module import child_field, static_field
 
 __all__ = ["chain", "named_chain", "Chain", "NamedChain"]

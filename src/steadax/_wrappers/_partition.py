@@ -10,13 +10,11 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import (
-    GradientTransformation,
-    InputMismatchError,
-    Transformation,
-    as_inner,
-    set_to_zero,
-)
+from .._core._adapters import as_inner
+from .._core._contract import InputMismatchError
+from .._core._interface import GradientTransformation
+from .._core._stateless import set_to_zero
+from .._core._transformation import Transformation
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles

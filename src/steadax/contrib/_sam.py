@@ -20,7 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import EmptyState, GradientTransformation, Transformation, apply_updates, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import EmptyState, GradientTransformation
+from .._core._transformation import Transformation
+from .._core._updates import apply_updates
 from .._core._leafwise import Scalars
 from .._core._module import child_field, static_field
 from .._core._policy import COUNTER_DTYPE, zero_count

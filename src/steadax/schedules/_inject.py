@@ -22,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation, fusion_blocker
 from .._core._contract import ContractError
 from .._core._deprecations import warn_deprecated_call
 from .._core._module import Module, hyper_field, static_field

@@ -15,19 +15,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import (
-    Transformation,
+from .._core._interface import (
     _FunctionTransformation,
     _FunctionTransformationExtraArgs,
     _function_owner,
-    apply_updates,
 )
+from .._core._transformation import Transformation
+from .._core._updates import apply_updates
 from .._core._config import is_strict, strict_mode
 from .._core._contract import collect_drift
 from .._core._module import Module
 from .._core._policy import key_path_str
 from ._report import ConformanceReport, Violation, path_in_message, violation_from_exception
-from .._core._base import GradientTransformation
+from .._core._interface import GradientTransformation
 from .._core._types import Params, Updates
 
 __all__ = ["CHECKS", "check_transformation", "default_grads", "perturb_hyperparameters",

@@ -10,7 +10,9 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._module import child_field, static_field
 from .._core._prefix import align_prefix as align_prefix
 from .._core._prefix import is_mask_callable as is_mask_callable

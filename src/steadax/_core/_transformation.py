@@ -1,0 +1,247 @@
+"""``Transformation``: the base of every transformation steadax builds, run under the contract.
+
+A subclass writes ``init_fn`` and ``update_fn``; ``init`` and ``update`` wrap them with the
+parameter checks, the state roles, the contract (``_contract.py``) and, when a call fails on trees
+that do not belong together, the diagnosis (``_diagnosis.py``).
+"""
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+
+from ._adapters import _WithExtraArgs
+from ._containers import in_init_containers
+from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
+from ._diagnosis import diagnose_structures, is_tree_mismatch, short_repr
+from ._flat import contains_flat_params
+from ._interface import EmptyState, GradientTransformation, GradientTransformationExtraArgs
+from ._leafwise import leafwise
+from ._module import _CHILD, _KIND
+from ._policy import check_float_params, key_path_str
+from ._roles import check_roles, init_from_roles, roles_of
+from ._tree import PYTHON_NUMBERS, number_as_array, param_array, tree_map
+from ._types import OptState, Params, Updates
+
+__all__ = ["Transformation", "child_transformations", "fusion_blocker"]
+
+
+class Transformation(GradientTransformationExtraArgs):
+  """Base of every transformation steadax builds: ``init_fn``/``update_fn`` under the contract.
+
+  Subclasses implement ``init_fn(params)`` and ``update_fn(updates, state, params, **extra_args)``;
+  ``init``/``update`` wrap them with the checks of ``steadax._core._contract``.
+
+  Integer and boolean parameters (a step counter or an index among the parameters, as Flax's
+  TrainState allows) are accepted, as Optax accepts them: state is created for them as Optax
+  creates it (accumulators in the parameter's dtype), and transformations written on ``leafwise``
+  give them a zero update and keep their state (docs/contract.md, "Integer parameters").
+
+  Class attributes:
+    requires_float: set True on a transformation that cannot handle integer or boolean parameters:
+      its ``init`` raises a TypeError naming the path.
+    updates_follow_params: updates keep the incoming structure and take the parameters' dtypes.
+    elementwise: True declares that the transformation may run on its leaves concatenated into
+      flat buffers (``fuse``): its update is elementwise, or reduces over the whole tree (a global
+      norm, a dot product), and never depends on a leaf's shape, position or per-leaf statistics.
+      ``"children"``: as elementwise as the inner transformations (its ``child_field`` values).
+      False (the default): never fused. Override ``fusion_blocker`` where it depends on a field.
+    elementwise_on_flat_params: the same for ``FlatParams`` parameters, where it differs (None:
+      as ``elementwise``). ``masked`` and ``partition`` are ``"children"`` there: they resolve
+      their mask or labels on the parameters' tree and check that each buffer gets one value,
+      which ``fuse``'s packed buffers (built without the mask) cannot offer.
+  """
+
+  requires_float: ClassVar[bool] = False
+  updates_follow_params: ClassVar[bool] = True
+  elementwise: ClassVar[bool | str] = False
+  elementwise_on_flat_params: ClassVar[bool | str | None] = None
+  name: ClassVar[str] = ""
+
+  def fusion_blocker(self, flat_params: bool = False) -> str | None:
+    """Why this transformation cannot run on concatenated leaves, or None when it can.
+
+    Args:
+      flat_params: on ``FlatParams`` parameters (``elementwise_on_flat_params``) rather than in
+        ``fuse``.
+
+    Returns:
+      None, or the name of the first piece that is not elementwise (with the reason when known).
+    """
+    mode = self.elementwise
+    if flat_params and self.elementwise_on_flat_params is not None:
+      mode = self.elementwise_on_flat_params
+    if mode is True:
+      return None
+    if mode == "children":
+      for child in child_transformations(self):
+        reason = fusion_blocker(child, flat_params)
+        if reason is not None:
+          return reason
+      return None
+    return f"{self.owner} (not declared elementwise)"
+
+  @property
+  def owner(self) -> str:
+    return self.name or type(self).__name__
+
+  def init_fn(self, params: Params) -> OptState:
+    """The fresh state: built from the roles of ``State`` when the class declares one."""
+    state_cls = getattr(type(self), "State", None)
+    if state_cls is not None and roles_of(state_cls) is not None:
+      return init_from_roles(state_cls, self, params)
+    return EmptyState()
+
+  def update_fn(self, updates, state, params=None, **extra_args):  # pragma: no cover - abstract
+    raise NotImplementedError
+
+  def init(self, params: Params) -> OptState:
+    # Read array-like leaves through their arrays (Flax's hijax Variables have no dtype of their
+    # own once traced), so every init_fn and the role check see shapes, dtypes and shardings;
+    # Python numbers become strong arrays of their default dtype (Optax accepts `{"w": 1.0}`).
+    params = tree_map(param_array, params)
+    _check_param_leaves(self.owner, params)
+    if contains_flat_params(params):
+      reason = self.fusion_blocker(flat_params=True)
+      if reason is not None:
+        raise ValueError(
+            f"{self.owner}: cannot run on FlatParams: {reason}. Its buffers concatenate many "
+            "leaves, so only transformations whose update is elementwise or reduces over the whole "
+            "tree give the per-leaf result. Use the parameters' tree (`flat.tree()`) with this "
+            "transformation.")
+    if self.requires_float:
+      check_float_params(self.owner, params)
+    state = self.init_fn(params)
+    if type(state) is getattr(type(self), "State", None):
+      check_roles(self.owner, self, state, params)
+    return conform_init(self.owner, state)
+
+  def leafwise(self, fn, updates, *states, params=None, reads=(), scalars=None):
+    """The per-leaf primitive (``steadax._core._leafwise.leafwise``) under this transformation's name.
+
+    Args:
+      fn: ``fn(k, g, *state_leaves, *read_leaves) -> update`` or ``(update, *new_state_leaves)``,
+        written on compute-dtype inputs.
+      updates: the incoming updates.
+      *states: state trees, each written back in its stored dtype.
+      params: the parameters (the updates take their dtypes), or None.
+      reads: read-only trees passed after the state leaves.
+      scalars: ``scalars(dtype) -> Scalars`` built once per real compute dtype.
+
+    Returns:
+      ``(updates, *new_states)``.
+    """
+    return leafwise(self.owner, fn, updates, *states, params=params, reads=reads, scalars=scalars)
+
+  def update(self, updates: Updates, state: OptState, params: Params | None = None, **extra_args):
+    updates = _python_numbers_as_arrays(updates)
+    params = _python_numbers_as_arrays(params)
+    _check_state_type(self, state)
+    # A framework may have given the state back in other containers (NNX): see _containers.
+    state, back, context = in_init_containers(self, state, updates if params is None else params)
+    try:
+      with context:
+        new_updates, new_state = self.update_fn(updates, state, params, **extra_args)
+    except InputMismatchError as error:
+      raise error.within(self.owner) from error.__cause__
+    except (ValueError, TypeError) as error:
+      if isinstance(error, ContractError) or not is_tree_mismatch(error):
+        raise
+      message = diagnose_structures(self.owner, updates, state, params)
+      if message is None:
+        raise
+      raise InputMismatchError(message) from error
+    new_state = back(conform_state(self.owner, state, new_state))
+    if self.updates_follow_params:
+      new_updates = conform_updates(self.owner, updates, params, new_updates)
+    return new_updates, new_state
+
+
+def _check_param_leaves(owner: str, params: Any) -> None:
+  """A parameter leaf that is neither an array nor a number (a string, an object) has no dtype."""
+  if all(hasattr(leaf, "dtype") for leaf in jax.tree_util.tree_leaves(params)):
+    return  # the paths are built only to name a culprit
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if not hasattr(leaf, "dtype"):
+      raise TypeError(
+          f"{owner}: the parameter at {key_path_str(path)} is a {type(leaf).__name__} "
+          f"({short_repr(leaf)}); parameters must be arrays or numbers (keep other values out of "
+          "the params tree, or give them to init as None).")
+
+
+def _python_numbers_as_arrays(tree: Any) -> Any:
+  """``tree`` with its Python number leaves as strong arrays (the tree itself when it has none)."""
+  if tree is None or not any(isinstance(x, PYTHON_NUMBERS) for x in jax.tree_util.tree_leaves(tree)):
+    return tree
+  return jax.tree_util.tree_map(
+      lambda x: number_as_array(x) if isinstance(x, PYTHON_NUMBERS) else x, tree)
+
+
+def _expected_state_type(tx: Transformation) -> type | None:
+  state_cls = getattr(type(tx), "State", None)
+  if state_cls is not None:
+    return state_cls
+  if type(tx).init_fn is Transformation.init_fn:
+    return EmptyState
+  return None
+
+
+def _check_state_type(tx: Transformation, state: Any) -> None:
+  """A state record of another class than the one ``tx.init`` makes: another optimizer's state."""
+  expected = _expected_state_type(tx)
+  if expected is None or isinstance(state, expected):
+    return
+  if isinstance(state, tuple) and not state and (
+      expected is EmptyState or type(tx).init_fn is not Transformation.init_fn):
+    return  # `()` or Optax's EmptyState: the same empty node (an init_fn may return it)
+  if expected is EmptyState and (state is None or (isinstance(state, (dict, list)) and not state)):
+    return  # Optax's idiom for a stateless transformation (`update(u, None)`): given back as it is
+  if (isinstance(state, tuple) and type(state).__name__ == expected.__name__
+      and getattr(state, "_fields", None) == getattr(expected, "_fields", ())):
+    return  # the same record from Optax (a state made by Optax's init, kept across the switch)
+  what = type(state).__name__
+  hint = ""
+  if isinstance(state, tuple) and hasattr(state, "_fields"):
+    hint = " (the state record of another transformation)"
+  raise InputMismatchError(
+      f"{tx.owner}: update was given a {what}{hint}, but {tx.owner}'s init makes a "
+      f"{expected.__name__}: this state is not {tx.owner}'s state. Pass the state that this "
+      "transformation's init returned (was the optimizer changed after the state was made?)."
+  )
+
+
+
+def child_transformations(tx: Any) -> list:
+  """The inner transformations held in ``tx``'s ``child_field`` values (tuples and dicts opened)."""
+  found: list = []
+  for field in dataclasses.fields(tx):
+    if field.metadata.get(_KIND) != _CHILD:
+      continue
+    value = getattr(tx, field.name)
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else (value,)
+    found.extend(v for v in values if isinstance(v, GradientTransformation))
+  return found
+
+
+def fusion_blocker(tx: Any, flat_params: bool = False) -> str | None:
+  """``tx.fusion_blocker(flat_params)`` for a steadax transformation; a reason for anything else.
+
+  Args:
+    tx: a transformation.
+    flat_params: on ``FlatParams`` parameters rather than in ``fuse``.
+
+  Returns:
+    None, or why ``tx`` cannot run on concatenated leaves.
+
+  Example:
+    >>> import steadax
+    >>> fusion_blocker(steadax.adam(1e-3)) is None
+    True
+  """
+  if isinstance(tx, Transformation):
+    return tx.fusion_blocker(flat_params)
+  if isinstance(tx, _WithExtraArgs):
+    return fusion_blocker(tx.inner, flat_params)
+  name = getattr(getattr(tx, "update_fn", None), "__qualname__", type(tx).__name__)
+  return (f"{name} (a function pair: steadax cannot tell whether it is elementwise; write it as a "
+          "Transformation subclass with `elementwise = True`)")
