@@ -1,17 +1,27 @@
 """Diagnosis of ``update`` and ``apply_updates`` arguments that do not belong together.
 
-When a call fails, the trees it was given are compared (structures, then leaf shapes) and the first
-difference becomes an ``InputMismatchError`` naming the transformation, the trees and the paths.
+When a call fails with a ValueError or TypeError, the trees it was given are compared directly:
+their structures, then their leaves' shapes, and for ``update`` the state against the state that
+``init`` makes for these parameters (run abstractly, with ``jax.eval_shape``). The first difference
+becomes an ``InputMismatchError`` naming the transformation, the trees and the paths; when the trees
+belong together, the original error is raised unchanged. Nothing here reads the text of the failing
+call's error: JAX may reword its messages, the trees do not change.
 """
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
 from ._policy import key_path_str
+from ._tree import is_none, unwrap_variables
 
-__all__ = ["diagnose_structures", "is_tree_mismatch", "short_repr", "tree_difference", "shape_difference"]
+__all__ = ["diagnose_apply_updates", "diagnose_update", "short_repr"]
+
+_UPDATES = "the updates (gradients)"
+_OTHER_PARAMETERS = " The state was made by init for other parameters: call init with these parameters."
 
 
 def short_repr(value: Any) -> str:
@@ -20,25 +30,11 @@ def short_repr(value: Any) -> str:
   return text if len(text) <= 60 else text[:57] + "..."
 
 
-_SHAPE_MISMATCH_TEXT = ("incompatible shapes", "shapes must be equal", "Incompatible shapes")
-
-_TREE_MISMATCH_TEXT = _SHAPE_MISMATCH_TEXT + (
-    "Dict key mismatch", "Custom node type mismatch", "Tuple arity mismatch", "List arity mismatch",
-    "Expected tuple", "Expected list", "Expected dict", "Expected named tuple", "Expected None",
-    "tree structure", "Mismatch custom node data", "None arity", "Node arity mismatch",
-)
-
-
-def is_tree_mismatch(error: Exception) -> bool:
-  text = str(error)
-  return any(fragment in text for fragment in _TREE_MISMATCH_TEXT)
-
-
 def _leaf_paths(tree: Any) -> list[str]:
   return [key_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
-def tree_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str:
+def _tree_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str:
   a_paths, b_paths = _leaf_paths(a), _leaf_paths(b)
   only_a = [p for p in a_paths if p not in set(b_paths)]
   only_b = [p for p in b_paths if p not in set(a_paths)]
@@ -66,7 +62,7 @@ def _state_subtrees(state: Any, path: str = "state"):
       yield from _state_subtrees(value, f"{path}[{i}]")
 
 
-def shape_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str | None:
+def _shape_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> str | None:
   """The first leaf where two trees of one structure differ in shape, as a message (or None)."""
   for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
     if hasattr(x, "shape") and hasattr(y, "shape") and np.shape(x) != np.shape(y):
@@ -82,23 +78,112 @@ def _mirrors(subtree: Any) -> bool:
   return not hasattr(subtree, "dtype") and bool(jax.tree_util.tree_leaves(subtree))
 
 
-def diagnose_structures(owner: str, updates: Any, state: Any, params: Any) -> str | None:
-  """Which of the trees given to ``update`` differ, and where; None when none is found."""
+def _same_shapes(a: Any, b: Any) -> bool:
+  """Whether two trees of one structure have leaves of the same shapes."""
+  return all(np.shape(x) == np.shape(y)
+             for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+def _abstract(tree: Any) -> Any:
+  return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), tree)
+
+
+def _made_by_init(init: Callable[[Any], Any], reference: Any) -> Any:
+  """The state ``init`` makes for parameters like ``reference`` (shapes and dtypes), or None.
+
+  Run abstractly (no arrays are allocated). An init that fails or warns here has nothing to say
+  about the call being diagnosed: its own errors belong to its own call.
+  """
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      return jax.eval_shape(init, _abstract(reference))  # a leaf without a dtype raises here too
+  except Exception:  # noqa: BLE001 - see the docstring
+    return None
+
+
+def diagnose_update(owner: str, init: Callable[[Any], Any], updates: Any, state: Any,
+                    params: Any) -> str | None:
+  """Which of the trees given to ``owner``'s ``update`` do not belong together, and where.
+
+  1. The params against the updates: structure, then leaf shapes.
+  2. Each part of the state that mirrors the parameters in the state ``init`` makes for them (a
+     dictionary or list of moments, not a record or an array) against the same part of the
+     given state: a state made by ``init`` for other parameters. Parts that do not mirror the
+     parameters (a schedule's hyperparameters, Adafactor's factored rows) are compared only with
+     what ``init`` makes there, so a state that is right is never reported.
+
+  Args:
+    owner: the transformation's name, for the message.
+    init: its ``init`` (called abstractly on the parameters, or on the updates without them).
+    updates: the updates ``update`` was given.
+    state: the state it was given (in ``init``'s containers).
+    params: the params it was given, or None.
+
+  Returns:
+    The message, or None when the trees belong together.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_adam()
+    >>> print(diagnose_update("scale_by_adam", tx.init, {"v": jnp.ones(2)},
+    ...                       tx.init({"w": jnp.ones(2)}), None))  # doctest: +NORMALIZE_WHITESPACE
+    scale_by_adam: the updates (gradients) and state.mu have different tree structures; only in the
+    updates (gradients): ['v']; only in state.mu: ['w']. The state was made by init for other
+    parameters: call init with these parameters.
+  """
+  updates, params = unwrap_variables(updates), unwrap_variables(params)
   structure = jax.tree_util.tree_structure(updates)
-  updates_name = "the updates (gradients)"
   if params is not None:
     if jax.tree_util.tree_structure(params) != structure:
-      return tree_difference(owner, updates_name, updates, "the params", params)
-    message = shape_difference(owner, updates_name, updates, "the params", params)
+      return _tree_difference(owner, _UPDATES, updates, "the params", params)
+    message = _shape_difference(owner, _UPDATES, updates, "the params", params)
     if message is not None:
       return message
-  hint = " The state was made by init for other parameters: call init with these parameters."
-  for path, subtree in _state_subtrees(state):
-    if not _mirrors(subtree):
+  made = _made_by_init(init, updates if params is None else params)
+  if made is None:
+    return None
+  given = dict(_state_subtrees(state))
+  for path, expected in _state_subtrees(made):
+    if not _mirrors(expected) or path not in given:
       continue
-    if jax.tree_util.tree_structure(subtree) != structure:
-      return tree_difference(owner, updates_name, updates, path, subtree) + hint
-    message = shape_difference(owner, updates_name, updates, path, subtree)
+    actual = given[path]
+    # Name the updates where init's part mirrors them leaf for leaf (moments), else init's part.
+    mirror = jax.tree_util.tree_structure(expected) == structure and _same_shapes(expected, updates)
+    reference, name = (updates, _UPDATES) if mirror else (expected, f"the {path} init makes")
+    if jax.tree_util.tree_structure(actual) != jax.tree_util.tree_structure(expected):
+      return _tree_difference(owner, name, reference, path, actual) + _OTHER_PARAMETERS
+    message = _shape_difference(owner, name, reference, path, actual)
     if message is not None:
-      return message + hint
+      return message + _OTHER_PARAMETERS
+  return None
+
+
+def diagnose_apply_updates(params: Any, updates: Any) -> str | None:
+  """Where ``params`` and ``updates`` do not belong together (``apply_updates``), or None.
+
+  ``apply_updates`` maps over the params with None leaves kept, so the params' structure (a None
+  as a leaf) must be a prefix of the updates', and each parameter's shape its update's.
+
+  Args:
+    params: the params.
+    updates: the updates.
+
+  Returns:
+    The message, or None when the trees belong together.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> print(diagnose_apply_updates({"w": jnp.ones(2)}, {"w": jnp.ones(3)}))
+    apply_updates: at ['w'], the params have shape (2,), the updates (3,).
+  """
+  owner = "apply_updates"
+  paths_params, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)
+  try:
+    pieces = treedef.flatten_up_to(updates)
+  except (ValueError, TypeError):  # not a prefix: which, is read from the trees below
+    return _tree_difference(owner, "the params", params, "the updates", updates)
+  for (path, p), u in zip(paths_params, pieces):
+    if hasattr(p, "shape") and hasattr(u, "shape") and np.shape(p) != np.shape(u):
+      return f"{owner}: at {key_path_str(path)}, the params have shape {np.shape(p)}, the updates {np.shape(u)}."
   return None

@@ -13,7 +13,7 @@ import jax
 from ._adapters import _WithExtraArgs
 from ._containers import in_init_containers
 from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
-from ._diagnosis import diagnose_structures, is_tree_mismatch, short_repr
+from ._diagnosis import diagnose_update, short_repr
 from ._flat import contains_flat_params
 from ._interface import EmptyState, GradientTransformation, GradientTransformationExtraArgs
 from ._leafwise import leafwise
@@ -145,9 +145,11 @@ class Transformation(GradientTransformationExtraArgs):
     except InputMismatchError as error:
       raise error.within(self.owner) from error.__cause__
     except (ValueError, TypeError) as error:
-      if isinstance(error, ContractError) or not is_tree_mismatch(error):
+      # Trees that do not belong together are named from the trees themselves (_diagnosis.py);
+      # any other error is raised as it is.
+      if isinstance(error, ContractError):
         raise
-      message = diagnose_structures(self.owner, updates, state, params)
+      message = diagnose_update(self.owner, self.init, updates, state, params)
       if message is None:
         raise
       raise InputMismatchError(message) from error

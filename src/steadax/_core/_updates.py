@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from ._contract import InputMismatchError
-from ._diagnosis import is_tree_mismatch, shape_difference, tree_difference
+from ._diagnosis import diagnose_apply_updates
 from ._policy import promote_types
 from ._types import Params, Updates
 
@@ -45,12 +45,9 @@ def apply_updates(params: Params, updates: Updates) -> Params:
   try:
     return jax.tree_util.tree_map(_add_leaf, params, updates, is_leaf=lambda x: x is None)
   except (ValueError, TypeError) as error:
-    if not is_tree_mismatch(error):
+    message = diagnose_apply_updates(params, updates)
+    if message is None:
       raise
-    message = tree_difference("apply_updates", "the params", params, "the updates", updates)
-    if jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(updates):
-      message = (shape_difference("apply_updates", "the params", params, "the updates", updates)
-                 or message)
     raise InputMismatchError(message) from error
 
 
