@@ -92,4 +92,5 @@ def test_apply_updates_names_the_paths_when_jax_rewords_its_errors(monkeypatch):
       "params: ['w']; only in the updates: ['v'].")):
     steadax.apply_updates({"w": jnp.ones(2)}, {"v": jnp.ones(2)})
   # None parameters take any update (apply_updates keeps them): not a mismatch.
-  assert steadax.apply_updates({"w": None}, {"w": {"x": jnp.ones(1)}}) == {"w": None}
+  unset: Any = {"w": None}
+  assert steadax.apply_updates(unset, {"w": {"x": jnp.ones(1)}}) == {"w": None}
