@@ -283,8 +283,8 @@ if _TYPE_CHECKING:
       zero_nans as zero_nans,
   )
   from ._wrappers._flatten import flatten as flatten
-  from ._wrappers._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
-  from ._core._flat import (
+  from ._fusion._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
+  from ._fusion._flat import (
       FlatParams as FlatParams,
       flat_params as flat_params,
       unflatten_params as unflatten_params,

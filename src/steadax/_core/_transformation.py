@@ -5,25 +5,39 @@ parameter checks, the state roles, the contract (``_contract.py``) and, when a c
 that do not belong together, the diagnosis (``_diagnosis.py``).
 """
 
-import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
 
-from ._adapters import _WithExtraArgs
 from ._containers import in_init_containers
 from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
 from ._diagnosis import diagnose_update, short_repr
-from ._flat import contains_flat_params
-from ._interface import EmptyState, GradientTransformation, GradientTransformationExtraArgs
+from ._interface import EmptyState, GradientTransformationExtraArgs
 from ._leafwise import leafwise
-from ._module import _CHILD, _KIND
 from ._policy import check_float_params, key_path_str
 from ._roles import check_roles, init_from_roles, roles_of
 from ._tree import PYTHON_NUMBERS, number_as_array, param_array, tree_map
 from ._types import OptState, Params, Updates
 
-__all__ = ["Transformation", "child_transformations", "fusion_blocker"]
+__all__ = ["Transformation", "register_parameter_check"]
+
+# Checks of the parameters that a layer above the core adds to every ``init`` (the fusion layer
+# refuses its flat buffers for a transformation that is not elementwise): ``init`` runs each without
+# knowing what it looks for. A layer registers its check when its module is imported, which it is
+# before any of its values can reach ``init``.
+_PARAMETER_CHECKS: list[Callable[[Any, Any], None]] = []
+
+
+def register_parameter_check(check: Callable[[Any, Any], None]) -> None:
+  """Run ``check(tx, params)`` in every ``Transformation.init``, after the leaves are checked.
+
+  Args:
+    check: raises (naming ``tx.owner``) when ``tx`` cannot be initialised on ``params``; the
+      parameters it gets have their leaves read through (arrays, not variable wrappers).
+  """
+  if check not in _PARAMETER_CHECKS:
+    _PARAMETER_CHECKS.append(check)
 
 
 class Transformation(GradientTransformationExtraArgs):
@@ -41,45 +55,17 @@ class Transformation(GradientTransformationExtraArgs):
     requires_float: set True on a transformation that cannot handle integer or boolean parameters:
       its ``init`` raises a TypeError naming the path.
     updates_follow_params: updates keep the incoming structure and take the parameters' dtypes.
-    elementwise: True declares that the transformation may run on its leaves concatenated into
-      flat buffers (``fuse``): its update is elementwise, or reduces over the whole tree (a global
-      norm, a dot product), and never depends on a leaf's shape, position or per-leaf statistics.
-      ``"children"``: as elementwise as the inner transformations (its ``child_field`` values).
-      False (the default): never fused. Override ``fusion_blocker`` where it depends on a field.
-    elementwise_on_flat_params: the same for ``FlatParams`` parameters, where it differs (None:
-      as ``elementwise``). ``masked`` and ``partition`` are ``"children"`` there: they resolve
-      their mask or labels on the parameters' tree and check that each buffer gets one value,
-      which ``fuse``'s packed buffers (built without the mask) cannot offer.
+    elementwise: whether the update may run on the leaves concatenated into flat buffers:
+      ``True`` (elementwise, or a reduction over the whole tree), ``"children"`` (as elementwise as
+      the inner transformations), ``False`` (the default), or a function ``(tx, flat_params) ->
+      reason or None`` where it depends on a field. Declared here, read only by the fusion layer
+      (``steadax._fusion._elementwise``), which the core never imports.
   """
 
   requires_float: ClassVar[bool] = False
   updates_follow_params: ClassVar[bool] = True
-  elementwise: ClassVar[bool | str] = False
-  elementwise_on_flat_params: ClassVar[bool | str | None] = None
+  elementwise: ClassVar[Any] = False
   name: ClassVar[str] = ""
-
-  def fusion_blocker(self, flat_params: bool = False) -> str | None:
-    """Why this transformation cannot run on concatenated leaves, or None when it can.
-
-    Args:
-      flat_params: on ``FlatParams`` parameters (``elementwise_on_flat_params``) rather than in
-        ``fuse``.
-
-    Returns:
-      None, or the name of the first piece that is not elementwise (with the reason when known).
-    """
-    mode = self.elementwise
-    if flat_params and self.elementwise_on_flat_params is not None:
-      mode = self.elementwise_on_flat_params
-    if mode is True:
-      return None
-    if mode == "children":
-      for child in child_transformations(self):
-        reason = fusion_blocker(child, flat_params)
-        if reason is not None:
-          return reason
-      return None
-    return f"{self.owner} (not declared elementwise)"
 
   @property
   def owner(self) -> str:
@@ -101,14 +87,8 @@ class Transformation(GradientTransformationExtraArgs):
     # Python numbers become strong arrays of their default dtype (Optax accepts `{"w": 1.0}`).
     params = tree_map(param_array, params)
     _check_param_leaves(self.owner, params)
-    if contains_flat_params(params):
-      reason = self.fusion_blocker(flat_params=True)
-      if reason is not None:
-        raise ValueError(
-            f"{self.owner}: cannot run on FlatParams: {reason}. Its buffers concatenate many "
-            "leaves, so only transformations whose update is elementwise or reduces over the whole "
-            "tree give the per-leaf result. Use the parameters' tree (`flat.tree()`) with this "
-            "transformation.")
+    for check in _PARAMETER_CHECKS:
+      check(self, params)
     if self.requires_float:
       check_float_params(self.owner, params)
     state = self.init_fn(params)
@@ -212,38 +192,3 @@ def _check_state_type(tx: Transformation, state: Any) -> None:
   )
 
 
-
-def child_transformations(tx: Any) -> list:
-  """The inner transformations held in ``tx``'s ``child_field`` values (tuples and dicts opened)."""
-  found: list = []
-  for field in dataclasses.fields(tx):
-    if field.metadata.get(_KIND) != _CHILD:
-      continue
-    value = getattr(tx, field.name)
-    values = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else (value,)
-    found.extend(v for v in values if isinstance(v, GradientTransformation))
-  return found
-
-
-def fusion_blocker(tx: Any, flat_params: bool = False) -> str | None:
-  """``tx.fusion_blocker(flat_params)`` for a steadax transformation; a reason for anything else.
-
-  Args:
-    tx: a transformation.
-    flat_params: on ``FlatParams`` parameters rather than in ``fuse``.
-
-  Returns:
-    None, or why ``tx`` cannot run on concatenated leaves.
-
-  Example:
-    >>> import steadax
-    >>> fusion_blocker(steadax.adam(1e-3)) is None
-    True
-  """
-  if isinstance(tx, Transformation):
-    return tx.fusion_blocker(flat_params)
-  if isinstance(tx, _WithExtraArgs):
-    return fusion_blocker(tx.inner, flat_params)
-  name = getattr(getattr(tx, "update_fn", None), "__qualname__", type(tx).__name__)
-  return (f"{name} (a function pair: steadax cannot tell whether it is elementwise; write it as a "
-          "Transformation subclass with `elementwise = True`)")
