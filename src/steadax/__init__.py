@@ -10,6 +10,7 @@ explicitly from the private module that defines it; the private packages ``_opti
 ``_wrappers`` and ``_linesearch`` are internal layers, not namespaces.
 """
 
+import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._core._deprecations import deprecation_getattr as _deprecation_getattr
@@ -404,8 +405,7 @@ _deprecations = {
 
 
 def _contrib():
-  import importlib
-  return importlib.import_module(".contrib", __name__)
+  return _importlib.import_module(".contrib", __name__)
 
 
 __getattr__, __dir__, __all__ = _lazy_surface(

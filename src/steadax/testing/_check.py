@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
+import jax.experimental  # older JAX's x64 contexts (_x64)
 import jax.numpy as jnp
 import numpy as np
 
@@ -263,11 +264,9 @@ def _x64(value: bool):
     context: Any = state(value)
     with context:
       yield
-  else:  # older JAX
-    from jax.experimental import (  # pylint: disable=g-import-not-at-top
-        disable_x64, enable_x64)  # pyright: ignore[reportAttributeAccessIssue] (older JAX only)
-
-    with (enable_x64() if value else disable_x64()):
+  else:  # older JAX: jax.experimental's contexts
+    legacy: Any = jax.experimental
+    with (legacy.enable_x64() if value else legacy.disable_x64()):
       yield
 
 
