@@ -94,3 +94,20 @@ def test_apply_updates_names_the_paths_when_jax_rewords_its_errors(monkeypatch):
   # None parameters take any update (apply_updates keeps them): not a mismatch.
   unset: Any = {"w": None}
   assert steadax.apply_updates(unset, {"w": {"x": jnp.ones(1)}}) == {"w": None}
+
+
+@pytest.mark.x32_only
+def test_the_path_is_the_innermost_container_and_other_trees_are_left_alone():
+  # MultiSteps' own arithmetic fails first; the part named is the moment inside the inner chain's
+  # state, not the chain's tuple of states.
+  params = {"w": jnp.ones(2), "b": jnp.ones(3)}
+  tx = steadax.MultiSteps(steadax.adam(1e-3), 2)
+  with pytest.raises(steadax.InputMismatchError, match=re.escape(
+      "MultiSteps: at ['b'], the updates (gradients) have shape (4,), "
+      "state.inner_opt_state[0].mu (3,). The state was made by init for other parameters")):
+    tx.update({"w": jnp.ones(2), "b": jnp.ones(4)}, tx.init(params))
+  # lookahead's params are a LookaheadParams pair, not the updates' tree: its own message stands.
+  tx = steadax.lookahead(steadax.adam(1e-3), 2, 0.5)
+  with pytest.raises(ValueError, match="lookahead: update needs params=LookaheadParams") as info:
+    tx.update({"w": jnp.ones(2), "c": jnp.ones(3)}, tx.init(params), params)
+  assert not isinstance(info.value, steadax.InputMismatchError)

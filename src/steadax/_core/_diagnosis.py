@@ -6,6 +6,9 @@ their structures, then their leaves' shapes, and for ``update`` the state agains
 becomes an ``InputMismatchError`` naming the transformation, the trees and the paths; when the trees
 belong together, the original error is raised unchanged. Nothing here reads the text of the failing
 call's error: JAX may reword its messages, the trees do not change.
+
+A transformation that finds a mismatch itself (``fuse``'s layout, ``chain``'s state) raises
+``InputMismatchError``: its message is kept, with the enclosing transformations named in front.
 """
 
 import warnings
@@ -71,11 +74,19 @@ def _shape_difference(owner: str, a_name: str, a: Any, b_name: str, b: Any) -> s
   return None
 
 
-def _mirrors(subtree: Any) -> bool:
-  """Whether a state subtree may mirror the parameters: a container that is not a state record."""
-  if isinstance(subtree, tuple) and (hasattr(subtree, "_fields") or not subtree):
+def _compared(subtree: Any, structure: Any) -> bool:
+  """Whether a part of init's state is compared with the given state's part as a whole.
+
+  Containers (a dictionary of moments, even one whose leaves a mask removed), but not arrays, not
+  records (their fields are visited one by one) and not sequences of states (a chain's tuple,
+  visited entry by entry) unless the sequence mirrors the updates (moments of a tuple of
+  parameters).
+  """
+  if subtree is None or hasattr(subtree, "dtype"):
     return False
-  return not hasattr(subtree, "dtype") and bool(jax.tree_util.tree_leaves(subtree))
+  if isinstance(subtree, (tuple, list)):
+    return not hasattr(subtree, "_fields") and jax.tree_util.tree_structure(subtree) == structure
+  return True
 
 
 def _same_shapes(a: Any, b: Any) -> bool:
@@ -103,15 +114,17 @@ def _made_by_init(init: Callable[[Any], Any], reference: Any) -> Any:
 
 
 def diagnose_update(owner: str, init: Callable[[Any], Any], updates: Any, state: Any,
-                    params: Any) -> str | None:
+                    params: Any, follow_params: bool = True) -> str | None:
   """Which of the trees given to ``owner``'s ``update`` do not belong together, and where.
 
   1. The params against the updates: structure, then leaf shapes.
-  2. Each part of the state that mirrors the parameters in the state ``init`` makes for them (a
-     dictionary or list of moments, not a record or an array) against the same part of the
-     given state: a state made by ``init`` for other parameters. Parts that do not mirror the
-     parameters (a schedule's hyperparameters, Adafactor's factored rows) are compared only with
-     what ``init`` makes there, so a state that is right is never reported.
+  2. Each container of the state ``init`` makes for these parameters (a dictionary of moments,
+     not a record or an array) against the same part of the given state: a state made by
+     ``init`` for other parameters. Parts that do not depend on the parameters (a schedule's
+     hyperparameters) are the same in both, so a state that is right is never reported.
+
+  Transformations whose updates legitimately differ from their params (``updates_follow_params``
+  False: per-example gradients, lookahead's pair of parameters) are not diagnosed.
 
   Args:
     owner: the transformation's name, for the message.
@@ -119,6 +132,7 @@ def diagnose_update(owner: str, init: Callable[[Any], Any], updates: Any, state:
     updates: the updates ``update`` was given.
     state: the state it was given (in ``init``'s containers).
     params: the params it was given, or None.
+    follow_params: the transformation's ``updates_follow_params``.
 
   Returns:
     The message, or None when the trees belong together.
@@ -132,6 +146,8 @@ def diagnose_update(owner: str, init: Callable[[Any], Any], updates: Any, state:
     updates (gradients): ['v']; only in state.mu: ['w']. The state was made by init for other
     parameters: call init with these parameters.
   """
+  if not follow_params:
+    return None  # updates and params of other structures (per-example gradients, LookaheadParams)
   updates, params = unwrap_variables(updates), unwrap_variables(params)
   structure = jax.tree_util.tree_structure(updates)
   if params is not None:
@@ -145,14 +161,17 @@ def diagnose_update(owner: str, init: Callable[[Any], Any], updates: Any, state:
     return None
   given = dict(_state_subtrees(state))
   for path, expected in _state_subtrees(made):
-    if not _mirrors(expected) or path not in given:
+    if not _compared(expected, structure) or path not in given:
       continue
     actual = given[path]
-    # Name the updates where init's part mirrors them leaf for leaf (moments), else init's part.
-    mirror = jax.tree_util.tree_structure(expected) == structure and _same_shapes(expected, updates)
-    reference, name = (updates, _UPDATES) if mirror else (expected, f"the {path} init makes")
+    # Name the updates where init's part mirrors them (moments: the structure, then the shapes
+    # too), else init's part (Adafactor's factored rows have the structure, not the shapes).
+    mirror = jax.tree_util.tree_structure(expected) == structure
     if jax.tree_util.tree_structure(actual) != jax.tree_util.tree_structure(expected):
+      reference, name = (updates, _UPDATES) if mirror else (expected, f"init's {path}")
       return _tree_difference(owner, name, reference, path, actual) + _OTHER_PARAMETERS
+    mirror = mirror and _same_shapes(expected, updates)
+    reference, name = (updates, _UPDATES) if mirror else (expected, f"init's {path}")
     message = _shape_difference(owner, name, reference, path, actual)
     if message is not None:
       return message + _OTHER_PARAMETERS

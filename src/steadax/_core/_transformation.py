@@ -129,7 +129,8 @@ class Transformation(GradientTransformationExtraArgs):
       # any other error is raised as it is.
       if isinstance(error, ContractError):
         raise
-      message = diagnose_update(self.owner, self.init, updates, state, params)
+      message = diagnose_update(self.owner, self.init, updates, state, params,
+                                self.updates_follow_params)
       if message is None:
         raise
       raise InputMismatchError(message) from error

@@ -29,6 +29,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._contract import InputMismatchError
 from .._core._leafwise import _path as leaf_path
 from .._core._leafwise import place_like
 from .._core._policy import key_path_str, promote_types
@@ -140,7 +141,7 @@ class FusedLayout:
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_none)
     if len(leaves) != self.treedef.num_leaves:
-      raise ValueError(
+      raise InputMismatchError(
           f"{owner}: the {what} do not have the tree structure the fused state was built for: "
           f"{len(leaves)} leaves, expected {self.treedef.num_leaves} ({self.treedef})."
       )
@@ -156,7 +157,7 @@ class FusedLayout:
         leaf = leaves[i]
         if leaf is None or np.shape(leaf) != shape or not jnp.issubdtype(leaf.dtype, jnp.inexact):
           got = "None" if leaf is None else f"{np.dtype(leaf.dtype).name}{list(np.shape(leaf))}"
-          raise ValueError(
+          raise InputMismatchError(
               f"{owner}: the {what} at {leaf_path(self.treedef, i)} is {got}; the fused buffer '{key}' holds a "
               f"floating leaf of shape {list(shape)} there."
           )
