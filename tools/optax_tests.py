@@ -177,6 +177,7 @@ def main():
   parser.add_argument('--keep', action='store_true', help='keep (and print) the temporary directory')
   parser.add_argument('--quiet', action='store_true', help="hide pytest's own output")
   args = parser.parse_args()
+  args.out = args.out.resolve()  # pytest runs in the temporary directory
   args.out.mkdir(parents=True, exist_ok=True)
   workdir = pathlib.Path(tempfile.mkdtemp(prefix='optax-tests-'))
   try:

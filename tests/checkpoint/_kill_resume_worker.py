@@ -1,8 +1,8 @@
 """The processes of the kill-and-resume test (run as ``python -m tests.checkpoint._kill_resume_worker``).
 
 ``interrupt DIR``: trains every entry to step ``CHECKPOINT``, saves, trains to ``KILLED_AT`` and
-starts saving again; once part of that file is written it prints ``WRITING`` and waits to be killed
-(the test sends SIGKILL). ``resume DIR OUT``: restores the latest complete checkpoint in a new
+starts saving again; once the arrays are in Orbax's temporary directory (not yet renamed) it prints
+``WRITING`` and waits to be killed (the test sends SIGKILL). ``resume DIR OUT``: restores the latest complete checkpoint in a new
 process, trains on to ``FINAL``, trains an uninterrupted run from step 0 to ``FINAL`` too, and writes
 a JSON report of the comparison to OUT.
 """
@@ -14,12 +14,12 @@ import sys
 import time
 
 import jax
+import orbax.checkpoint as ocp
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 import steadax  # noqa: E402
-from steadax.checkpoint import _checkpoint  # noqa: E402
 
 from . import _registry_run as run  # noqa: E402
 
@@ -33,17 +33,15 @@ def _interrupt(directory: str) -> None:
   params, states = run.train(params, run.init_all(params), CHECKPOINT)
   steadax.checkpoint.save_step(directory, CHECKPOINT, {"params": params, "states": states})
   params, states = run.train(params, states, KILLED_AT - CHECKPOINT)
-  write_leaf, written = _checkpoint._write_leaf, []
+  finalize = ocp.CompositeCheckpointHandler.finalize
 
-  def write_leaf_then_stall(archive, name, data):
-    write_leaf(archive, name, data)
-    written.append(name)
-    if len(written) == 50:  # part of the arrays are in the temporary file
-      archive.fp.flush()
-      print("WRITING", flush=True)
-      time.sleep(600)  # the test kills the process here
+  def finalize_then_stall(self, directory):
+    # Every array of step KILLED_AT is in Orbax's temporary directory; it is not yet renamed.
+    finalize(self, directory)
+    print("WRITING", flush=True)
+    time.sleep(600)  # the test kills the process here
 
-  _checkpoint._write_leaf = write_leaf_then_stall
+  ocp.CompositeCheckpointHandler.finalize = finalize_then_stall
   steadax.checkpoint.save_step(directory, KILLED_AT, {"params": params, "states": states})
   print("NOT KILLED", flush=True)
 

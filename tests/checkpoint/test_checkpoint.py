@@ -1,19 +1,24 @@
-"""steadax.checkpoint: flat arrays and manifests, validation by path, refactors, atomic files."""
+"""steadax.checkpoint: flat arrays and manifests, validation by path, refactors, Orbax files, format 1."""
 
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import shutil
 import zipfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 import steadax
 from steadax import checkpoint
 
 CheckpointError = checkpoint.CheckpointError
+FORMAT_1 = pathlib.Path(__file__).with_name("data") / "format1.steadax"
 PARAMS = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3, jnp.bfloat16)}
 
 
@@ -127,6 +132,26 @@ def test_a_state_survives_a_refactor_where_the_paths_allow():
 
 
 @pytest.mark.x32_only
+def test_restore_reads_only_what_the_template_takes(tmp_path):
+  # Through the files: a stage added (missing="keep") and a stage removed (unused="ignore"); Orbax
+  # reads the paths the template takes and no other.
+  params = PARAMS
+  old = steadax.named_chain(("clip", steadax.clip(1.0)), ("momentum", steadax.trace(0.9)),
+                            ("adam", steadax.adam(1e-3)))
+  new = steadax.named_chain(("adam", steadax.adam(1e-3)), ("ema", steadax.ema(0.9)))
+  old_state = _trained(old)
+  path = checkpoint.save(tmp_path / "c", old_state, tx=old)
+  with pytest.raises(CheckpointError) as error:
+    checkpoint.restore(path, new.init(params))
+  message = str(error.value)
+  assert "ema/ema/w: missing" in message and "momentum/trace/b, momentum/trace/w: in the checkpoint" in message
+  assert str(path) in message and "written for" in message
+  restored = checkpoint.restore(path, new.init(params), missing="keep", unused="ignore")
+  assert _bits(restored["adam"]) == _bits(old_state["adam"])
+  assert _bits(restored["ema"]) == _bits(new.init(params)["ema"])
+
+
+@pytest.mark.x32_only
 def test_restore_checks_the_transformation_when_given(tmp_path):
   tx = steadax.adam(1e-3)
   path = checkpoint.save(tmp_path / "c", _trained(tx), tx=tx)
@@ -137,27 +162,82 @@ def test_restore_checks_the_transformation_when_given(tmp_path):
 
 
 @pytest.mark.x32_only
-def test_incomplete_or_corrupted_files_fail_clearly(tmp_path):
+def test_incomplete_or_damaged_checkpoints_fail_clearly(tmp_path):
   tx = steadax.adam(1e-3)
-  path = checkpoint.save(tmp_path / "c", _trained(tx), tx=tx)
-  data = (tmp_path / "c").read_bytes()
-  (tmp_path / "truncated").write_bytes(data[: len(data) // 2])
-  with pytest.raises(CheckpointError, match="truncated is not a complete steadax checkpoint"):
-    checkpoint.restore(tmp_path / "truncated", tx.init(PARAMS))
-  # One flipped bit inside an array's bytes (zip's own CRC or the manifest's catches it).
-  with zipfile.ZipFile(path) as archive:
-    info = archive.getinfo("1.bin")
-  offset = info.header_offset + 30 + len(info.filename) + len(info.extra) + 1
-  flipped = bytearray(data)
-  flipped[offset] ^= 1
-  (tmp_path / "flipped").write_bytes(bytes(flipped))
-  with pytest.raises(CheckpointError, match="flipped .*(corrupted|1.bin|incomplete)"):
-    checkpoint.restore(tmp_path / "flipped", tx.init(PARAMS))
+  path = checkpoint.save(tmp_path / "c", _trained(tx, params={"w": jnp.ones(512)}), tx=tx)
+  template = tx.init({"w": jnp.ones(512)})
+  # An Orbax write that never finished (its temporary directory) is not a checkpoint.
+  shutil.copytree(path, tmp_path / "5.orbax-checkpoint-tmp-1")
+  with pytest.raises(CheckpointError, match="5.orbax-checkpoint-tmp-1 is not a complete steadax checkpoint"):
+    checkpoint.restore(tmp_path / "5.orbax-checkpoint-tmp-1", template)
+  # Damaged array files: the error names the checkpoint, no half-read state comes back.
+  damaged = shutil.copytree(path, tmp_path / "damaged")
+  for root, _, names in os.walk(os.path.join(damaged, "arrays")):
+    for name in names if os.path.basename(root) == "d" else ():
+      data = pathlib.Path(root, name).read_bytes()
+      pathlib.Path(root, name).write_bytes(data[: len(data) // 2])
+  with pytest.raises(CheckpointError, match="the arrays of .*damaged cannot be read"):
+    checkpoint.restore(damaged, template)
+  shutil.rmtree(os.path.join(damaged, "manifest"))
+  with pytest.raises(CheckpointError, match="damaged is not a complete steadax checkpoint"):
+    checkpoint.read_manifest(damaged)
   (tmp_path / "other").write_bytes(b"not a checkpoint")
   with pytest.raises(CheckpointError, match="other is not a complete"):
     checkpoint.read_manifest(tmp_path / "other")
-  with pytest.raises(FileNotFoundError):
-    checkpoint.restore(tmp_path / "absent", tx.init(PARAMS))
+  with pytest.raises(FileNotFoundError, match="no checkpoint at .*absent"):
+    checkpoint.restore(tmp_path / "absent", template)
+  # A directory of steps given where one checkpoint is expected.
+  checkpoint.save_step(tmp_path / "steps", 1, template)
+  with pytest.raises(CheckpointError, match="holds the steps of save_step: read one with restore_step"):
+    checkpoint.restore(tmp_path / "steps", template)
+  # A checkpoint is not replaced unless asked.
+  with pytest.raises(CheckpointError, match="exists; pass overwrite=True"):
+    checkpoint.save(path, template)
+  checkpoint.save(path, template, step=3, overwrite=True)
+  assert checkpoint.read_manifest(path)["step"] == 3
+
+
+def _format_1_state():
+  # The recipe that wrote tests/checkpoint/data/format1.steadax with the ZIP format (FORMAT_VERSION
+  # 1): adam after two steps (float32 and bfloat16 moments), a PRNG key, an empty array, uint8.
+  params = {"w": jnp.arange(6, dtype=jnp.float32).reshape(2, 3), "b": jnp.asarray([1.0, -2.0, 3.0], jnp.bfloat16)}
+  tx = steadax.adam(1e-3)
+  state = _trained(tx, params)
+  return tx, {"opt_state": state, "key": jax.random.key(7), "empty": jnp.zeros((0, 2)),
+              "u8": jnp.asarray([1, 255], jnp.uint8)}
+
+
+@pytest.mark.x32_only
+def test_format_1_files_stay_readable(tmp_path):
+  tx, state = _format_1_state()
+  restored = checkpoint.restore(FORMAT_1, jax.eval_shape(lambda: state), tx=tx)
+  assert jax.tree_util.tree_structure(restored) == jax.tree_util.tree_structure(state)
+  for path, got in jax.tree_util.tree_flatten_with_path(restored)[0]:
+    want = jax.tree_util.tree_flatten_with_path(state)[0]
+    want = dict((checkpoint.leaf_path(p), x) for p, x in want)[checkpoint.leaf_path(path)]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key):
+      got, want = jax.random.key_data(got), jax.random.key_data(want)
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=1e-6)
+  manifest = checkpoint.read_manifest(FORMAT_1)
+  assert manifest["format_version"] == 1 and manifest["step"] == 2 and manifest["metadata"] == {"run": "fixture"}
+  # A directory of format-1 steps: listed beside the Orbax steps, read by restore_step, and the
+  # converter is a restore and a save.
+  shutil.copy(FORMAT_1, tmp_path / "step_00000002.steadax")
+  checkpoint.save_step(tmp_path, 5, state, tx=tx)
+  assert checkpoint.all_steps(tmp_path) == [2, 5] and checkpoint.latest_step(tmp_path) == 5
+  step, old = checkpoint.restore_step(tmp_path, jax.eval_shape(lambda: state), step=2)
+  assert step == 2 and _bits(old) == _bits(restored)
+  converted = checkpoint.save(tmp_path / "converted", old, tx=tx, step=2)
+  assert _bits(checkpoint.restore(converted, jax.eval_shape(lambda: state))) == _bits(restored)
+  # A damaged format-1 file (one flipped bit in an array: zip's CRC-32 catches it) names the file.
+  with zipfile.ZipFile(FORMAT_1) as archive:
+    info = archive.getinfo("3.bin")
+  data = bytearray(FORMAT_1.read_bytes())
+  data[info.header_offset + 30 + len(info.filename) + len(info.extra)] ^= 1
+  (tmp_path / "flipped.steadax").write_bytes(bytes(data))
+  with pytest.raises(CheckpointError, match="flipped.steadax is not a complete steadax checkpoint"):
+    checkpoint.restore(tmp_path / "flipped.steadax", jax.eval_shape(lambda: state))
 
 
 @pytest.mark.x32_only
@@ -168,8 +248,16 @@ def test_step_directories(tmp_path):
     checkpoint.restore_step(tmp_path, tx.init(PARAMS))
   for step, state in enumerate(states):
     checkpoint.save_step(tmp_path, step * 10, state, tx=tx, keep=2)
-  (tmp_path / ".step_00000040.steadax.abc.tmp").write_bytes(b"PK half")  # a killed writer's leftover
+  # A killed writer's leftover: Orbax's temporary directory of step 40, never renamed.
+  shutil.copytree(tmp_path / "30", tmp_path / "40.orbax-checkpoint-tmp-1")
   assert checkpoint.all_steps(tmp_path) == [20, 30] and checkpoint.latest_step(tmp_path) == 30
+  # Orbax's own layout: a plain CheckpointManager lists the steps and reads the items.
+  with ocp.CheckpointManager(tmp_path) as manager:
+    assert list(manager.all_steps()) == [20, 30]
+    items = manager.restore(30, args=ocp.args.Composite(manifest=ocp.args.JsonRestore()))
+  assert items["manifest"]["step"] == 30 and items["manifest"]["transformation"] == checkpoint.describe_transformation(tx)
+  with pytest.raises(CheckpointError, match="step 30 is already saved"):
+    checkpoint.save_step(tmp_path, 30, states[0])
   step, restored = checkpoint.restore_step(tmp_path, tx.init(PARAMS))
   assert step == 30 and _bits(restored) == _bits(states[3])
   step, restored = checkpoint.restore_step(tmp_path, tx.init(PARAMS), step=20)
@@ -181,11 +269,18 @@ def test_step_directories(tmp_path):
 
 
 @pytest.mark.x32_only
-def test_restored_arrays_follow_the_template_sharding():
-  device = jax.devices()[0]
-  template = jax.ShapeDtypeStruct((2,), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(device))
+def test_restored_arrays_follow_the_template_sharding(tmp_path):
+  # One process, its last device (several processes: test_sharded.py).
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[-1])
+  template = jax.ShapeDtypeStruct((2,), jnp.float32, sharding=sharding)
   restored = checkpoint.arrays_to_state({"<root>": np.ones(2, np.float32)}, template)
   assert restored.sharding == template.sharding and restored.dtype == jnp.float32
+  state = {"w": jnp.ones(3), "key": jax.random.key(0)}
+  path = checkpoint.save(tmp_path / "c", state)
+  template = {"w": jax.ShapeDtypeStruct((3,), jnp.float32, sharding=sharding),
+              "key": jax.ShapeDtypeStruct((), state["key"].dtype, sharding=sharding)}
+  restored = checkpoint.restore(path, template)
+  assert restored["w"].sharding == restored["key"].sharding == sharding
 
 
 @pytest.mark.x32_only

@@ -71,11 +71,11 @@ def test_sigkilled_run_resumes_bit_identically(tmp_path):
   directory, report_path, env = tmp_path / "checkpoints", tmp_path / "report.json", _env(tmp_path)
   _kill_while_writing(directory, env, tmp_path / "interrupt.stderr")
 
-  # The killed write left only a temporary file: the latest complete checkpoint is step 3, and the
-  # half-written file fails to read with an error naming it instead of giving part of a state.
+  # The killed write left only Orbax's temporary directory: the latest complete checkpoint is step
+  # 3, and the temporary directory fails to read with an error naming it instead of giving a state.
   assert steadax.checkpoint.all_steps(directory) == [3]
-  partial = [p for p in directory.iterdir() if p.name.startswith(".step_00000005")]
-  assert len(partial) == 1 and partial[0].stat().st_size > 0
+  partial = [p for p in directory.iterdir() if p.name.startswith("5.orbax-checkpoint-tmp")]
+  assert len(partial) == 1 and (partial[0] / "arrays").is_dir()
   with pytest.raises(steadax.checkpoint.CheckpointError, match="not a complete steadax checkpoint"):
     steadax.checkpoint.read_manifest(partial[0])
 
@@ -91,20 +91,22 @@ def test_sigkilled_run_resumes_bit_identically(tmp_path):
 
 
 def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-  # The same guarantee in-process: an exception mid-write (a full disk, a KeyboardInterrupt)
-  # leaves the previous file intact and no temporary file behind.
-  from steadax.checkpoint import _checkpoint
+  # The same guarantee in-process: an exception while saving (a full disk, a KeyboardInterrupt)
+  # leaves the previous step the latest, and the next save of that step goes through.
+  import orbax.checkpoint as ocp
 
-  path = tmp_path / "opt.steadax"
   tx = steadax.sgd(0.1, momentum=0.9)
-  old = tx.init({"w": jax.numpy.zeros(2)})
-  steadax.checkpoint.save(path, old, step=1)
+  old, new = tx.init({"w": jax.numpy.zeros(2)}), tx.init({"w": jax.numpy.ones(2)})
+  steadax.checkpoint.save_step(tmp_path, 1, old)
 
-  def fail(archive, name, data):
+  def fail(self, directory):
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(_checkpoint, "_write_leaf", fail)
-  with pytest.raises(KeyboardInterrupt):
-    steadax.checkpoint.save(path, tx.init({"w": jax.numpy.ones(2)}), step=2)
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["opt.steadax"]
-  assert steadax.checkpoint.read_manifest(path)["step"] == 1
+  with monkeypatch.context() as patch:
+    patch.setattr(ocp.CompositeCheckpointHandler, "finalize", fail)
+    with pytest.raises(KeyboardInterrupt):
+      steadax.checkpoint.save_step(tmp_path, 2, new)
+  assert steadax.checkpoint.all_steps(tmp_path) == [1]
+  assert steadax.checkpoint.restore_step(tmp_path, new)[0] == 1
+  steadax.checkpoint.save_step(tmp_path, 2, new)
+  assert steadax.checkpoint.latest_step(tmp_path) == 2

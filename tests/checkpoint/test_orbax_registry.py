@@ -10,6 +10,7 @@ original and the restored run go 2 steps further through the same program.
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import numpy as np
@@ -48,7 +49,7 @@ def _assert_resumes_identically(params, states, restored_params, restored_states
 def test_orbax_round_trips_raw_states(tmp_path):
   # Orbax saves the state pytree itself (NamedTuples, bfloat16, uint8 codes, PRNG keys) except
   # arrays with no elements, which it refuses ("Cannot save arrays with zero size"): those states
-  # go through steadax.checkpoint's flat arrays in the next test.
+  # go through steadax.checkpoint (path-keyed arrays and a manifest, over Orbax) in the next test.
   params, states = _trained()
   saved = {n: s for n, s in states.items() if not _has_empty_leaf(s)}
   assert len(saved) > 0.9 * len(states)
@@ -65,29 +66,14 @@ def test_orbax_round_trips_raw_states(tmp_path):
   assert names  # every entry without an empty leaf went through Orbax
 
 
-def test_orbax_round_trips_every_state_as_flat_arrays(tmp_path):
-  params, states = _trained()
-  tree = {"params": params, "states": states}
-  arrays = steadax.checkpoint.state_to_arrays(tree, skip_empty=True)
-  manifest = steadax.checkpoint.state_manifest(tree, step=STEPS)
-  assert any(_has_empty_leaf(s) for s in states.values())  # the skip_empty path is exercised
-  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-    checkpointer.save(tmp_path / "flat", ocp.args.Composite(
-        arrays=ocp.args.StandardSave(arrays), manifest=ocp.args.JsonSave(manifest)))
-    loaded = checkpointer.restore(tmp_path / "flat", ocp.args.Composite(
-        arrays=ocp.args.StandardRestore(), manifest=ocp.args.JsonRestore()))
-  assert loaded["manifest"]["step"] == STEPS
-  restored = steadax.checkpoint.arrays_to_state(
-      loaded["arrays"], jax.eval_shape(lambda: tree), manifest=loaded["manifest"])
-  _assert_resumes_identically(params, states, restored["params"], restored["states"])
-
-
 def test_checkpoint_file_round_trips_every_state(tmp_path):
   params, states = _trained()
   tree = {"params": params, "states": states}
   path = steadax.checkpoint.save_step(tmp_path, STEPS, tree)
   step, restored = steadax.checkpoint.restore_step(tmp_path, jax.eval_shape(lambda: tree))
-  assert step == STEPS and path.endswith("step_00000003.steadax")
+  # Orbax's step layout; the empty leaves (GaLore, Shampoo, SOAP) are rebuilt from the manifest.
+  assert step == STEPS and os.path.basename(path) == str(STEPS)
+  assert any(_has_empty_leaf(s) for s in states.values())
   _assert_resumes_identically(params, states, restored["params"], restored["states"])
 
 

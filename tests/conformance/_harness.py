@@ -65,12 +65,6 @@ def assert_same_types(expected, got, what: str):
   assert not problems, "\n".join(f"{path}: {message}" for path, message in problems)
 
 
-def assert_strongly_typed(tree, what: str):
-  """Every leaf is a strongly typed array (a fresh state: weak types would drift on the first step)."""
-  weak = [p for p, _, _, w in type_signature(tree)[1] if w]
-  assert not weak, f"{what}: weakly typed leaves {weak}"
-
-
 def assert_updates_follow_params(params, updates, what: str):
   problems = _check._updates_follow_params(params, None, updates, what)
   assert not problems, "\n".join(f"{path}: {message}" for path, message in problems)
@@ -96,20 +90,6 @@ def make_step(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):
     return tx.update(grads, state, params, **extra)
 
   return step
-
-
-def raw_update_types(entry, tx, params, state, loss_fn=matrix_loss, grads_fn=matrix_grads):
-  """The update the transformation itself returns (``update_fn``, before the contract's cast to
-  the parameters' dtypes), traced abstractly. None for a function pair (its update function is the
-  user's) or an object outside steadax."""
-  if not isinstance(tx, steadax.Transformation):
-    return None
-
-  def raw(params, state):
-    grads, extra = _feed(entry, params, loss_fn, grads_fn)
-    return tx.update_fn(grads, state, params, **extra)[0]
-
-  return jax.eval_shape(raw, params, state)
 
 
 def make_forms(entry, loss_fn=matrix_loss, grads_fn=matrix_grads):

@@ -1,10 +1,15 @@
 """The conformance registry: one entry per optimizer and stateful transformation.
 
 Entries live in ``entries_*.py`` files beside this one (one file per family, so adding an optimizer
-is one line and parallel work does not collide); each file defines ``ENTRIES: list[Entry]``. The
-matrix test (test_matrix.py) runs every entry across parameter dtypes, both x64 modes and the
-execution forms jit / lax.scan / lax.cond / lax.while_loop; test_progress.py checks it makes progress
-on its problem; test_differential.py compares it with Optax where Optax has it.
+is one line and parallel work does not collide); each file defines ``ENTRIES: list[Entry]``. Every
+entry runs in:
+
+- test_matrix.py: parameter dtypes, both x64 modes, jit / lax.scan / lax.cond / lax.while_loop;
+- test_progress_and_optax.py: progress on its problem, and Optax's numbers where Optax has it;
+- test_composition.py: inside the wrappers (MultiSteps, masked, apply_if_finite, ...);
+- tests/integration/test_registry_clients.py: nnx.Optimizer, Linen TrainState, Equinox, flat_params
+  and fuse;
+- tests/checkpoint (Orbax round trip), tests/sharding, tests/property, tests/errors/test_low_precision.py.
 """
 
 from __future__ import annotations
@@ -68,7 +73,6 @@ class Entry:
     progress: the final loss must be below ``progress * initial loss``.
     optax_rtol: tolerance of the differential test.
     optax_atol: absolute tolerance of the differential test.
-    needs_params: update requires params (all tests pass them anyway).
     low_precision_ok: runs on float16/bfloat16 leaves (checked in the matrix).
     notes: why an entry deviates from the defaults.
   """

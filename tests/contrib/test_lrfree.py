@@ -329,7 +329,7 @@ def test_cocob_zero_gradients_in_float16_stay_finite():
     (lambda: contrib.dog(weight_decay=-1.0), "dog: weight_decay"),
     (lambda: contrib.scale_by_dog(("distance", 1.0), eps=-1.0), "scale_by_dog: eps"),
     (lambda: contrib.dowg(eps=0.0), "scale_by_dowg: eps"),
-    (lambda: contrib.dowg(init_estim_sq_dist=-1.0), "scale_by_dowg: init_estim_sq_dist"),
+    (lambda: contrib.dowg(init_estim_sq_dist=-1.0), "dowg: init_estim_sq_dist"),
     (lambda: contrib.mechanize(steadax.sgd(1.0), num_betas=0), "mechanize: num_betas"),
     (lambda: contrib.mechanize(steadax.sgd(1.0), s_init=0.0), "mechanize: s_init"),
     (lambda: contrib.mechanize(None), "mechanize: base_optimizer"),

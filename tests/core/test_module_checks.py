@@ -56,3 +56,28 @@ def test_replace_runs_post_init_checks():
   muon = steadax.contrib.scale_by_muon()
   with pytest.raises(ValueError):
     muon.replace(ns_steps=0)
+
+
+@pytest.mark.parametrize("build, message", [
+    # The class field's check is the only check: the factory, the block and `replace` agree, each
+    # naming what the user called. At 1 Adam's bias correction 1 - b^t divides by zero.
+    (lambda: steadax.adam(1e-3, b1=1.0), r"^adam: b1 must lie in \[0.0, 1.0\), got 1.0"),
+    (lambda: steadax.scale_by_adam(b1=1.0), r"^scale_by_adam: b1 must lie in \[0.0, 1.0\)"),
+    (lambda: steadax.scale_by_adam().replace(b2=1.0), r"^scale_by_adam: b2 must lie in \[0.0, 1.0\)"),
+    (lambda: steadax.scale_by_amsgrad(b2=1.0), r"^scale_by_amsgrad: b2 must lie in \[0.0, 1.0\)"),
+    (lambda: steadax.adamax(0.1, b1=1.0), r"^adamax: b1 must lie in \[0.0, 1.0\)"),
+    (lambda: steadax.inject_hyperparams(steadax.nadamw)(learning_rate=0.1, b2=1.0).init({}),
+     r"^nadamw: b2 must lie in \[0.0, 1.0\)"),
+    # The alias's argument is not the field's name: the path to the field.
+    (lambda: steadax.sm3(0.1, momentum=1.0), r"^sm3 > scale_by_sm3: b1 must lie"),
+    (lambda: steadax.adam(float("nan")), r"^adam: learning_rate must be finite"),
+])
+def test_one_check_names_the_factory_called(build, message):
+  with pytest.raises(ValueError, match=message):
+    build()
+
+
+
+def test_adamax_leaves_its_uncorrected_b2_open():
+  assert steadax.scale_by_adamax(b2=1.0).b2 == 1.0  # Adamax does not bias-correct its b2
+  assert steadax.adamax(0.1, b2=1.0) is not None

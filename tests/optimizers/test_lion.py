@@ -22,7 +22,7 @@ def test_each_coordinate_moves_by_the_learning_rate_plus_decay():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: steadax.lion(0.1, weight_decay=-1e-3), "lion: weight_decay"),
-    (lambda: steadax.lion(0.1, b1=2.0), "scale_by_lion: b1"),
+    (lambda: steadax.lion(0.1, b1=2.0), "lion: b1"),
     (lambda: steadax.lion(None), "lion: learning_rate"),
 ])
 def test_bad_hyperparameters_raise(call, message):

@@ -54,10 +54,10 @@ def test_adagrad_steps_shrink_like_one_over_sqrt_t():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: steadax.rmsprop(0.1, momentum=1.5), "rmsprop: momentum"),
-    (lambda: steadax.rmsprop(0.1, decay=-0.1), "scale_by_rms: decay"),
-    (lambda: steadax.rmsprop(0.1, centered=True, eps=-1.0), "scale_by_stddev: eps"),
+    (lambda: steadax.rmsprop(0.1, decay=-0.1), "rmsprop: decay"),
+    (lambda: steadax.rmsprop(0.1, centered=True, eps=-1.0), "rmsprop: eps"),
     (lambda: steadax.rmsprop(float("inf")), "rmsprop: learning_rate"),
-    (lambda: steadax.adagrad(0.1, initial_accumulator_value=-0.1), "scale_by_rss: initial_accumulator_value"),
+    (lambda: steadax.adagrad(0.1, initial_accumulator_value=-0.1), "adagrad: initial_accumulator_value"),
 ])
 def test_bad_hyperparameters_raise(call, message):
   with pytest.raises(ValueError, match=message):

@@ -46,7 +46,7 @@ def test_lars_state_structure_matches_optax():
     (lambda: steadax.lamb(0.1, weight_decay=-0.1), "lamb: weight_decay"),
     (lambda: steadax.lars(0.1, momentum=-0.1), "lars: momentum"),
     (lambda: steadax.lars(0.1, trust_coefficient=-1.0), "lars: trust_coefficient"),
-    (lambda: steadax.lars(0.1, eps=-1.0), "scale_by_trust_ratio: eps"),
+    (lambda: steadax.lars(0.1, eps=-1.0), "lars: eps"),
 ])
 def test_bad_hyperparameters_raise(call, message):
   with pytest.raises(ValueError, match=message):

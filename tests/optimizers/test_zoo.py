@@ -176,14 +176,14 @@ def test_optimistic_gradient_descent_converges_on_a_bilinear_game():
     (lambda: steadax.optimistic_adam_v2(0.1, b2=1.0), ValueError, "optimistic_adam_v2: b2"),
     (lambda: steadax.adabelief(float("nan")), ValueError, "adabelief: learning_rate must be finite"),
     (lambda: steadax.adan(0.1, weight_decay=-1.0), ValueError, "adan: weight_decay"),
-    (lambda: steadax.radam(0.1, threshold=2.0), ValueError, "scale_by_radam: threshold"),
+    (lambda: steadax.radam(0.1, threshold=2.0), ValueError, "radam: threshold"),
     (lambda: steadax.signum(0.1, beta=1.0), ValueError, "signum: beta"),
-    (lambda: steadax.sm3(0.1, momentum=1.0), ValueError, "scale_by_sm3: b1"),
+    (lambda: steadax.sm3(0.1, momentum=1.0), ValueError, "sm3 > scale_by_sm3: b1"),
     (lambda: steadax.polyak_sgd(variant="sgd"), ValueError, "scale_by_polyak: variant"),
     (lambda: steadax.polyak_sgd(max_learning_rate=0.0), ValueError, "max_learning_rate"),
     (lambda: steadax.fromage(0.1, min_norm=-1.0), ValueError, "fromage: min_norm"),
-    (lambda: steadax.noisy_sgd(0.1, key=0, gamma=-1.0), ValueError, "add_noise: gamma"),
-    (lambda: steadax.adadelta(rho=1.0), ValueError, "scale_by_adadelta: rho"),
+    (lambda: steadax.noisy_sgd(0.1, key=0, gamma=-1.0), ValueError, "noisy_sgd: gamma"),
+    (lambda: steadax.adadelta(rho=1.0), ValueError, "adadelta: rho"),
     (lambda: steadax.yogi("0.1"), TypeError, "yogi: learning_rate"),
 ])
 def test_bad_hyperparameters_raise_clear_errors(make, error, match):

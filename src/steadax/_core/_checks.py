@@ -11,7 +11,8 @@ import numpy as np
 from ._interface import GradientTransformation
 
 __all__ = [
-    "check_range", "check_positive", "check_nonnegative", "check_decay", "check_schedule_or_scalar",
+    "check_range", "check_positive", "check_nonnegative", "check_decay", "check_decay_below_one",
+    "check_schedule_or_scalar",
     "check_schedule_output",
 ]
 
@@ -58,6 +59,11 @@ def check_nonnegative(owner: str, name: str, value: Any) -> None:
 def check_decay(owner: str, name: str, value: Any) -> None:
   """A decay rate (``b1``, ``b2``, ``momentum``) lies in [0, 1]."""
   check_range(owner, name, value, 0.0, 1.0)
+
+
+def check_decay_below_one(owner: str, name: str, value: Any) -> None:
+  """A decay in [0, 1) where ``1 - decay^t`` is a divisor (Adam's bias corrections): at 1 it is 0."""
+  check_range(owner, name, value, 0.0, 1.0, high_open=True)
 
 
 def check_schedule_or_scalar(owner: str, name: str, value: Any) -> None:

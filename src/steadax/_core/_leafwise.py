@@ -41,6 +41,7 @@ through it. Elementwise leaf functions need nothing: the partitioner propagates 
 layout to their outputs (docs/sharding.md).
 """
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -280,6 +281,9 @@ def leafwise(
   strict = is_strict()
   n_states = len(states)
   outs: list = []
+  # Per input-dtype signature (one or two in a model): the compute dtype and each input's target.
+  # Tracing is Python per leaf; dtype predicates are microseconds each and would dominate it.
+  plans: dict = {}
   for i, g in enumerate(grads):
     if g is None:
       outs.append((None,) * (1 + n_states))
@@ -305,15 +309,20 @@ def leafwise(
       continue
     leaf_reads = [r[i] for r in read_leaves]
     inputs = [g, *leaf_states, *leaf_reads]
-    cdt = compute_dtype(*[x.dtype for x in inputs if x is not None])
-    rdt = real_dtype(cdt)
+    signature = tuple(None if x is None else x.dtype for x in inputs)
+    plan = plans.get(signature)
+    if plan is None:
+      cdt = compute_dtype(*[d for d in signature if d is not None])
+      plan = plans[signature] = (cdt, real_dtype(cdt),
+                                 [None if d is None else _target(d, cdt) for d in signature])
+    cdt, rdt, targets = plan
     if scalars is None:
       k = None
     else:
       if rdt not in records:
         records[rdt] = _as_weak_record(scalars(rdt), rdt, owner)
       k = records[rdt]
-    cast_in = [None if x is None else cast(x, _target(x.dtype, cdt)) for x in inputs]
+    cast_in = [None if x is None else cast(x, t) for x, t in zip(inputs, targets)]
     # Inside the leaf function every array is already in the compute dtype (complex or its real
     # part) and every scalar is weak, so the only promotions left are real-with-complex ones
     # (``m / denom`` for a complex m): standard promotion allows them; the output check below
@@ -328,11 +337,11 @@ def leafwise(
           f"{type(result).__name__} of length {len(result) if isinstance(result, tuple) else 1}."
       )
     u, *new_states = result
-    expected = [(_target(g.dtype, cdt), out_dtype, u)]
-    expected += [(_target(s.dtype, cdt), np.dtype(s.dtype), ns) for s, ns in zip(leaf_states, new_states)]
+    expected = [(targets[0], out_dtype, u)]
+    expected += [(t, np.dtype(s.dtype), ns) for t, s, ns in zip(targets[1:], leaf_states, new_states)]
     written = []
     for j, (want, store, value) in enumerate(expected):
-      value = jnp.asarray(value)
+      value = value if isinstance(value, jax.Array) else jnp.asarray(value)
       if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(store, jnp.complexfloating):
         raise ContractError(
             f"{owner}: the {'update' if j == 0 else f'state leaf {j - 1}'} at "
@@ -367,13 +376,21 @@ def saturating_cast(value: jax.Array, store: Any) -> jax.Array:
   as the compute dtype (float32 state, float32 maths) is a plain cast.
   """
   store = np.dtype(store)
-  value = jnp.asarray(value)
-  if (jnp.issubdtype(store, jnp.floating) and jnp.issubdtype(value.dtype, jnp.floating)
-      and jnp.finfo(store).max < jnp.finfo(value.dtype).max):
-    largest = float(jnp.finfo(store).max)
+  value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+  largest = _saturation_bound(np.dtype(value.dtype), store)
+  if largest is not None:
     saturated = jnp.clip(value, -largest, largest)
     value = jnp.where(jnp.isfinite(value), saturated, value)
   return cast(value, store)
+
+
+@functools.lru_cache(maxsize=None)
+def _saturation_bound(value_dtype: np.dtype, store: np.dtype) -> float | None:
+  """``store``'s largest finite value when ``value_dtype`` reaches beyond it (floats only), else None."""
+  if (jnp.issubdtype(store, jnp.floating) and jnp.issubdtype(value_dtype, jnp.floating)
+      and jnp.finfo(store).max < jnp.finfo(value_dtype).max):
+    return float(jnp.finfo(store).max)
+  return None
 
 
 def _path(treedef: Any, index: int) -> str:

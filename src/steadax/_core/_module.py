@@ -38,6 +38,7 @@ a Module can be a dictionary key or a ``static_argnums`` argument.
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable
 
 import jax
@@ -282,11 +283,27 @@ def _is_concrete(value: Any) -> bool:
 
 
 def _finish(obj: Any) -> None:
-  """What every built Module gets, whoever wrote its ``__init__``: plain callables in dynamic fields
-  wrapped in ``Fn``, concrete scalar hyperparameters as one kind of leaf (``_canonical_hyper``), and
-  every field's check run on its (concrete) value."""
+  """What every built Module gets, whoever wrote its ``__init__``: every field's check run on its
+  (concrete) value as given, then plain callables in dynamic fields wrapped in ``Fn`` and concrete
+  scalar hyperparameters made one kind of leaf (``_canonical_hyper``)."""
   cls = type(obj)
   d = obj.__dict__
+  owner = getattr(obj, "owner", cls.__name__)
+  for name, check in cls._field_checks:
+    value = d[name]
+    if _is_concrete(value):
+      try:
+        check(owner, name, value)
+      except (ValueError, TypeError):
+        # The field's check is the one check of the value; the error names what the user called:
+        # ``adam: b1 must lie in [0.0, 1.0)`` for ``adam(b1=1.0)``, and ``sm3 > scale_by_sm3: b1``
+        # for ``sm3(momentum=1.0)``, whose argument has another name than the field.
+        factory = _factory_called()
+        if factory is None or factory[0] == owner:
+          raise
+        name_of_factory, parameters = factory
+        check(name_of_factory if name in parameters else f"{name_of_factory} > {owner}", name, value)
+        raise
   for name in cls._dynamic_fields:
     value = d[name]
     frozen = _freeze_callables(value)
@@ -297,11 +314,24 @@ def _finish(obj: Any) -> None:
     canonical = _canonical_hyper(value)
     if canonical is not value:
       object.__setattr__(obj, name, canonical)
-  owner = getattr(obj, "owner", cls.__name__)
-  for name, check in cls._field_checks:
-    value = d[name]
-    if _is_concrete(value):
-      check(owner, name, value)
+
+
+def _factory_called() -> tuple[str, frozenset[str]] | None:
+  """The public steadax function the user called and its parameter names, found on the stack: the
+  outermost frame of a steadax module whose function is in that module's ``__all__`` (``adam`` when
+  ``adam`` called ``scale_by_adam``; a wrapper's inner closure, not being public, is passed over).
+  Read only when a check fails, so building a Module never walks the stack."""
+  found = None
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    module_globals = frame.f_globals
+    if str(module_globals.get("__name__", "")).startswith("steadax."):
+      code = frame.f_code
+      if code.co_name in module_globals.get("__all__", ()):
+        parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        found = (code.co_name, frozenset(parameters))
+    frame = frame.f_back
+  return found
 
 
 class _ModuleMeta(type):

@@ -7,7 +7,7 @@ optional decoupled weight decay, and the learning rate.
 from typing import Any
 from jax.typing import ArrayLike
 
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
 from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
@@ -55,7 +55,6 @@ def adabelief(
     >>> steadax.apply_updates(p, opt.update(2 * p, opt.init(p), p)[0])  # 1 - 0.1 * 2 / 1.8
     Array([ 0.8888889, -0.8888889], dtype=float32)
   """
-  check_schedule_or_scalar("adabelief", "learning_rate", learning_rate)
   return chain(scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov), scale_by_learning_rate(learning_rate))
 
 
@@ -99,7 +98,6 @@ def adan(
     >>> steadax.apply_updates(p, opt.update(2 * p, opt.init(p), p)[0])
     Array([ 0.9, -0.9], dtype=float32)
   """
-  check_schedule_or_scalar("adan", "learning_rate", learning_rate)
   if not callable(weight_decay):
     check_nonnegative("adan", "weight_decay", weight_decay)
   return chain(
@@ -148,7 +146,6 @@ def radam(
     >>> steadax.apply_updates(p, opt.update(2 * p, opt.init(p), p)[0])  # first steps: SGD momentum
     Array([ 0.8, -0.8], dtype=float32)
   """
-  check_schedule_or_scalar("radam", "learning_rate", learning_rate)
   return chain(scale_by_radam(b1, b2, eps, eps_root, threshold, nesterov=nesterov),
                scale_by_learning_rate(learning_rate))
 
@@ -178,5 +175,4 @@ def yogi(learning_rate: ScalarOrSchedule, b1: ArrayLike = 0.9, b2: ArrayLike = 0
     >>> opt.init(jnp.zeros(2))[0].nu
     Array([1.e-06, 1.e-06], dtype=float32)
   """
-  check_schedule_or_scalar("yogi", "learning_rate", learning_rate)
   return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))

@@ -95,7 +95,6 @@ def novograd(
     >>> steadax.apply_updates(p, opt.update(p, opt.init(p), p)[0])
     Array([2.94, 3.92], dtype=float32)
   """
-  check_schedule_or_scalar("novograd", "learning_rate", learning_rate)
   return chain(
       scale_by_novograd(b1, b2, eps, eps_root, weight_decay),
       scale_by_learning_rate(learning_rate),
@@ -126,6 +125,5 @@ def sm3(learning_rate: ScalarOrSchedule, momentum: ArrayLike = 0.9) -> Chain:
     >>> steadax.apply_updates(p, opt.update(jnp.asarray(4.0), opt.init(p), p)[0])
     Array(1.9, dtype=float32)
   """
-  check_schedule_or_scalar("sm3", "learning_rate", learning_rate)
   return chain(scale_by_sm3(momentum), scale_by_learning_rate(learning_rate))
 

@@ -3,7 +3,7 @@
 from typing import Any
 from jax.typing import ArrayLike
 
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
@@ -47,7 +47,6 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Chai
     >>> [round(float(x), 4) for x in new_p]  # (p - 0.75 * 5 * g) * 0.8
     [-0.6, 3.2]
   """
-  check_schedule_or_scalar("fromage", "learning_rate", learning_rate)
   check_nonnegative("fromage", "min_norm", min_norm)
   if callable(learning_rate):
     return chain(

@@ -3,7 +3,7 @@
 from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
 from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
@@ -51,7 +51,6 @@ def lion(
     >>> steadax.apply_updates(p, opt.update(jnp.array([3.0, -0.01]), opt.init(p), p)[0])
     Array([0.9, 1.1], dtype=float32)
   """
-  check_schedule_or_scalar("lion", "learning_rate", learning_rate)
   if not callable(weight_decay):
     check_nonnegative("lion", "weight_decay", weight_decay)
   return chain(

@@ -4,7 +4,7 @@ from typing import Any
 from jax.typing import ArrayLike
 
 from .._core._stateless import identity
-from .._core._checks import check_range, check_schedule_or_scalar
+from .._core._checks import check_range
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
@@ -58,7 +58,6 @@ def rmsprop(
     >>> steadax.apply_updates(p, opt.update(jnp.array([3.0]), opt.init(p), p)[0])
     Array([0.8], dtype=float32)
   """
-  check_schedule_or_scalar("rmsprop", "learning_rate", learning_rate)
   if momentum is not None:
     check_range("rmsprop", "momentum", momentum, 0.0, 1.0)
   block = scale_by_stddev if centered else scale_by_rms
@@ -99,7 +98,6 @@ def adagrad(
     >>> steadax.apply_updates(p, opt.update(jnp.array([3.0]), opt.init(p), p)[0])
     Array([0.9], dtype=float32)
   """
-  check_schedule_or_scalar("adagrad", "learning_rate", learning_rate)
   return chain(
       scale_by_rss(initial_accumulator_value=initial_accumulator_value, eps=eps),
       scale_by_learning_rate(learning_rate),

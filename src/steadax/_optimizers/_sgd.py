@@ -4,7 +4,7 @@ from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._stateless import identity
-from .._core._checks import check_range, check_schedule_or_scalar
+from .._core._checks import check_range
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
@@ -44,7 +44,6 @@ def sgd(
     >>> steadax.apply_updates(params, updates)
     Array([0.9], dtype=float32)
   """
-  check_schedule_or_scalar("sgd", "learning_rate", learning_rate)
   if momentum is not None:
     check_range("sgd", "momentum", momentum, 0.0, 1.0)
   first = identity() if momentum is None else trace(momentum, nesterov, accumulator_dtype)

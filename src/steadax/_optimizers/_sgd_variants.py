@@ -50,7 +50,6 @@ def noisy_sgd(
     >>> steadax.apply_updates(p, opt.update(jnp.array([2.0]), opt.init(p), p)[0])
     Array([0.8], dtype=float32)
   """
-  check_schedule_or_scalar("noisy_sgd", "learning_rate", learning_rate)
   return chain(add_noise(eta, gamma, key, seed=seed), scale_by_learning_rate(learning_rate))
 
 

@@ -3,7 +3,7 @@
 from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
 from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
@@ -77,7 +77,6 @@ def shampoo(
     >>> bool(loss(params) < 1.0)
     True
   """
-  check_schedule_or_scalar("shampoo", "learning_rate", learning_rate)
   if not callable(weight_decay):
     check_nonnegative("shampoo", "weight_decay", weight_decay)
   return chain(

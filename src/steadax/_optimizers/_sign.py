@@ -3,7 +3,7 @@
 from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._checks import check_range, check_schedule_or_scalar
+from .._core._checks import check_range
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
@@ -36,7 +36,6 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> Chain:
     >>> steadax.apply_updates(p, opt.update(jnp.array([3.0, -1e-3]), opt.init(p), p)[0])
     Array([0.9, 1.1], dtype=float32)
   """
-  check_schedule_or_scalar("sign_sgd", "learning_rate", learning_rate)
   return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
@@ -66,7 +65,6 @@ def signum(learning_rate: ScalarOrSchedule, beta: ArrayLike = 0.9, accumulator_d
     >>> steadax.apply_updates(p, opt.update(jnp.array([5.0]), opt.init(p), p)[0])
     Array([0.9], dtype=float32)
   """
-  check_schedule_or_scalar("signum", "learning_rate", learning_rate)
   check_range("signum", "beta", beta, 0.0, 1.0, high_open=True)
   return chain(
       ema(beta, debias=False, accumulator_dtype=accumulator_dtype),

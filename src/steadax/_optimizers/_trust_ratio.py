@@ -3,7 +3,7 @@
 from typing import Any
 from jax.typing import ArrayLike
 
-from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_range
 from .._core._combine import Chain, chain
 from .._core._types import MaskOrFn, ScalarOrSchedule
 from .._core._docs import shared_args
@@ -56,7 +56,6 @@ def lamb(
     >>> steadax.apply_updates(p, opt.update(jnp.array([1.0, 1.0]), opt.init(p), p)[0])
     Array([2.6464467, 3.6464467], dtype=float32)
   """
-  check_schedule_or_scalar("lamb", "learning_rate", learning_rate)
   check_range("lamb", "b1", b1, 0.0, 1.0, high_open=True)
   check_range("lamb", "b2", b2, 0.0, 1.0, high_open=True)
   check_nonnegative("lamb", "eps", eps)
@@ -113,7 +112,6 @@ def lars(
     >>> steadax.apply_updates(p, opt.update(jnp.array([0.0, 2.0]), opt.init(p), p)[0])
     Array([3. , 3.5], dtype=float32)
   """
-  check_schedule_or_scalar("lars", "learning_rate", learning_rate)
   if not callable(weight_decay):
     check_nonnegative("lars", "weight_decay", weight_decay)
   check_nonnegative("lars", "trust_coefficient", trust_coefficient)

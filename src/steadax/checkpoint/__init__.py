@@ -1,9 +1,9 @@
-"""Checkpoints of optimizer states: flat path-keyed arrays with a manifest, and atomic files.
+"""Checkpoints of optimizer states: path-keyed arrays with a manifest, over Orbax.
 
 See ``docs/checkpointing.md``. ``state_to_arrays`` / ``arrays_to_state`` convert a state to and
-from ``{path: numpy array}`` (what Orbax or any array store saves), validating structure, shapes and
-dtypes path by path; ``save`` / ``restore`` and ``save_step`` / ``restore_step`` write and read
-checkpoint files atomically.
+from ``{path: numpy array}``, validating structure, shapes and dtypes path by path; ``save`` /
+``restore`` and ``save_step`` / ``restore_step`` write and read Orbax checkpoints (sharded states
+included) with the same validation, and still read the ZIP files of format version 1.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -13,22 +13,24 @@ from .._core._lazy import lazy_surface as _lazy_surface
 # The re-exports, read by pyright, IDEs and the API reference as written, and at run time by
 # ``lazy_surface``: each name is imported when first read (``_core/_lazy.py``).
 if _TYPE_CHECKING:
-  from ._checkpoint import (
+  from ._arrays import (
       FORMAT as FORMAT,
       FORMAT_VERSION as FORMAT_VERSION,
       CheckpointError as CheckpointError,
-      all_steps as all_steps,
       arrays_to_state as arrays_to_state,
       describe_transformation as describe_transformation,
-      latest_step as latest_step,
       leaf_path as leaf_path,
+      state_manifest as state_manifest,
+      state_to_arrays as state_to_arrays,
+  )
+  from ._files import (
+      all_steps as all_steps,
+      latest_step as latest_step,
       read_manifest as read_manifest,
       restore as restore,
       restore_step as restore_step,
       save as save,
       save_step as save_step,
-      state_manifest as state_manifest,
-      state_to_arrays as state_to_arrays,
   )
 
 __all__ = [

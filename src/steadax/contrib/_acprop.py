@@ -18,14 +18,13 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
-from ..transforms._adam import check_decay_below_one
 from ..transforms._adam_variants import ScaleByBeliefState
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average, one_minus_pow
@@ -130,7 +129,6 @@ def acprop(
     >>> u["w"].dtype, s[0].nu["w"].dtype
     (dtype(bfloat16), dtype(bfloat16))
   """
-  check_schedule_or_scalar("acprop", "learning_rate", learning_rate)
   check_nonnegative("acprop", "weight_decay", weight_decay)
   return chain(ScaleByAcprop(b1, b2, eps, eps_root), add_decayed_weights(weight_decay, mask),
                scale_by_learning_rate(learning_rate))

@@ -21,14 +21,14 @@ import jax
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._module import hyper_field, static_field
 from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
-from ..transforms._adam import adam_denominator, adam_moments, adam_scalars, check_decay_below_one
+from ..transforms._adam import adam_denominator, adam_moments, adam_scalars
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate, value_at
@@ -211,7 +211,6 @@ def ademamix(
     >>> jax.eval_shape(opt.init, {"w": jnp.zeros(3)})[0].nu["w"].dtype
     dtype(bfloat16)
   """
-  check_schedule_or_scalar("ademamix", "learning_rate", learning_rate)
   check_nonnegative("ademamix", "weight_decay", weight_decay)
   return chain(ScaleByAdemamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype=mu_dtype),
                add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate))
@@ -289,7 +288,6 @@ def simplified_ademamix(
     >>> opt.init(jnp.zeros(2))[0].t
     Array(0, dtype=int32)
   """
-  check_schedule_or_scalar("simplified_ademamix", "learning_rate", learning_rate)
   check_nonnegative("simplified_ademamix", "weight_decay", weight_decay)
   return chain(ScaleBySimplifiedAdemamix(b1, b2, alpha, eps, eps_root), add_decayed_weights(weight_decay, mask),
                scale_by_learning_rate(learning_rate))

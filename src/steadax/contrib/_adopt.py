@@ -22,14 +22,14 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
-from ..transforms._adam import ScaleByAdamState, check_decay_below_one
+from ..transforms._adam import ScaleByAdamState
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -180,6 +180,5 @@ def adopt(
     >>> opt.update(p, opt.init(p), p)[0]["w"].dtype
     dtype('float16')
   """
-  check_schedule_or_scalar("adopt", "learning_rate", learning_rate)
   return chain(ScaleByAdopt(b1, b2, eps, mu_dtype=mu_dtype, nesterov=nesterov, use_clipping=use_clipping,
                             clip_value_fn=clip_value_fn), scale_by_learning_rate(learning_rate))

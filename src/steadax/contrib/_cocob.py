@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_positive
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
@@ -156,7 +156,6 @@ def cocob(
     (dtype(bfloat16), dtype('float32'))
   """
   # Checked here too, so the messages name the factory (the class's name scale_by_cocob).
-  check_schedule_or_scalar("cocob", "learning_rate", learning_rate)
   check_nonnegative("cocob", "weight_decay", weight_decay)
   check_positive("cocob", "alpha", alpha)
   check_positive("cocob", "eps", eps)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_schedule_or_scalar
+from .._core._checks import check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars, place_like, saturating_cast
 from .._core._module import child_field, hyper_field, static_field
@@ -320,7 +320,6 @@ def galore(
     >>> updates["w"].shape
     (4, 3)
   """
-  check_schedule_or_scalar("galore", "learning_rate", learning_rate)
   _check_galore("galore", rank, update_proj_gap)
   if not callable(weight_decay):
     check_nonnegative("galore", "weight_decay", weight_decay)

@@ -29,7 +29,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars, place_like
 from .._core._module import hyper_field, static_field
@@ -496,7 +496,6 @@ def muon(
     >>> updates["w"].shape, updates["b"].shape
     ((3, 2), (2,))
   """
-  check_schedule_or_scalar("muon", "learning_rate", learning_rate)
   _check_ns_steps("muon", ns_steps)
   coeffs = _coefficients("muon", ns_coeffs, ns_steps)
   if adam_learning_rate is None:

@@ -27,7 +27,7 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._adapters import with_extra_args_support
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
+from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field, static_field
@@ -295,7 +295,6 @@ def sophia(
     (dtype(bfloat16), Array([0.02], dtype=float32))
   """
   # The block (named "sophia" too) checks its own hyperparameters; these two belong to the chain.
-  check_schedule_or_scalar("sophia", "learning_rate", learning_rate)
   check_nonnegative("sophia", "weight_decay", weight_decay)
   if hessian_diagonal_fn is None:
     hessian_diagonal_fn = hutchinson_estimator_diag_hessian()

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_decay, check_nonnegative, check_range
+from .._core._checks import check_decay, check_decay_below_one, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._module import hyper_field, static_field
@@ -65,11 +65,6 @@ class ScaleByAmsgradState(NamedTuple):
   nu_max: Params
 
 
-def check_decay_below_one(owner: str, name: str, value: Any) -> None:
-  """A decay in [0, 1): at 1 the bias correction ``1 - decay^t`` divides by zero."""
-  check_range(owner, name, value, 0.0, 1.0, high_open=True)
-
-
 def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
   """Adam's per-dtype scalars: the decays and the bias corrections at step ``count``.
 
@@ -113,15 +108,20 @@ def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
   return debiased_mu(k, m, g, nesterov) / adam_denominator(k, v), m, v
 
 
-class ScaleByAdam(Transformation):
-  name = "scale_by_adam"
-  elementwise = True
-  State = ScaleByAdamState
-  b1: Any = hyper_field(0.9, check=check_decay)
-  b2: Any = hyper_field(0.999, check=check_decay)
+class _AdamFields(Transformation):
+  """The hyperparameters Adam and AMSGrad share (their defaults and checks, written once)."""
+
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-8, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
+
+
+class ScaleByAdam(_AdamFields):
+  name = "scale_by_adam"
+  elementwise = True
+  State = ScaleByAdamState
   nu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=False)
 
@@ -174,15 +174,10 @@ def scale_by_adam(
   return ScaleByAdam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov)
 
 
-class ScaleByAmsgrad(Transformation):
+class ScaleByAmsgrad(_AdamFields):
   name = "scale_by_amsgrad"
   elementwise = True
   State = ScaleByAmsgradState
-  b1: Any = hyper_field(0.9, check=check_decay)
-  b2: Any = hyper_field(0.999, check=check_decay)
-  eps: Any = hyper_field(1e-08, check=check_nonnegative)
-  eps_root: Any = hyper_field(0.0, check=check_nonnegative)
-  mu_dtype: Any = static_field(default=None)
   bias_correction_mu: bool = static_field(default=True)
   bias_correction_nu: bool = static_field(default=True)
 
@@ -245,7 +240,7 @@ class ScaleByAdamax(Transformation):
   name = "scale_by_adamax"
   elementwise = True
   State = ScaleByAdamState
-  b1: Any = hyper_field(0.9, check=check_decay)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)  # 1 - b1^t divides; b2 is not corrected
   b2: Any = hyper_field(0.999, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
 

@@ -27,14 +27,14 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative
+from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._leafwise import place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import compute_dtype, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, state_roles
 from .._core._tree import tree_map, zeros_mirroring
 from .._core._docs import shared_args
-from ._adam import adam_scalars, adam_step, check_decay_below_one
+from ._adam import adam_scalars, adam_step
 from ._matrix import replicate_whole
 from .._core._types import Updates
 

@@ -22,14 +22,13 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import filled_like, tree_map, zeros_like
 from .._core._docs import shared_args
-from ._adam import (ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, check_decay_below_one,
-                    debiased_mu)
+from ._adam import ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, debiased_mu
 from ._moments import abs_sq, moving_average, one_minus_pow
 from .._core._types import Params, Updates
 

@@ -17,7 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_decay_below_one, check_nonnegative, check_range
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, hyper, safe_increment, zero_count
@@ -80,16 +80,11 @@ class ScaleBySM3State(NamedTuple):
   nu: Updates
 
 
-# Decays of Adadelta, NovoGrad and SM3's momentum lie in [0, 1).
-_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
-                                                                high_open=True)
-
-
 class ScaleByAdaDelta(Transformation):
   name = "scale_by_adadelta"
   elementwise = True
   State = ScaleByAdaDeltaState
-  rho: Any = hyper_field(0.9, check=_check_decay_below_one)
+  rho: Any = hyper_field(0.9, check=check_decay_below_one)
   eps: Any = hyper_field(1e-06, check=lambda owner, name, value: check_range(owner, name, value, 0.0, np.inf,
                                                                               low_open=True))
 
@@ -134,8 +129,8 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> Transforma
 class ScaleByNovograd(Transformation):
   name = "scale_by_novograd"
   State = ScaleByNovogradState
-  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.25, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.25, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
@@ -222,7 +217,7 @@ def _axis_view(vector: jax.Array, ndim: int, axis: int) -> jax.Array:
 class ScaleBySM3(Transformation):
   name = "scale_by_sm3"
   State = ScaleBySM3State
-  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(1.0, check=lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
 

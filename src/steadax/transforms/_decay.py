@@ -33,7 +33,7 @@ class WeightDecaySchedule(NamedTuple):
 class AddDecayedWeights(Transformation):
   name = "add_decayed_weights"
   elementwise = True
-  weight_decay: Any = hyper_field(0.0)
+  weight_decay: Any = hyper_field(0.0)  # any sign: fromage adds (mult - 1) * params, mult < 1
 
   def init_fn(self, params):  # the state depends on whether the weight decay is a schedule
     if callable(self.weight_decay):

@@ -26,12 +26,12 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative
+from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._module import hyper_field, static_field
 from .._core._policy import real_dtype, safe_increment
 from .._core._tree import is_none
 from .._core._docs import shared_args
-from ._adam import ScaleByAdamState, adam_scalars, adam_step, check_decay_below_one
+from ._adam import ScaleByAdamState, adam_scalars, adam_step
 
 __all__ = ["scale_by_adam_lowmem"]
 

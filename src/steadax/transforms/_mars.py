@@ -13,12 +13,12 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_positive
+from .._core._checks import check_decay_below_one, check_nonnegative, check_positive
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._docs import shared_args
-from ._adam import adam_scalars, adam_step, check_decay_below_one
+from ._adam import adam_scalars, adam_step
 from ._moments import abs_sq
 from .._core._types import Updates
 

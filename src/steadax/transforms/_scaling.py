@@ -13,6 +13,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Schedule
+from .._core._checks import check_schedule_or_scalar
 
 __all__ = [
     "ScaleState",
@@ -166,7 +167,7 @@ def scale_by_schedule(step_size_fn: Schedule) -> Transformation:
 class ScaleByLearningRate(Transformation):
   name = "scale_by_learning_rate"
   elementwise = True
-  learning_rate: Any = hyper_field()
+  learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
   flip_sign: bool = static_field(default=True)
 
   def init_fn(self, params):  # the state depends on whether the learning rate is a schedule
@@ -203,8 +204,6 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule | ArrayLike | None = 
     >>> tx.update(jnp.ones(1), tx.init(jnp.zeros(1)))[0]
     Array([-0.1], dtype=float32)
   """
-  if learning_rate is None:
-    raise ValueError("scale_by_learning_rate: learning_rate is required (a scalar or a schedule).")
   return ScaleByLearningRate(learning_rate, flip_sign=flip_sign)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
@@ -88,11 +88,6 @@ def _block_norms(x: jax.Array) -> jax.Array:
   return jnp.sqrt(jnp.sum(abs_sq(x), axis=axes, keepdims=True))
 
 
-# At 1 the bias corrections divide by zero.
-_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
-                                                                high_open=True)
-
-
 def _check_graft_type(owner: str, graft_type: Any) -> None:
   if graft_type not in _GRAFTS:
     raise ValueError(f"{owner}: graft_type must be one of {_GRAFTS}, got {graft_type!r}.")
@@ -101,8 +96,8 @@ def _check_graft_type(owner: str, graft_type: Any) -> None:
 class ScaleByShampoo(Transformation):
   name = "scale_by_shampoo"
   State = ScaleByShampooState
-  b1: Any = hyper_field(0.9, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.999, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.9, check=check_decay_below_one)
+  b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   matrix_eps: Any = hyper_field(1e-06, check=check_nonnegative)
   # 1.0 is allowed: the summed statistics of Gupta et al.

@@ -29,7 +29,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_decay_below_one, check_nonnegative, check_range
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increment, zero_count
@@ -93,17 +93,12 @@ def rotate(x: jax.Array, axes: tuple[int, ...], bases: tuple, adjoint: bool) -> 
   return x
 
 
-# At 1 the bias corrections divide by zero (and the statistics would never move).
-_check_decay_below_one = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
-                                                                high_open=True)
-
-
 class ScaleBySoap(Transformation):
   name = "scale_by_soap"
   State = ScaleBySoapState
-  b1: Any = hyper_field(0.95, check=_check_decay_below_one)
-  b2: Any = hyper_field(0.95, check=_check_decay_below_one)
-  shampoo_beta: Any = hyper_field(None, check=_check_decay_below_one)
+  b1: Any = hyper_field(0.95, check=check_decay_below_one)
+  b2: Any = hyper_field(0.95, check=check_decay_below_one)
+  shampoo_beta: Any = hyper_field(None, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   precondition_frequency: int = static_field(default=10)
   max_precond_dim: int = static_field(default=10000)
