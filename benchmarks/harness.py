@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 import steadax
+from steadax._fusion._elementwise import fusion_blocker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +106,7 @@ def transformations(optax_tx: Any, steadax_tx: Any, *, fused: bool = False, flat
   refuse one that is not elementwise.
   """
   columns = {"optax": (optax, optax_tx), "steadax": (steadax, steadax_tx)}
-  elementwise = steadax_tx is not None and steadax._core._base.fusion_blocker(steadax_tx) is None
+  elementwise = steadax_tx is not None and fusion_blocker(steadax_tx) is None
   if fused:
     columns[FUSED] = (steadax, steadax.fuse(steadax_tx) if elementwise else None)
   if flat:

@@ -246,7 +246,7 @@ INTERNAL_LAYERS = ["_optimizers", "_wrappers", "_linesearch", "_solvers"]
 # public surfaces); packages of one rank may import each other. Package __init__ files are the
 # public surfaces and may import from any layer.
 LAYER_RANKS = {
-    "_core": 0, "tree": 1, "_linalg": 2, "_utils": 3, "schedules": 3, "losses": 3, "projections": 3,
+    "_core": 0, "_fusion": 1, "tree": 1, "_linalg": 2, "_utils": 3, "schedules": 3, "losses": 3, "projections": 3,
     "second_order": 3, "assignment": 3, "perturbations": 3, "microbatching": 3, "experimental": 3,
     "checkpoint": 3,
     "transforms": 4, "_linesearch": 4, "_optimizers": 5, "_wrappers": 5, "contrib": 6, "testing": 6, "_solvers": 6,

@@ -10,6 +10,7 @@ explicitly from the private module that defines it; the private packages ``_opti
 ``_wrappers`` and ``_linesearch`` are internal layers, not namespaces.
 """
 
+import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._core._deprecations import deprecation_getattr as _deprecation_getattr
@@ -18,24 +19,28 @@ from ._core._lazy import lazy_surface as _lazy_surface
 # The re-exports, read by pyright, IDEs and the API reference as written, and at run time by
 # ``lazy_surface``: each name is imported when first read (``_core/_lazy.py``).
 if _TYPE_CHECKING:
-  from ._core._base import (
+  from ._core._adapters import with_extra_args_support as with_extra_args_support
+  from ._core._contract import InputMismatchError as InputMismatchError
+  from ._core._interface import (
       EmptyState as EmptyState,
       GradientTransformation as GradientTransformation,
       GradientTransformationExtraArgs as GradientTransformationExtraArgs,
-      InputMismatchError as InputMismatchError,
       TransformInitFn as TransformInitFn,
       TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn,
       TransformUpdateFn as TransformUpdateFn,
-      Transformation as Transformation,
-      apply_updates as apply_updates,
-      identity as identity,
-      incremental_update as incremental_update,
       init_empty_state as init_empty_state,
-      periodic_update as periodic_update,
+  )
+  from ._core._stateless import (
+      identity as identity,
       set_to_zero as set_to_zero,
       stateless as stateless,
       stateless_with_tree_map as stateless_with_tree_map,
-      with_extra_args_support as with_extra_args_support,
+  )
+  from ._core._transformation import Transformation as Transformation
+  from ._core._updates import (
+      apply_updates as apply_updates,
+      incremental_update as incremental_update,
+      periodic_update as periodic_update,
   )
   from ._core._combine import chain as chain, named_chain as named_chain
   from ._core._config import is_strict as is_strict, set_strict as set_strict, strict_mode as strict_mode
@@ -279,8 +284,8 @@ if _TYPE_CHECKING:
       zero_nans as zero_nans,
   )
   from ._wrappers._flatten import flatten as flatten
-  from ._wrappers._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
-  from ._core._flat import (
+  from ._fusion._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
+  from ._fusion._flat import (
       FlatParams as FlatParams,
       flat_params as flat_params,
       unflatten_params as unflatten_params,
@@ -400,8 +405,7 @@ _deprecations = {
 
 
 def _contrib():
-  import importlib
-  return importlib.import_module(".contrib", __name__)
+  return _importlib.import_module(".contrib", __name__)
 
 
 __getattr__, __dir__, __all__ = _lazy_surface(

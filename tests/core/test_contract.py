@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import steadax
-from steadax._core._base import Transformation
+from steadax._core._transformation import Transformation
 from steadax._core._contract import collect_drift
 
 

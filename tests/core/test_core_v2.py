@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import steadax
-from steadax._core._base import Transformation
+from steadax._core._transformation import Transformation
 from steadax._core._contract import ContractError
 from steadax._core._leafwise import Scalars
 from steadax._core._module import Module, hyper_field, static_field

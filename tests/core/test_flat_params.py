@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import steadax
-from steadax._core._base import fusion_blocker
+from steadax._fusion._elementwise import fusion_blocker
 from steadax.testing import type_signature
 from tests.conformance import _harness
 from tests.conformance.registry import all_entries

@@ -48,7 +48,7 @@ from flax import linen, nnx
 from flax.training import train_state
 
 import steadax
-from steadax._core._base import fusion_blocker
+from steadax._fusion._elementwise import fusion_blocker
 from tests.conformance.registry import Entry, all_entries
 
 pytestmark = pytest.mark.x32_only  # the clients' handling of containers does not depend on x64

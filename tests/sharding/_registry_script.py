@@ -38,7 +38,7 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 import steadax  # noqa: E402
-from steadax._core._base import fusion_blocker  # noqa: E402
+from steadax._fusion._elementwise import fusion_blocker  # noqa: E402
 from tests.conformance import _harness as h  # noqa: E402
 from tests.conformance.registry import all_entries  # noqa: E402
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import steadax
-from steadax._wrappers._fuse import FusedLayout
+from steadax._fusion._flat import FusedLayout
 
 
 def _params(wide=False):

@@ -8,7 +8,7 @@ import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
 
-from ._base import GradientTransformation
+from ._interface import GradientTransformation
 
 __all__ = [
     "check_range", "check_positive", "check_nonnegative", "check_decay", "check_decay_below_one",

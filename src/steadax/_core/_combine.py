@@ -1,9 +1,10 @@
 """chain and named_chain."""
 
-from typing import Any
-
-from ._base import GradientTransformation, InputMismatchError, Transformation, as_inner
+from ._adapters import as_inner
+from ._contract import InputMismatchError
+from ._interface import GradientTransformation
 from ._module import child_field, static_field
+from ._transformation import Transformation
 
 __all__ = ["chain", "named_chain", "Chain", "NamedChain"]
 

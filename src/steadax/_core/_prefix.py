@@ -3,7 +3,8 @@
 A mask (or ``partition``'s labels, or ``flat_params``' groups) is a *prefix tree* of the
 parameters: a leaf of the mask decides for the whole subtree below it. Mappings are matched by key,
 so a plain ``dict`` mask works for Flax ``FrozenDict`` parameters and the reverse; sequences are
-matched by position. On ``FlatParams`` a mask is that of the parameters' tree, one value per buffer.
+matched by position. The fusion layer extends ``resolve_prefix`` to its flat parameters
+(``steadax._fusion._flat.resolve_prefix``, which ``masked`` and ``partition`` call).
 """
 
 from collections.abc import Mapping
@@ -11,7 +12,6 @@ from typing import Any
 
 import jax
 
-from ._flat import FlatParams, contains_flat_params
 from ._policy import key_path_str
 from ._tree import unwrap_variables
 
@@ -103,22 +103,8 @@ def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
   their arrays, so it sees the same paths whether ``init`` got variables and ``update`` arrays
   (as ``nnx.Optimizer`` calls them) or not; its result is then a prefix of both trees.
 
-  On a ``FlatParams``, the mask or labels are those of the parameters' tree (a function is called
-  on ``tree.leaf_view()``), one value per buffer: every leaf of a buffer must get the same one
-  (``flat_params(params, groups=...)`` makes that so). A ``FlatParams`` of values with the same
-  layout (``partition``'s masks) is taken as it is.
+  Raises:
+    ValueError: naming ``owner``, ``argname`` and the tree path where the keys differ.
   """
-  if isinstance(tree, FlatParams):
-    if isinstance(spec, FlatParams):
-      if spec.layout != tree.layout:
-        raise ValueError(f"{owner}: the {argname} is a FlatParams of another layout than the "
-                         "parameters'.")
-      return spec
-    return tree.per_buffer(owner, argname, prefix_leaves(owner, argname, spec, tree.leaf_view()))
-  if contains_flat_params(tree):
-    # Below the root, the mask would be matched against the buffers themselves (a function that
-    # looks at each leaf's ndim would see vectors): refused rather than silently wrong.
-    raise ValueError(f"{owner}: the parameters hold a FlatParams below their root; a {argname} "
-                     "works on FlatParams given as the parameters themselves.")
   value = spec(unwrap_variables(tree)) if is_mask_callable(spec) else spec
   return align_prefix(owner, argname, value, tree)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count

@@ -15,7 +15,9 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .._core._base import GradientTransformation, Transformation, identity
+from .._core._interface import GradientTransformation
+from .._core._stateless import identity
+from .._core._transformation import Transformation
 from .._core._checks import check_schedule_or_scalar
 from .._core._combine import Chain, chain
 from .._core._leafwise import Scalars, leafwise

@@ -3,7 +3,7 @@
 from typing import Any
 from jax.typing import ArrayLike
 
-from .._core._base import identity
+from .._core._stateless import identity
 from .._core._checks import check_range
 from .._core._combine import Chain, chain
 from .._core._types import ScalarOrSchedule

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_positive
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import safe_increment, scalar_stat_dtype, zero_count

@@ -21,7 +21,9 @@ import numpy as np
 from typing import Any, NamedTuple, Union
 from jax.typing import ArrayLike
 
-from .._core._base import GradientTransformationExtraArgs, apply_updates, with_extra_args_support
+from .._core._adapters import with_extra_args_support
+from .._core._interface import GradientTransformationExtraArgs
+from .._core._updates import apply_updates
 from .._core._combine import Chain
 from .._core._policy import key_path_str, scalar_stat_dtype
 from .._core._tree import cast_like
@@ -31,7 +33,7 @@ from .._linesearch._zoom import ScaleByZoomLinesearch
 from .._optimizers._lbfgs import lbfgs
 from . import _bounds
 from ._lbfgsb import LBFGSB, lbfgsb
-from .._core._base import GradientTransformation
+from .._core._interface import GradientTransformation
 from .._core._types import Params
 
 __all__ = ["StopReason", "MinimizeInfo", "minimize", "stop_reason_message"]

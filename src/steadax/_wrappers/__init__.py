@@ -36,7 +36,7 @@ if _TYPE_CHECKING:
       state_set as state_set,
   )
   from ._flatten import flatten as flatten
-  from ._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
+  from .._fusion._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
   from ._lookahead import (
       LookaheadParams as LookaheadParams,
       LookaheadState as LookaheadState,

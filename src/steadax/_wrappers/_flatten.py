@@ -6,7 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._policy import promote_types
 from .._core._leafwise import place_like
 from .._core._module import child_field

@@ -19,7 +19,8 @@ from typing import Any
 
 import jax
 
-from .._core._base import GradientTransformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
 from .._core._policy import key_path_str
 from .._core._tree import is_variable
 from ._partition import Partition

@@ -6,7 +6,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._checks import check_range
 from .._core._contract import conform_updates
 from .._core._leafwise import Scalars

@@ -7,13 +7,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import (
-    EmptyState,
-    GradientTransformation,
-    GradientTransformationExtraArgs,
-    Transformation,
-    with_extra_args_support,
-)
+from .._core._adapters import with_extra_args_support
+from .._core._interface import EmptyState, GradientTransformation, GradientTransformationExtraArgs
+from .._core._transformation import Transformation
 from .._core._module import hyper_field, static_field
 from .._core._policy import is_inexact_dtype
 from .._core._roles import INNER, OTHER, state_roles

@@ -10,17 +10,17 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import (
-    GradientTransformation,
-    InputMismatchError,
-    Transformation,
-    as_inner,
-    set_to_zero,
-)
+from .._core._adapters import as_inner
+from .._core._contract import InputMismatchError
+from .._core._interface import GradientTransformation
+from .._core._stateless import set_to_zero
+from .._core._transformation import Transformation
 from .._core._module import child_field, static_field
 from .._core._policy import key_path_str
 from .._core._roles import INNER, state_roles
-from ..transforms._masked import Masked, is_params_marker, resolve_prefix
+from .._fusion._elementwise import children_on_flat_params
+from .._fusion._flat import resolve_prefix
+from ..transforms._masked import Masked, is_params_marker
 from .._core._types import OptState, Params
 
 __all__ = [
@@ -61,7 +61,7 @@ class Partition(Transformation):
 
   name = "partition"
   requires_float = False
-  elementwise_on_flat_params = "children"  # the labels are resolved per leaf, one per buffer
+  elementwise = children_on_flat_params  # the labels are resolved per leaf, one per buffer
   State = PartitionState
   labels: tuple = static_field()
   transforms: tuple = child_field(())

@@ -6,7 +6,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, SCALAR, state_roles

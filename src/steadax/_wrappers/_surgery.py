@@ -15,7 +15,7 @@ from jax.typing import ArrayLike
 from .._core._policy import key_path_str
 from .._core._state_tree import tree_get_all_with_path, tree_set
 from ._partition import PartitionState
-from .._core._base import GradientTransformation
+from .._core._interface import GradientTransformation
 from .._core._types import OptState, Params
 
 __all__ = ["reset_partition_state", "state_get", "state_set"]

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import EmptyState, Transformation
+from .._core._interface import EmptyState
+from .._core._transformation import Transformation
 from .._core._leafwise import Scalars, leafwise, place_like
 from .._core._module import hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, cast, compute_dtype, hyper, key_path_str, real_dtype

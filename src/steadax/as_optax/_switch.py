@@ -24,6 +24,8 @@ import sys
 import types
 from typing import Any
 
+from ._optax_private import PRIVATE_NAMES
+
 _OPTAX = "optax"
 
 
@@ -38,8 +40,6 @@ def _is_steadax_module(module: Any) -> bool:
 
 def _private_module_error(fullname: str) -> ModuleNotFoundError:
   """The error for ``optax._src.*`` and other Optax-private modules, naming the public names."""
-  from ._optax_private import PRIVATE_NAMES  # the table is read only on this error path
-
   names = PRIVATE_NAMES.get(fullname)
   head = (f"No module named {fullname!r}: optax resolves to steadax (steadax.as_optax), and Optax's "
           f"private modules have no counterpart there.")

@@ -22,7 +22,7 @@ import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
-from .._core._base import GradientTransformation
+from .._core._interface import GradientTransformation
 from .._core._types import OptState
 
 __all__ = [

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from .._core._base import GradientTransformation
+from .._core._interface import GradientTransformation
 from .._core._types import OptState
 from ._arrays import (
     FORMAT,

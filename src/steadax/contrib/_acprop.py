@@ -17,7 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._module import hyper_field, static_field

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._combine import chain
 from .._core._leafwise import Scalars

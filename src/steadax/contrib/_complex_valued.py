@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._module import child_field
 from .._core._roles import INNER, state_roles
 from .._core._types import OptState

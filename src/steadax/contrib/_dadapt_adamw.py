@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field

@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation, identity
+from .._core._stateless import identity
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars, tree_reduce

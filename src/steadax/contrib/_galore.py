@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import GradientTransformation, Transformation
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars, place_like, saturating_cast

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars

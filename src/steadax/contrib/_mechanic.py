@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import child_field, hyper_field, static_field
 from .._core._leafwise import Scalars, tree_reduce

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._leafwise import Scalars, tree_reduce
 from .._core._module import hyper_field, static_field

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars, place_like

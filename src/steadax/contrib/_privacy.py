@@ -19,7 +19,8 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation, identity
+from .._core._stateless import identity
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._combine import Chain
 from .._core._contract import conform_updates

@@ -20,13 +20,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import EmptyState, GradientTransformation, Transformation, apply_updates, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import EmptyState, GradientTransformation
+from .._core._transformation import Transformation
+from .._core._updates import apply_updates
 from .._core._leafwise import Scalars
 from .._core._module import child_field, static_field
 from .._core._policy import COUNTER_DTYPE, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import copy_like, l2_norm, tree_map
 from .._core._types import OptState, Params
+from .._fusion._elementwise import children_blocker
 
 __all__ = ["NormalizeState", "SAMState", "normalize", "sam"]
 
@@ -84,7 +88,6 @@ def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 class SAM(Transformation):
   name = "sam"
-  elementwise = "children"
   State = SAMState
   optimizer: Any = child_field()
   adv_optimizer: Any = child_field()
@@ -98,14 +101,17 @@ class SAM(Transformation):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
       raise ValueError(f"sam: sync_period must be an integer >= 1, got {n!r}.")
 
-  def fusion_blocker(self, flat_params: bool = False) -> str | None:
-    # In opaque mode grad_fn is the caller's function of the parameters, called on the points this
-    # update computes: fuse would call it on its own packed buffers, which the caller's function
-    # cannot read. On FlatParams it gets FlatParams, which the caller's loss reads with `.tree()`.
+  def elementwise(self, flat_params: bool) -> str | None:
+    """Read by the fusion layer: as elementwise as the inner optimizers, but never fused opaque.
+
+    In opaque mode grad_fn is the caller's function of the parameters, called on the points this
+    update computes: fuse would call it on its own packed buffers, which the caller's function
+    cannot read. On FlatParams it gets FlatParams, which the caller's loss reads with `.tree()`.
+    """
     if self.opaque_mode and not flat_params:
       return (f"{self.owner} (opaque_mode: grad_fn is called on the parameters, and fuse would pass "
               "it its packed buffers)")
-    return super().fusion_blocker(flat_params)
+    return children_blocker(self, flat_params)
 
   def init_fn(self, params):
     # The inner states and the cached outer point (a copy) are not zeros: built here.

@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars, leafwise

@@ -24,7 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import GradientTransformation, Transformation, with_extra_args_support
+from .._core._adapters import with_extra_args_support
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars, tree_reduce

@@ -22,12 +22,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._contract import ContractError
 from .._core._deprecations import warn_deprecated_call
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
+from .._fusion._elementwise import fusion_blocker
 from ._common import cast, declared_dtype
 from .._core._types import OptState, Schedule
 
@@ -201,9 +204,12 @@ class InjectHyperparams(Transformation):
   def owner(self) -> str:
     return f"inject_hyperparams({getattr(self.inner_factory, '__name__', 'inner_factory')})"
 
-  def fusion_blocker(self, flat_params: bool = False) -> str | None:
-    # The inner transformation is rebuilt every step from the injected values; its kind (and so
-    # whether it is elementwise) does not depend on them, so any values will do.
+  def elementwise(self, flat_params: bool) -> str | None:
+    """Read by the fusion layer: as elementwise as the inner transformation.
+
+    The inner transformation is rebuilt every step from the injected values; its kind (and so
+    whether it is elementwise) does not depend on them, so any values will do.
+    """
     hyperparams = dict(zip(self.numeric_names, self.numeric_values))
     hyperparams.update(self._scheduled({n: s.init() for n, s in zip(self.schedule_names, self.schedules)}, {}))
     return fusion_blocker(self._inner(hyperparams), flat_params)

@@ -12,22 +12,23 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
+import jax.experimental  # older JAX's x64 contexts (_x64)
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._base import (
-    Transformation,
+from .._core._interface import (
     _FunctionTransformation,
     _FunctionTransformationExtraArgs,
     _function_owner,
-    apply_updates,
 )
+from .._core._transformation import Transformation
+from .._core._updates import apply_updates
 from .._core._config import is_strict, strict_mode
 from .._core._contract import collect_drift
 from .._core._module import Module
 from .._core._policy import key_path_str
 from ._report import ConformanceReport, Violation, path_in_message, violation_from_exception
-from .._core._base import GradientTransformation
+from .._core._interface import GradientTransformation
 from .._core._types import Params, Updates
 
 __all__ = ["CHECKS", "check_transformation", "default_grads", "perturb_hyperparameters",
@@ -263,11 +264,9 @@ def _x64(value: bool):
     context: Any = state(value)
     with context:
       yield
-  else:  # older JAX
-    from jax.experimental import (  # pylint: disable=g-import-not-at-top
-        disable_x64, enable_x64)  # pyright: ignore[reportAttributeAccessIssue] (older JAX only)
-
-    with (enable_x64() if value else disable_x64()):
+  else:  # older JAX: jax.experimental's contexts
+    legacy: Any = jax.experimental
+    with (legacy.enable_x64() if value else legacy.disable_x64()):
       yield
 
 

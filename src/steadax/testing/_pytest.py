@@ -4,6 +4,10 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+# Only this module of steadax.testing needs pytest; the lazy surface loads it when
+# `parametrize_transformations` is first read.
+import pytest
+
 __all__ = ["parametrize_transformations"]
 
 
@@ -48,8 +52,6 @@ def parametrize_transformations(cases: Mapping[str, Any] | Iterable[tuple[str, A
     >>> [p.id for p in test_contract.pytestmark[0].args[1]]
     ['sgd', 'lion']
   """
-  import pytest  # pylint: disable=g-import-not-at-top  (pytest is needed only by test code)
-
   items = list(cases.items()) if isinstance(cases, Mapping) else list(cases)
   names = [name for name, _ in items]
   duplicates = sorted({n for n in names if names.count(n) > 1})

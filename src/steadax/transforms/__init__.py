@@ -122,7 +122,9 @@ if _TYPE_CHECKING:
   from ._soap import ScaleBySoapState as ScaleBySoapState, scale_by_soap as scale_by_soap
 
   # Optax's `optax.transforms` namespace also carries the wrappers; they are defined in the wrappers
-  # layer (this file is a public surface, so it may import from above the transforms layer).
+  # layer. This file is a public surface and also the package of the transforms layer: it runs
+  # whenever a block is loaded (`from ..transforms._adam import ...`), so it names the wrappers here,
+  # in the lazy block, and loads them only when one is read (tests/core/test_layering.py).
   from .._core._combine import chain as chain, named_chain as named_chain
   from .._wrappers._flatten import flatten as flatten
   from ._masked import MaskedNode as MaskedNode, MaskedState as MaskedState, masked as masked

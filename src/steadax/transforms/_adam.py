@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_decay_below_one, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._leafwise import place_like
 from .._core._module import hyper_field, static_field

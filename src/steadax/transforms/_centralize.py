@@ -7,7 +7,7 @@ References:
 
 import jax.numpy as jnp
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 
 __all__ = ["centralize"]
 

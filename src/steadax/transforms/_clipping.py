@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import EmptyState, Transformation
+from .._core._interface import EmptyState
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field

@@ -5,7 +5,8 @@ from typing import Any, NamedTuple
 import jax
 from jax.typing import ArrayLike
 
-from .._core._base import EmptyState, Transformation
+from .._core._interface import EmptyState
+from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper, safe_increment, zero_count

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._module import hyper_field, static_field

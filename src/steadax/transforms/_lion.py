@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field

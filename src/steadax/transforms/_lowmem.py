@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._module import hyper_field, static_field
 from .._core._policy import real_dtype, safe_increment

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_positive
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment

@@ -10,15 +10,18 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._core._base import GradientTransformation, Transformation, as_inner
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
+from .._core._transformation import Transformation
 from .._core._module import child_field, static_field
 from .._core._prefix import align_prefix as align_prefix
 from .._core._prefix import is_mask_callable as is_mask_callable
 from .._core._prefix import prefix_leaves as prefix_leaves
-from .._core._prefix import resolve_prefix as resolve_prefix
 from .._core._roles import INNER, state_roles
 from .._core._state_tree import ParamsMarker
 from .._core._types import OptState
+from .._fusion._elementwise import children_on_flat_params
+from .._fusion._flat import resolve_prefix
 
 __all__ = ["MaskedNode", "MaskedState", "masked", "mask_tree"]
 
@@ -80,7 +83,7 @@ def _apply_mask(owner: str, tree: Any, mask: Any) -> Any:
 class Masked(Transformation):
   name = "masked"
   requires_float = False
-  elementwise_on_flat_params = "children"  # the mask is resolved per leaf, one value per buffer
+  elementwise = children_on_flat_params  # the mask is resolved per leaf, one value per buffer
   State = MaskedState
   inner: Any = child_field()
   mask: Any = static_field()

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field

@@ -5,7 +5,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
 from .._core._policy import hyper

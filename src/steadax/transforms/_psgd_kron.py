@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import Module, hyper_field, static_field
 from .._core._leafwise import Scalars, place_kept_axes, place_like

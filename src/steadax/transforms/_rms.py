@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import EmptyState, Transformation
+from .._core._interface import EmptyState
+from .._core._transformation import Transformation
 from .._core._leafwise import Scalars, leafwise
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._core._base import Transformation
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field

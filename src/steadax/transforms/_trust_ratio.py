@@ -15,7 +15,8 @@ from typing import Any
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._base import EmptyState, Transformation
+from .._core._interface import EmptyState
+from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field

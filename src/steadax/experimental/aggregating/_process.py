@@ -17,14 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..._core._base import (
+from ..._core._adapters import with_extra_args_support
+from ..._core._interface import (
     GradientTransformation,
     GradientTransformationExtraArgs,
-    Transformation,
     _set_function_pair,
-    identity,
-    with_extra_args_support,
 )
+from ..._core._stateless import identity
+from ..._core._transformation import Transformation
 from ..._core._combine import Chain
 from ..._core._contract import conform_init, conform_state
 from ..._core._leafwise import Scalars

@@ -17,7 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ..._core._base import EmptyState, GradientTransformation, Transformation, identity
+from ..._core._interface import EmptyState, GradientTransformation
+from ..._core._stateless import identity
+from ..._core._transformation import Transformation
 from ..._core._checks import check_range
 from ..._core._combine import chain
 from ..._core._leafwise import Scalars, leafwise, saturating_cast

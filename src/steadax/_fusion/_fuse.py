@@ -23,12 +23,15 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from .._core._base import GradientTransformation, Transformation, as_inner, fusion_blocker
-from .._core._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout, check_max_leaf_size
+from .._core._adapters import as_inner
+from .._core._interface import GradientTransformation
 from .._core._module import child_field, static_field
 from .._core._roles import INNER, OTHER, state_roles
+from .._core._transformation import Transformation
 from .._core._tree import array_leaf, tree_map
 from .._core._types import OptState
+from ._elementwise import fusion_blocker
+from ._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout, check_max_leaf_size
 
 __all__ = ["fuse", "Fused", "FusedState", "FusedLayout", "DEFAULT_MAX_LEAF_SIZE"]
 

@@ -5,7 +5,7 @@ kernel per leaf and per state buffer, and an array crossing the jitted step's bo
 the parameters, the gradients and every state tree. Both ways out keep the small floating leaves of
 each dtype in one flat buffer:
 
-* ``fuse(tx)`` (``_wrappers/_fuse.py``) keeps the user's parameter tree and packs the gradients and
+* ``fuse(tx)`` (``_fuse.py``) keeps the user's parameter tree and packs the gradients and
   parameters into buffers inside ``update``; its state holds the buffers.
 * ``FlatParams`` (here) is the parameters themselves held as buffers: the model reads its leaves
   through ``flat.tree()`` (slices of the buffers, which XLA fuses into their consumers), the
@@ -15,23 +15,35 @@ each dtype in one flat buffer:
 
 Which leaves share a buffer is ``FusedLayout.build``'s rule: floating leaves of at most
 ``max_leaf_size`` elements, unsharded, one buffer per dtype; every other leaf stays as it is.
+
+The core knows nothing of ``FlatParams``: this module registers the check that refuses one to a
+transformation that is not elementwise (``Transformation.init`` runs it), and extends the core's
+``resolve_prefix`` to it (``masked`` and ``partition`` call this module's).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
-from collections.abc import Callable
 
-from ._leafwise import _path as leaf_path
-from ._leafwise import place_like
-from ._policy import key_path_str, promote_types
-from ._tree import array_leaf, is_none, param_array
-from ._types import Params
+from .._core._contract import InputMismatchError
+from .._core._leafwise import _path as leaf_path
+from .._core._leafwise import place_like
+from .._core._policy import key_path_str, promote_types
+from .._core._prefix import prefix_leaves
+from .._core._prefix import resolve_prefix as resolve_tree_prefix
+from .._core._transformation import register_parameter_check
+from .._core._tree import array_leaf, is_none, param_array
+from .._core._types import Params
+from ._elementwise import fusion_blocker
 
-__all__ = ["DEFAULT_MAX_LEAF_SIZE", "FlatParams", "FusedLayout", "flat_params", "unflatten_params"]
+__all__ = [
+    "DEFAULT_MAX_LEAF_SIZE", "FlatParams", "FusedLayout", "check_max_leaf_size",
+    "contains_flat_params", "flat_params", "resolve_prefix", "unflatten_params",
+]
 
 # Leaves above this many elements stay leaves. Fusing pays per leaf (a kernel and a state array
 # fewer for each moment) but costs a copy of every fused gradient and parameter into the buffer,
@@ -129,7 +141,7 @@ class FusedLayout:
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_none)
     if len(leaves) != self.treedef.num_leaves:
-      raise ValueError(
+      raise InputMismatchError(
           f"{owner}: the {what} do not have the tree structure the fused state was built for: "
           f"{len(leaves)} leaves, expected {self.treedef.num_leaves} ({self.treedef})."
       )
@@ -145,7 +157,7 @@ class FusedLayout:
         leaf = leaves[i]
         if leaf is None or np.shape(leaf) != shape or not jnp.issubdtype(leaf.dtype, jnp.inexact):
           got = "None" if leaf is None else f"{np.dtype(leaf.dtype).name}{list(np.shape(leaf))}"
-          raise ValueError(
+          raise InputMismatchError(
               f"{owner}: the {what} at {leaf_path(self.treedef, i)} is {got}; the fused buffer '{key}' holds a "
               f"floating leaf of shape {list(shape)} there."
           )
@@ -213,9 +225,9 @@ class FlatParams:
   * ``jax.jit``, ``lax.scan``, ``eqx.partition`` and ``jax.tree_util`` see a few leaves and a
     structure that depends only on the layout.
 
-  Transformations that are not elementwise (Adafactor, masks and partitions, trust ratios, matrix
-  optimizers, line searches: ``Transformation.elementwise``) refuse a ``FlatParams`` at ``init``,
-  naming the piece: on a buffer they would compute something else.
+  Transformations that are not elementwise (Adafactor, trust ratios, matrix optimizers, line
+  searches: ``Transformation.elementwise``) refuse a ``FlatParams`` at ``init``, naming the piece:
+  on a buffer they would compute something else.
 
   Attributes:
     layout: the static ``FusedLayout`` (which leaf lives where).
@@ -440,8 +452,6 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
     raise ValueError("flat_params: the parameters already hold a FlatParams; flatten the tree once.")
   labels = None
   if groups is not None:
-    from ._prefix import prefix_leaves  # _prefix imports this module
-
     labels = prefix_leaves("flat_params", "groups", groups, params)
     for path, label in zip(jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)[0], labels):
       try:
@@ -491,3 +501,61 @@ def unflatten_params(tree: Params) -> Any:
   """
   return jax.tree_util.tree_map(lambda x: x.tree() if isinstance(x, FlatParams) else x, tree,
                                 is_leaf=is_flat_params)
+
+
+def _refuse_unless_elementwise(tx: Any, params: Any) -> None:
+  """``Transformation.init``'s check (registered below): FlatParams only for elementwise ones."""
+  if not contains_flat_params(params):
+    return
+  reason = fusion_blocker(tx, flat_params=True)
+  if reason is not None:
+    raise ValueError(
+        f"{tx.owner}: cannot run on FlatParams: {reason}. Its buffers concatenate many "
+        "leaves, so only transformations whose update is elementwise or reduces over the whole "
+        "tree give the per-leaf result. Use the parameters' tree (`flat.tree()`) with this "
+        "transformation.")
+
+
+register_parameter_check(_refuse_unless_elementwise)
+
+
+def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
+  """The core's ``resolve_prefix`` (a mask or labels aligned with the parameters), on FlatParams too.
+
+  On a ``FlatParams``, the mask or labels are those of the parameters' tree (a function is called
+  on ``tree.leaf_view()``), one value per buffer: every leaf of a buffer must get the same one
+  (``flat_params(params, groups=...)`` makes that so). A ``FlatParams`` of values with the same
+  layout (``partition``'s masks) is taken as it is.
+
+  Args:
+    owner: the transformation, for the errors.
+    argname: what ``spec`` is (``"mask"``, ``"param_labels"``).
+    spec: a prefix tree of the parameters, or a function of them returning one.
+    tree: the parameters (or updates): a tree, or a ``FlatParams``.
+
+  Returns:
+    ``spec`` aligned with ``tree``; on a ``FlatParams``, a ``FlatParams`` of one value per buffer.
+
+  Raises:
+    ValueError: where the keys differ, two leaves of one buffer get different values, or a
+      ``FlatParams`` sits below the root of ``tree``.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> flat = steadax.flat_params({"b": jnp.zeros(2), "s": jnp.zeros(3)})
+    >>> resolve_prefix("masked", "mask", True, flat)
+    FlatParams(float32: bool; 0 leaves kept)
+  """
+  if isinstance(tree, FlatParams):
+    if isinstance(spec, FlatParams):
+      if spec.layout != tree.layout:
+        raise ValueError(f"{owner}: the {argname} is a FlatParams of another layout than the "
+                         "parameters'.")
+      return spec
+    return tree.per_buffer(owner, argname, prefix_leaves(owner, argname, spec, tree.leaf_view()))
+  if contains_flat_params(tree):
+    # Below the root, the mask would be matched against the buffers themselves (a function that
+    # looks at each leaf's ndim would see vectors): refused rather than silently wrong.
+    raise ValueError(f"{owner}: the parameters hold a FlatParams below their root; a {argname} "
+                     "works on FlatParams given as the parameters themselves.")
+  return resolve_tree_prefix(owner, argname, spec, tree)
