@@ -351,7 +351,7 @@ def leafwise(
       if strict and value.dtype != want:
         raise ContractError(
             f"{owner}: the leaf function returned the {'update' if j == 0 else f'state leaf {j - 1}'}"
-            f" at {_path(treedef, i)} in {value.dtype}, expected the compute dtype {want.name} "
+            f" at {_path(treedef, i)} in {value.dtype}, expected the compute dtype {want} "
             "(round only when writing: leafwise casts to the stored dtype once)."
         )
       if np.shape(value) != np.shape(inputs[0] if j == 0 else leaf_states[j - 1]):
