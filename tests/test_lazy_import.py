@@ -56,7 +56,6 @@ _PACKAGES = ["steadax", "steadax.transforms", "steadax.contrib", "steadax.schedu
              "steadax.tree", "steadax.projections", "steadax.perturbations", "steadax.experimental",
              "steadax.experimental.aggregating", "steadax.testing", "steadax.checkpoint",
              "steadax.microbatching", "steadax.assignment", "steadax.second_order",
-             "steadax._optimizers", "steadax._wrappers", "steadax._linesearch", "steadax._solvers",
              "steadax._linalg", "steadax._utils"]
 
 

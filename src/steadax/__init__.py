@@ -121,11 +121,10 @@ if _TYPE_CHECKING:
   )
   from ._optimizers._soap import soap as soap
   from ._optimizers._trust_ratio import lamb as lamb, lars as lars
-  from ._solvers import (
+  from ._solvers._lbfgsb import ScaleByLBFGSBState as ScaleByLBFGSBState, lbfgsb as lbfgsb
+  from ._solvers._minimize import (
       MinimizeInfo as MinimizeInfo,
-      ScaleByLBFGSBState as ScaleByLBFGSBState,
       StopReason as StopReason,
-      lbfgsb as lbfgsb,
       minimize as minimize,
       stop_reason_message as stop_reason_message,
   )
