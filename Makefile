@@ -59,9 +59,9 @@ test: $(VENV)/.dev docs typecheck
 	export JAX_COMPILATION_CACHE_DIR="$$cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
 	  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0 && \
 	echo "JAX_ENABLE_X64=0 pytest --doctest-modules src tests" && \
-	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --doctest-modules src tests && \
+	JAX_ENABLE_X64=0 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --durations=15 --doctest-modules src tests && \
 	echo "JAX_ENABLE_X64=1 pytest -m 'not x32_only' tests" && \
-	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider -m "not x32_only" tests
+	JAX_ENABLE_X64=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider --durations=15 -m "not x32_only" tests
 
 # The property tests (tests/property) with random (not derandomized) examples, STEADAX_FUZZ times as
 # many as make test's fixed handful, in both x64 modes.
