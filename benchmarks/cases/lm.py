@@ -206,6 +206,9 @@ class Optimizer:
   make: Callable[[Any, Any, dict], Any]
   optax_too: bool = False  # Optax's own optimizer of that name runs the same sweep
   note: str = ""
+  # The learning rates one after another, each a sweep of one (the same compiled program), instead
+  # of one vmapped sweep: PSGD-Kron's vmapped sweep of 3 stalls on this model (see the docstring).
+  sequential: bool = False
 
 
 # The AdamW part of Muon (embeddings, output layer, norms) keeps AdamW's middle learning rate.
@@ -220,7 +223,8 @@ OPTIMIZERS = {
     "soap": Optimizer((1e-3, 3e-3, 1e-2), lambda lib, lr, dims: lib.soap(lr)),
     "shampoo": Optimizer((1e-3, 3e-3, 1e-2), lambda lib, lr, dims: lib.shampoo(lr),
                          note="Adam grafting"),
-    "psgd_kron": Optimizer((3e-4, 1e-3, 3e-3), lambda lib, lr, dims: lib.psgd_kron(lr)),
+    "psgd_kron": Optimizer((3e-4, 1e-3, 3e-3), lambda lib, lr, dims: lib.psgd_kron(lr),
+                           sequential=True, note="learning rates run one after another"),
     "mars": Optimizer((1e-3, 3e-3, 1e-2), lambda lib, lr, dims: lib.mars(lr)),
     "lion": Optimizer((1e-4, 3e-4, 1e-3), lambda lib, lr, dims: lib.lion(lr), optax_too=True),
     "adafactor": Optimizer((3e-3, 1e-2, 3e-2), lambda lib, lr, dims: lib.adafactor(lr),
@@ -239,6 +243,23 @@ def _train_step(make: Callable, lib: Any, heads: int) -> Callable:
   return step
 
 
+def shared_counters(state: Any) -> tuple[Any, Any]:
+  """The stacked state with its integer and key leaves unstacked, and the ``vmap`` axes to match.
+
+  Step counters and random keys do not depend on the hyperparameters, so every configuration holds
+  the same values. Kept batched, a preconditioner refresh every k steps (SOAP, Shampoo) or at random
+  steps (PSGD-Kron) is a ``lax.cond`` on a batched predicate, which ``vmap`` turns into a select
+  that runs the refresh at every step; unbatched, it stays a branch. Should one of them depend on a
+  hyperparameter after all, ``vmap`` refuses to return it unbatched (``out_axes=None``).
+  """
+  leaves, structure = jax.tree_util.tree_flatten(state)
+  axes = [None if jnp.issubdtype(x.dtype, jnp.integer)
+          or jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else 0 for x in leaves]
+  shared = [x if axis == 0 else x[0] for x, axis in zip(leaves, axes)]
+  return (jax.tree_util.tree_unflatten(structure, shared),
+          jax.tree_util.tree_unflatten(structure, axes))
+
+
 def train_sweep(make: Callable, hyper: Any, n: int, lib: Any, config: Config, data: dict,
                 progress: harness.Progress, label: str) -> dict:
   """Trains ``n`` configurations as one vmapped program; ``make(hyper_i)`` is configuration i's
@@ -246,7 +267,9 @@ def train_sweep(make: Callable, hyper: Any, n: int, lib: Any, config: Config, da
   params0 = data["params"]
   params = jax.tree_util.tree_map(lambda p: jnp.broadcast_to(p, (n, *p.shape)), params0)
   state = jax.jit(jax.vmap(lambda h, p: make(h).init(p)))(hyper, params)
-  step = jax.vmap(_train_step(make, lib, config.heads), in_axes=(0, 0, 0, None))
+  state, state_axes = shared_counters(state)
+  step = jax.vmap(_train_step(make, lib, config.heads), in_axes=(0, 0, state_axes, None),
+                  out_axes=(0, state_axes, 0))
 
   def chunk(hyper, params, state, train, offsets):
     def body(carry, offs):
@@ -347,7 +370,8 @@ def measure(config: Config, progress: harness.Progress | None = None) -> dict:
   names = list(config.optimizers or OPTIMIZERS)
   twins = [n for n in names if OPTIMIZERS[n].optax_too]
   chunks = config.steps // config.eval_every
-  progress.start("lm", (len(names) + len(twins)) * chunks + config.timing_rounds)
+  runs = sum(len(OPTIMIZERS[n].learning_rates) if OPTIMIZERS[n].sequential else 1 for n in names)
+  progress.start("lm", (runs + len(twins)) * chunks + config.timing_rounds)
   text = corpus()
   params = init_params(config)
   data = {"train": jnp.asarray(text.train.astype(np.int32)), "val": val_windows(config, text.val),
@@ -361,8 +385,17 @@ def measure(config: Config, progress: harness.Progress | None = None) -> dict:
     progress.doing(f"lm {name}: compiling")
     opt = steadax.sweep(lambda lr, spec=spec: spec.make(steadax, lr, dims[steadax]),
                         lr=jnp.asarray(lrs, jnp.float32))
-    rows[name] = {"learning_rates": list(lrs), "note": spec.note,
-                  **train_sweep(lambda h: h, opt, len(lrs), steadax, config, data, progress, name)}
+    if spec.sequential:
+      runs = [train_sweep(lambda h: h, jax.tree_util.tree_map(lambda x, i=i: x[i:i + 1], opt), 1,
+                          steadax, config, data, progress, f"{name} lr {lr:g}")
+              for i, lr in enumerate(lrs)]
+      trained = {"val_loss": [r["val_loss"][0] for r in runs],
+                 "train_loss": [r["train_loss"][0] for r in runs],
+                 "compile_s": sum(r["compile_s"] for r in runs),
+                 "sweep_train_s": sum(r["sweep_train_s"] for r in runs)}
+    else:
+      trained = train_sweep(lambda h: h, opt, len(lrs), steadax, config, data, progress, name)
+    rows[name] = {"learning_rates": list(lrs), "note": spec.note, **trained}
     state = jax.eval_shape(spec.make(steadax, lrs[0], dims[steadax]).init, params)
     rows[name]["state_bytes"] = harness.tree_bytes(state)
     if name in twins:
