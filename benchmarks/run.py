@@ -54,6 +54,9 @@ def _parse(argv) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
   args = _parse(argv)
+  if "lm" in args.cases:
+    from benchmarks.cases import lm
+    lm.set_cpu_flag()  # before the backend starts (report.machine() starts it)
   machine = report.machine()
   mode = "quick" if args.quick else "full"
   sizes = harness.QUICK if args.quick else harness.FULL
