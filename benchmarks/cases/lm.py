@@ -461,13 +461,16 @@ def measure(config: Config, progress: harness.Progress | None = None) -> dict:
 
 
 def run(sizes: harness.Sizes, progress: harness.Progress) -> dict:
-  # Optax's code is not written for strict promotion; the case runs under JAX's default.
-  previous = jax.config.jax_numpy_dtype_promotion
+  # Optax's code is not written for strict promotion, nor this model for rank promotion errors (a
+  # norm's scale broadcasts against the activations); the case runs under JAX's defaults.
+  previous = jax.config.jax_numpy_dtype_promotion, jax.config.jax_numpy_rank_promotion
   jax.config.update("jax_numpy_dtype_promotion", "standard")
+  jax.config.update("jax_numpy_rank_promotion", "allow")
   try:
     return measure(CONFIGS[sizes.lm_config], progress)
   finally:
-    jax.config.update("jax_numpy_dtype_promotion", previous)
+    jax.config.update("jax_numpy_dtype_promotion", previous[0])
+    jax.config.update("jax_numpy_rank_promotion", previous[1])
 
 
 def main(argv=None) -> None:
