@@ -90,7 +90,7 @@ CONFIGS = {
                     eval_every=10, val_windows=64, timing_rounds=2, timing_steps=5),
     "full": Config("full", d_model=64, layers=2, heads=4, context=64, batch=32, steps=200,
                    eval_every=20, val_windows=128, timing_rounds=3, timing_steps=10),
-    # For an accelerator: ~3.2M parameters, 12.6M training bytes seen.
+    # For an accelerator: ~3.3M parameters, 12.3M training bytes seen.
     "gpu": Config("gpu", d_model=256, layers=4, heads=8, context=128, batch=64, steps=1500,
                   eval_every=50, val_windows=512, timing_rounds=5, timing_steps=20),
 }
