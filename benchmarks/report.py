@@ -367,3 +367,106 @@ def update_readme(block: str, readme: str = os.path.join(ROOT, "README.md")) -> 
   with open(readme, "w") as f:
     f.write(text[:start] + block + text[end + len(README_END):])
   return True
+
+
+# -- the language-model case (benchmarks/cases/lm.py) ---------------------------------------------
+
+def _lm_steps(entry: dict) -> str:
+  if entry["steps_to_target"] is None:
+    return "not reached"
+  return f"{entry['steps_to_target']} (lr {entry['steps_to_target_lr']:g})"
+
+
+def lm_table(result: dict) -> list[str]:
+  """Markdown: the setting, one row per optimizer, then the Optax twins' agreement."""
+  c, d, s = result["config"], result["data"], result["summary"]
+  met = ", ".join(s["goal_met_by"]) or "none"
+  header = ["optimizer", "learning rates", "best lr", "best final val loss",
+            "steps to AdamW's best (lr)", "/ AdamW", "<= 0.75x", "step ms", "state KiB",
+            "state / params"]
+  param_bytes = 4 * result["parameters"]
+  body = []
+  for name, row in result["rows"].items():
+    e = s["optimizers"][name]
+    body.append([name + (f" ({row['note']})" if row["note"] else ""),
+                 ", ".join(f"{lr:g}" for lr in row["learning_rates"]), f"{e['best_lr']:g}",
+                 f"{e['best_final_val_loss']:.3f}", _lm_steps(e),
+                 "n/a" if e["steps_ratio"] is None else f"{e['steps_ratio']:.2f}",
+                 "yes" if e["meets_goal"] else "no", _ms(row["step_s"]),
+                 f"{row['state_bytes'] / 1024:.0f}", f"{row['state_bytes'] / param_bytes:.2f}"])
+  lines = [f"{result['parameters']:,}-parameter byte-level transformer ({c['layers']} layers, "
+           f"d_model {c['d_model']}, {c['heads']} heads, context {c['context']}) on Python "
+           f"{d['python']}'s standard library: {d['train_bytes']:,} training bytes "
+           f"({d['train_files']} files), {d['val_bytes']:,} held out ({d['val_files']} files); "
+           f"{c['steps']} steps of {c['batch']} windows, validation loss (nats per byte, "
+           f"{c['val_windows']} held-out windows) every {c['eval_every']} steps; one "
+           "`steadax.sweep` program per optimizer. AdamW's best final validation loss: "
+           f"{s['target']:.3f}. Matrix optimizers reaching it in at most 0.75x AdamW's steps: "
+           f"{met}. Step ms: one configuration's whole training step.", "",
+           *_markdown(header, body, right_from=2)]
+  if result["optax"]:
+    twin_body = []
+    for name, o in result["optax"].items():
+      best = s["optimizers"][name]["best_lr"]
+      lrs = o["learning_rates"]
+      twin_body.append([
+          name, f"{o['val_abs_diff'][lrs.index(best)]:.1e}",
+          ", ".join(f"{lr:g}: {d:.1e}" for lr, d in zip(lrs, o["val_abs_diff"])),
+          ", ".join(f"{lr:g}: {'never' if a is None else a}" for lr, a in zip(lrs, o["apart_from"])),
+          f"{o['state_bytes'] / 1024:.0f}", f"{result['rows'][name]['state_bytes'] / 1024:.0f}"])
+    lines += ["", "Optax's optimizers on the same sweeps (`optax.inject_hyperparams`, vmapped over "
+              "the learning rate): the largest difference of the validation losses from steadax's, "
+              "and the first step whose training losses differ by more than 1e-4 (relative). The "
+              "runs agree to float32 rounding until a learning rate at the edge of stability "
+              "amplifies the last bits.", "",
+              *_markdown(["optimizer", "val loss diff at the best lr", "val loss diff per lr",
+                          "train losses > 1e-4 apart from step", "Optax state KiB",
+                          "steadax state KiB"], twin_body)]
+  return lines
+
+
+def lm_chart(path: str, result: dict, title: str) -> None:
+  """Validation loss of each optimizer's best learning rate against steps and against wall time
+  (steps x one configuration's measured step time), AdamW's best final loss as a line."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  s = result["summary"]
+  steps = s["eval_steps"]
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+  lowest = s["target"]
+  for name, row in result["rows"].items():
+    e = s["optimizers"][name]
+    curve = row["val_loss"][row["learning_rates"].index(e["best_lr"])]
+    lowest = min(lowest, min(curve))
+    style = {"linewidth": 2.0 if name in s["goal_met_by"] or name == "adamw" else 1.2,
+             "linestyle": "-" if name == "adamw" or name in ("muon", "soap", "shampoo", "psgd_kron")
+             else "--", "label": f"{name} (lr {e['best_lr']:g})"}
+    axes[0].plot(steps, curve, **style)
+    axes[1].plot([step * row["step_s"] for step in steps], curve, **style)
+  for ax in axes:
+    ax.axhline(s["target"], color="black", linewidth=0.8, linestyle=":")
+    ax.set_ylim(lowest - 0.05, s["target"] + 1.0)
+    ax.grid(alpha=0.3)
+  axes[0].set_xlabel("steps", fontsize=9)
+  axes[0].set_ylabel("validation loss (nats per byte)", fontsize=9)
+  axes[0].set_title("validation loss against steps (dotted: AdamW's best final)", fontsize=9)
+  axes[1].set_xlabel("seconds (steps x one configuration's step time)", fontsize=9)
+  axes[1].set_title("validation loss against wall time", fontsize=9)
+  axes[1].legend(fontsize=7, loc="upper right")
+  fig.suptitle(title, fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
+  plt.close(fig)
+
+
+TITLES["lm"] = "Proof on a language model (issue 22 §3):"
+TABLES["lm"] = lm_table
+
+
+def lm_chart_path(stem_path: str) -> str:
+  """The lm case's chart beside the run's JSON: ``<machine>-<date>[-quick]-lm.png`` (it holds that
+  case alone, so a partial run names it the same)."""
+  return stem_path.removesuffix("-partial") + "-lm.png"

@@ -54,6 +54,9 @@ def _parse(argv) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
   args = _parse(argv)
+  if "lm" in args.cases:
+    from benchmarks.cases import lm
+    lm.set_cpu_flag()  # before the backend starts (report.machine() starts it)
   machine = report.machine()
   mode = "quick" if args.quick else "full"
   sizes = harness.QUICK if args.quick else harness.FULL
@@ -73,9 +76,13 @@ def main(argv=None) -> dict:
            f"jax {machine['jax']}, {machine['date']}, {machine['git_commit']}")
   if not report.chart(chart_path, results, title):
     chart_path = None
+  extra = []
+  if "lm" in results:
+    extra.append(report.lm_chart_path(os.path.join(report.RESULTS, stem)))
+    report.lm_chart(extra[-1], results["lm"], title)
   text = report.tables(results)
   print(f"\n{report.describe(machine)}\n{mode} mode, {wall_s:.0f} s\n\n{text}\n")
-  print("wrote", ", ".join(os.path.relpath(p) for p in (json_path, chart_path) if p))
+  print("wrote", ", ".join(os.path.relpath(p) for p in (json_path, chart_path, *extra) if p))
   if every_case and not args.no_readme:
     if report.update_readme(report.readme_block(machine, mode, wall_s, text, chart_path)):
       print("updated the benchmark section of README.md")

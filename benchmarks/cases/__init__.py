@@ -3,7 +3,7 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, import_time, lbfgs, matrix_depth, memory, solvers, steps, sweep, train
+from . import first_call, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep, train
 
 CASES = {
     "big": steps.big,
@@ -17,4 +17,5 @@ CASES = {
     "sweep": sweep.run,
     "import_time": import_time.run,
     "matrix_depth": matrix_depth.run,
+    "lm": lm.run,
 }
