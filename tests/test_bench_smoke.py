@@ -3,8 +3,10 @@
 Nothing is timed here; ``make bench`` measures. The cases run here cover every piece of the
 harness (columns, fused and flat-parameter columns, floors, the training step, alternating rounds, first call, memory analysis) in about
 8 s of CPU; many_small (five optimizers) and lbfgs (a while-loop solve) add 15 s of compilation and
-only repeat those pieces. The lm case (a language model, eight optimizers) runs on its smoke
-config: AdamW and Muon, with their Optax twins, four steps of a one-layer model (about 25 s).
+only repeat those pieces. The lm case (a language model, eight optimizers) is not run here: its
+smallest config still compiles four sweep programs (about 25 s, the suite's budget is 15 minutes);
+`python -m benchmarks.run --cases lm --quick` runs it (2 minutes) and reports its Optax twins'
+agreement. Its step-counting summary is tested below.
 """
 
 import json
@@ -62,30 +64,6 @@ def test_readme_block_replaces_only_the_text_between_the_markers(tmp_path):
   assert readme.read_text() == f"before\n{report.README_START}\nnew\n{report.README_END}\nafter\n"
   readme.write_text("no markers\n")
   assert not report.update_readme("x", str(readme))
-
-
-@pytest.mark.slow
-def test_lm_case_runs_and_optax_twins_match(tmp_path, standard_promotion):
-  """The lm case on its smoke config (AdamW and Muon, 4 steps of a 1-layer model): the Optax
-  twins train the same sweep to float32 rounding, and the table and the chart come out."""
-  from benchmarks.cases import lm
-
-  result = CASES["lm"](harness.SMOKE, harness.Progress(enabled=False))
-  assert set(result["rows"]) == {"adamw", "muon"} and set(result["optax"]) == {"adamw", "muon"}
-  for name, twin in result["optax"].items():
-    assert twin["val_max_rel_diff"] < 1e-5 and twin["train_max_rel_diff"] < 1e-5, name
-    assert twin["state_bytes"] == result["rows"][name]["state_bytes"], name
-  curves = result["rows"]["adamw"]["val_loss"]
-  assert len(curves) == len(lm.OPTIMIZERS["adamw"].learning_rates)
-  assert len(curves[0]) == lm.CONFIGS["smoke"].steps // 2 + 1
-  assert curves[0][-1] < curves[0][0]  # it learns
-  assert result["summary"]["target"] == min(curve[-1] for curve in curves)
-  assert result["rows"]["muon"]["step_s"] > 0
-  text = report.tables({"lm": result})
-  assert "Proof on a language model" in text and "| muon (AdamW" in text
-  report.lm_chart(str(tmp_path / "lm.png"), result, "smoke")
-  assert (tmp_path / "lm.png").stat().st_size > 0
-  json.loads(json.dumps(result))  # the result is plain JSON
 
 
 def test_lm_summary_counts_steps_to_adamws_best_final_loss():
