@@ -29,7 +29,23 @@ __all__ = [
     "is_none",
     "is_variable",
     "unwrap_variables",
+    "key_entry_name",
 ]
+
+
+def key_entry_name(entry: Any) -> str | None:
+  """The name of one entry of a ``jax.tree_util`` key path (a dict key, an attribute, a sequence
+  index, a flattened index) as a string; None for a key type of another library, which each caller
+  names its own way (a checkpoint's path on disk, a ``groups`` pattern)."""
+  if isinstance(entry, jax.tree_util.DictKey):
+    return str(entry.key)
+  if isinstance(entry, jax.tree_util.GetAttrKey):
+    return entry.name
+  if isinstance(entry, jax.tree_util.SequenceKey):
+    return str(entry.idx)
+  if isinstance(entry, jax.tree_util.FlattenedIndexKey):
+    return str(entry.key)
+  return None
 
 
 def is_none(x: Any) -> bool:

@@ -22,7 +22,7 @@ import jax
 from .._core._adapters import as_inner
 from .._core._interface import GradientTransformation
 from .._core._policy import key_path_str
-from .._core._tree import is_variable
+from .._core._tree import is_variable, key_entry_name
 from ._partition import Partition
 from .._core._types import Params
 
@@ -30,14 +30,9 @@ __all__ = ["dotted_path", "groups", "group_labels"]
 
 
 def _entry_str(entry: Any) -> str:
-  if isinstance(entry, jax.tree_util.DictKey):
-    return str(entry.key)
-  if isinstance(entry, jax.tree_util.GetAttrKey):
-    return entry.name
-  if isinstance(entry, jax.tree_util.SequenceKey):
-    return str(entry.idx)
-  if isinstance(entry, jax.tree_util.FlattenedIndexKey):
-    return str(entry.key)
+  name = key_entry_name(entry)
+  if name is not None:
+    return name
   for attribute in ("name", "key", "idx"):  # key types of other libraries
     if hasattr(entry, attribute):
       return str(getattr(entry, attribute))

@@ -23,6 +23,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 from .._core._interface import GradientTransformation
+from .._core._tree import key_entry_name
 from .._core._types import OptState
 
 __all__ = [
@@ -55,15 +56,8 @@ def _version() -> str:
 
 
 def _entry_str(entry: Any) -> str:
-  if isinstance(entry, jax.tree_util.DictKey):
-    return str(entry.key)
-  if isinstance(entry, jax.tree_util.GetAttrKey):
-    return entry.name
-  if isinstance(entry, jax.tree_util.SequenceKey):
-    return str(entry.idx)
-  if isinstance(entry, jax.tree_util.FlattenedIndexKey):
-    return str(entry.key)
-  return str(entry)
+  name = key_entry_name(entry)
+  return str(entry) if name is None else name  # another library's key: as it prints (paths on disk)
 
 
 def leaf_path(key_path: jax.tree_util.KeyPath) -> str:
