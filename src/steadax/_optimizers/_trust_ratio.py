@@ -56,9 +56,6 @@ def lamb(
     >>> steadax.apply_updates(p, opt.update(jnp.array([1.0, 1.0]), opt.init(p), p)[0])
     Array([2.6464467, 3.6464467], dtype=float32)
   """
-  check_range("lamb", "b1", b1, 0.0, 1.0, high_open=True)
-  check_range("lamb", "b2", b2, 0.0, 1.0, high_open=True)
-  check_nonnegative("lamb", "eps", eps)
   if not callable(weight_decay):
     check_nonnegative("lamb", "weight_decay", weight_decay)
   return chain(
