@@ -87,8 +87,8 @@ MUTATIONS = (
         "d_no_cast_to_parameter_dtype",
         "leafwise returns the update without its one cast to the parameter's dtype",
         "src/steadax/_core/_leafwise.py",
-        "      written.append(saturating_cast(value, store))\n",
-        "      written.append(value if j == 0 else saturating_cast(value, store))\n",
+        "        written.append(plan.write(j, value))\n",
+        "        written.append(value if j == 0 else plan.write(j, value))\n",
         ("tests/core/test_contract.py::test_leafwise_writes_updates_in_the_parameter_dtype",),
     ),
     Mutation(
@@ -112,8 +112,8 @@ MUTATIONS = (
         "leafwise no longer checks the leaf function's output dtypes (the contract must still see "
         "a float16 update)",
         "src/steadax/_core/_leafwise.py",
-        "      if strict and value.dtype != want:\n",
-        "      if False:\n",
+        "  if strict and value.dtype != want:\n",
+        "  if False:\n",
         ("tests/core/test_core_v2.py::test_leafwise_rejects_rounding_inside_the_leaf_function",),
     ),
     Mutation(

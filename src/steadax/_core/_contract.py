@@ -98,6 +98,15 @@ def _is_array_like(x: Any) -> TypeGuard[Any]:  # narrows a union with Python sca
   return hasattr(x, "dtype") and hasattr(x, "shape")
 
 
+def _array_type(x: Any) -> Any:
+  """``(shape, dtype, weak_type)`` of a jax value (array or tracer); its type, shape and dtype for
+  anything else."""
+  aval = getattr(x, "aval", None)
+  if aval is None:  # a Python number, a numpy array, or another object: compared as the slow path does
+    return (type(x), getattr(x, "shape", None), getattr(x, "dtype", None))
+  return (aval.shape, aval.dtype, aval.weak_type)
+
+
 def _strong(x: Any) -> Any:
   if isinstance(x, (bool, int, float, complex)):
     x = jnp.asarray(x)
@@ -145,6 +154,9 @@ def conform_state(owner: str, old_state: Any, new_state: Any) -> Any:
   new_leaves, new_def = jax.tree_util.tree_flatten(new_state)
   if old_def != new_def:
     raise _structure_mismatch(owner, "state", old_state, new_state)
+  if all(type(new) is type(old) and _array_type(new) == _array_type(old)
+         for old, new in zip(old_leaves, new_leaves)):
+    return new_state  # every leaf as it was: the common case, checked without the detail below
   fixed = []
   paths = None
   for i, (old, new) in enumerate(zip(old_leaves, new_leaves)):
@@ -191,6 +203,10 @@ def conform_updates(owner: str, old_updates: Any, params: Any, new_updates: Any)
     if param_def != old_def:
       raise _structure_mismatch(owner, "params (compared with the updates)", old_updates, params)
     ref_leaves = param_leaves
+  if all(isinstance(new, jax.Array) and isinstance(ref, jax.Array) and isinstance(old, jax.Array)
+         and _array_type(new) == (old.shape, ref.dtype, False)
+         for ref, old, new in zip(ref_leaves, old_leaves, new_leaves)):
+    return new_updates  # each leaf strong, in its parameter's dtype and the incoming shape
   fixed = []
   for i, (ref, old, new) in enumerate(zip(ref_leaves, old_leaves, new_leaves)):
     if not _is_array_like(new):

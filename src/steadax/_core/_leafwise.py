@@ -17,10 +17,11 @@ per-dtype scalars computed once, and returns the update and its new state leaves
   leaves, read-only trees), at least float32. Complex inputs get it, real inputs its real part: a
   real second moment of a complex parameter stays real. Integer inputs (quantised codes) pass as
   they are.
-* **Scalars once per dtype.** ``scalars(dtype)`` runs once per real compute dtype (not per leaf)
-  and returns a ``Scalars`` record; concrete values become Python literals (rounded to that dtype)
-  and traced values strong scalars of it, so ``k.b1 * m`` takes m's dtype whether m is float32,
-  float64 or complex64, and no conversion is traced per leaf.
+* **Scalars once per dtype.** The hyperparameters come as a ``Scalars`` record (or a function
+  ``scalars(dtype)`` that builds one, where values are computed in the dtype, such as Adam's bias
+  corrections), converted once per real compute dtype, not per leaf: concrete values become Python
+  literals (rounded to that dtype) and traced values strong scalars of it, so ``k.b1 * m`` takes
+  m's dtype whether m is float32, float64 or complex64, and no conversion is traced per leaf.
 * **Promotion.** The leaf function runs under standard dtype promotion, so a complex first
   moment divides by a real denominator without casts; nothing can widen unnoticed, because:
 * **Check.** In strict mode every output must come back in the dtype it went in with (the update
@@ -30,6 +31,11 @@ per-dtype scalars computed once, and returns the update and its new state leaves
 * **Cast out once.** State leaves are written in their stored (declared) dtype; the update is cast
   once, to the parameter's dtype (the gradient's where ``params`` is None). A complex update for a
   real parameter always raises.
+* **Traced once per leaf type.** Under tracing, the first leaf of each combination of input
+  shapes and dtypes runs the leaf function; every later leaf of that combination is a ``jit`` call
+  of that trace (see ``_Once``). A model repeats a few shapes over its layers, so tracing no longer
+  grows with depth at the cost of every operation of the leaf function, and XLA inlines the calls:
+  the compiled program is the same.
 
 It is also the single place where leaves could be grouped (by dtype and sharding) for fused
 multi-tensor execution: every optimizer written on it gets such a strategy without changes.
@@ -227,6 +233,11 @@ def _as_weak_record(record: Any, dtype: np.dtype, owner: str = "leafwise") -> Sc
   return Scalars(**{name: _scalar(value, dtype) for name, value in items})
 
 
+def _record(scalars: Any, dtype: np.dtype) -> Any:
+  """The record of hyperparameters for ``dtype``: ``scalars`` itself, or what it builds for it."""
+  return scalars(dtype) if callable(scalars) else scalars
+
+
 def _target(x_dtype: np.dtype, cdt: np.dtype) -> np.dtype:
   """The compute dtype an input of ``x_dtype`` is cast to: ``cdt``, or its real part."""
   if not jnp.issubdtype(x_dtype, jnp.inexact):
@@ -241,7 +252,7 @@ def leafwise(
     *states: Any,
     params: Any = None,
     reads: tuple = (),
-    scalars: Callable[[np.dtype], Any] | None = None,
+    scalars: Any = None,
 ) -> tuple[Any, ...]:
   """Run ``fn(k, g, *state_leaves, *read_leaves)`` leaf by leaf under the dtype policy.
 
@@ -256,8 +267,10 @@ def leafwise(
     params: the parameters, or None; they give the dtype of each update leaf.
     reads: read-only trees (parameters, a copy of the initial parameters, ...) passed after the
       state leaves.
-    scalars: ``scalars(dtype)`` builds a ``Scalars`` record (or dict) for a real compute dtype;
-      called once per dtype present in the tree.
+    scalars: the hyperparameters the leaf function reads as ``k``: a ``Scalars`` record (or dict)
+      of values, each cast to every real compute dtype present in the tree; or, for values
+      computed from the dtype (bias corrections ``1 - b1**t`` in that dtype), a function
+      ``scalars(dtype)`` returning one, called once per dtype.
 
   Returns:
     ``(updates, *new_states)``: trees with the structure of ``updates``.
@@ -268,7 +281,7 @@ def leafwise(
     ...   m = k.decay * m + g
     ...   return m, m
     >>> u, m = leafwise("trace", leaf, jnp.ones(2, jnp.bfloat16), jnp.zeros(2, jnp.float32),
-    ...                 scalars=lambda dt: Scalars(decay=0.9))
+    ...                 scalars=Scalars(decay=0.9))
     >>> u.dtype, m.dtype
     (dtype(bfloat16), dtype('float32'))
   """
@@ -277,58 +290,61 @@ def leafwise(
   state_leaves = [treedef.flatten_up_to(s) for s in states]
   read_leaves = [treedef.flatten_up_to(r) for r in reads]
   param_leaves = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
-  records: dict = {}
-  strict = is_strict()
   n_states = len(states)
-  outs: list = []
-  # Per input-dtype signature (one or two in a model): the compute dtype and each input's target.
-  # Tracing is Python per leaf; dtype predicates are microseconds each and would dominate it.
+  outs: list = [None] * len(grads)
+  # Per dtype signature (one or two in a model): what the policy decides for a leaf (_Plan). Tracing
+  # is Python per leaf; dtype predicates are microseconds each and would dominate it.
   plans: dict = {}
+  records: dict = {}
+  jobs = []
+  # 1. Cast in (under the caller's promotion rules: strict in the tests).
   for i, g in enumerate(grads):
     if g is None:
-      outs.append((None,) * (1 + n_states))
+      outs[i] = (None,) * (1 + n_states)
       continue
     leaf_states = [s[i] for s in state_leaves]
     p = param_leaves[i]
-    out_dtype = np.dtype(p.dtype) if p is not None and hasattr(p, "dtype") else np.dtype(g.dtype)
-    if jnp.issubdtype(g.dtype, jnp.inexact) and not jnp.issubdtype(out_dtype, jnp.inexact):
-      # Optax would run the maths, drift the parameter's integer state to float and truncate the
-      # update when it is applied: a result with no meaning, so say so.
-      raise TypeError(
-          f"{owner}: the parameter at {_path(treedef, i)} is {out_dtype.name} but its gradient is "
-          f"{np.dtype(g.dtype).name}; integer and boolean parameters are not optimised. Give them "
-          "float0 gradients (`jax.grad(..., allow_int=True)`) or integer ones (their update is "
-          "zero), or mask them out with `masked`/`set_to_zero`."
-      )
-    if not jnp.issubdtype(g.dtype, jnp.inexact):
-      # Integer, boolean and float0 gradients (a step counter or an index kept among the
-      # parameters, as Flax's TrainState allows): nothing to optimise. The update is zero in the
-      # parameter's dtype and the state is kept, so the leaf never changes.
-      zero = jnp.zeros(np.shape(g), out_dtype if out_dtype != jax.dtypes.float0 else g.dtype)
-      outs.append((zero, *leaf_states))
-      continue
-    leaf_reads = [r[i] for r in read_leaves]
-    inputs = [g, *leaf_states, *leaf_reads]
-    signature = tuple(None if x is None else x.dtype for x in inputs)
+    out_dtype = p.dtype if p is not None and hasattr(p, "dtype") else g.dtype
+    inputs = [g, *leaf_states, *[r[i] for r in read_leaves]]
+    signature = (out_dtype, *[None if x is None else x.dtype for x in inputs])
     plan = plans.get(signature)
     if plan is None:
-      cdt = compute_dtype(*[d for d in signature if d is not None])
-      plan = plans[signature] = (cdt, real_dtype(cdt),
-                                 [None if d is None else _target(d, cdt) for d in signature])
-    cdt, rdt, targets = plan
+      plan = plans[signature] = _Plan(signature, n_states)
+    if not plan.optimised:
+      outs[i] = _not_optimised(owner, plan, g, leaf_states, lambda: _path(treedef, i))
+      continue
     if scalars is None:
       k = None
+    elif plan.rdt in records:
+      k = records[plan.rdt]
     else:
-      if rdt not in records:
-        records[rdt] = _as_weak_record(scalars(rdt), rdt, owner)
-      k = records[rdt]
-    cast_in = [None if x is None else cast(x, t) for x, t in zip(inputs, targets)]
-    # Inside the leaf function every array is already in the compute dtype (complex or its real
-    # part) and every scalar is weak, so the only promotions left are real-with-complex ones
-    # (``m / denom`` for a complex m): standard promotion allows them; the output check below
-    # still rejects any dtype the policy did not expect.
-    with jax.numpy_dtype_promotion("standard"):
-      result = fn(k, *cast_in)
+      k = records[plan.rdt] = _as_weak_record(_record(scalars, plan.rdt), plan.rdt, owner)
+    jobs.append((i, plan, k, [None if x is None else cast(x, t) for x, t in zip(inputs, plan.targets)]))
+  # 2. The leaf functions. Inside them every array is already in the compute dtype (complex or its
+  # real part) and every scalar is weak, so the only promotions left are real-with-complex ones
+  # (``m / denom`` for a complex m): standard promotion allows them, and step 3 still rejects any
+  # dtype the policy did not expect.
+  results = []
+  calls: dict = {}
+  with jax.numpy_dtype_promotion("standard"):
+    for i, plan, k, cast_in in jobs:
+      if isinstance(cast_in[0], jax.core.Tracer):
+        # Traced: a leaf whose inputs have the types of an earlier leaf's reuses that leaf's trace
+        # (a call of the traced function, see _Once), so a model's repeated shapes are traced once.
+        types = (plan, *[None if x is None else x.shape for x in cast_in])
+        call = calls.get(types)
+        if call is None:
+          calls[types] = False  # met once: traced directly
+          results.append(fn(k, *cast_in))
+          continue
+        if call is False:
+          call = calls[types] = _Once(fn, k)
+        results.append(call(cast_in))
+      else:
+        results.append(fn(k, *cast_in))
+  # 3. Check and write: each output in its stored dtype.
+  strict = is_strict()
+  for (i, plan, _, cast_in), result in zip(jobs, results):
     if n_states == 0:
       result = (result,)
     elif not isinstance(result, tuple) or len(result) != 1 + n_states:
@@ -336,32 +352,114 @@ def leafwise(
           f"{owner}: the leaf function must return (update, *{n_states} state leaves), got "
           f"{type(result).__name__} of length {len(result) if isinstance(result, tuple) else 1}."
       )
-    u, *new_states = result
-    expected = [(targets[0], out_dtype, u)]
-    expected += [(t, np.dtype(s.dtype), ns) for t, s, ns in zip(targets[1:], leaf_states, new_states)]
     written = []
-    for j, (want, store, value) in enumerate(expected):
-      value = value if isinstance(value, jax.Array) else jnp.asarray(value)
-      if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(store, jnp.complexfloating):
-        raise ContractError(
-            f"{owner}: the {'update' if j == 0 else f'state leaf {j - 1}'} at "
-            f"{_path(treedef, i)} is complex ({value.dtype}) but is stored as {store.name}; "
-            "the imaginary part would be lost."
-        )
-      if strict and value.dtype != want:
-        raise ContractError(
-            f"{owner}: the leaf function returned the {'update' if j == 0 else f'state leaf {j - 1}'}"
-            f" at {_path(treedef, i)} in {value.dtype}, expected the compute dtype {want} "
-            "(round only when writing: leafwise casts to the stored dtype once)."
-        )
-      if np.shape(value) != np.shape(inputs[0] if j == 0 else leaf_states[j - 1]):
-        raise ContractError(
-            f"{owner}: the leaf function returned shape {np.shape(value)} at {_path(treedef, i)}, "
-            f"expected {np.shape(inputs[0] if j == 0 else leaf_states[j - 1])}."
-        )
-      written.append(saturating_cast(value, store))
-    outs.append(tuple(written))
+    for j, value in enumerate(result):
+      shape = getattr(cast_in[j], "shape", ())
+      aval = getattr(value, "aval", None)
+      if aval is not None and aval.dtype == plan.targets[j] and aval.shape == shape:
+        written.append(plan.write(j, value))
+      else:
+        value = _checked_output(owner, plan, j, value, shape, strict, lambda: _path(treedef, i))
+        written.append(saturating_cast(value, plan.stores[j]))
+    outs[i] = tuple(written)
   return tuple(treedef.unflatten([o[j] for o in outs]) for j in range(1 + n_states))
+
+
+def _not_optimised(owner: str, plan: "_Plan", g: Any, leaf_states: list, path: Callable[[], str]) -> tuple:
+  """The outputs for a gradient leaf that is not optimised: an integer, boolean or float0 one (a
+  step counter or an index kept among the parameters, as Flax's TrainState allows) gets a zero
+  update in the parameter's dtype and keeps its state, so the leaf never changes."""
+  if plan.inexact_gradient:
+    # Optax would run the maths, drift the parameter's integer state to float and truncate the
+    # update when it is applied: a result with no meaning, so say so.
+    raise TypeError(
+        f"{owner}: the parameter at {path()} is {plan.stores[0].name} but its gradient is "
+        f"{np.dtype(g.dtype).name}; integer and boolean parameters are not optimised. Give them "
+        "float0 gradients (`jax.grad(..., allow_int=True)`) or integer ones (their update is "
+        "zero), or mask them out with `masked`/`set_to_zero`.")
+  store = plan.stores[0]
+  return (jnp.zeros(np.shape(g), store if store != jax.dtypes.float0 else g.dtype), *leaf_states)
+
+
+class _Plan:
+  """What the dtype policy decides for the leaves of one dtype signature ``(parameter, gradient,
+  *state, *reads)``: computed once per signature, not per leaf."""
+
+  def __init__(self, signature: tuple, n_states: int):
+    out_dtype, gradient = np.dtype(signature[0]), np.dtype(signature[1])
+    dtypes = [None if d is None else np.dtype(d) for d in signature[1:]]
+    inexact = bool(jnp.issubdtype(gradient, jnp.inexact))
+    self.inexact_gradient = inexact and not jnp.issubdtype(out_dtype, jnp.inexact)
+    self.optimised = inexact and not self.inexact_gradient
+    # Written: the update in the parameter's dtype, each state leaf in its own.
+    self.stores: list[Any] = [out_dtype, *dtypes[1:1 + n_states]]
+    if not self.optimised:
+      return
+    cdt = compute_dtype(*[d for d in dtypes if d is not None])
+    self.rdt = real_dtype(cdt)
+    self.targets = [None if d is None else _target(d, cdt) for d in dtypes]
+    self.bounds = [_saturation_bound(t, s) for t, s in zip(self.targets, self.stores)]
+
+  def write(self, j: int, value: jax.Array) -> jax.Array:
+    """Output ``j``, in its compute dtype, written in its stored dtype: ``saturating_cast`` with
+    the bound found once per signature."""
+    largest = self.bounds[j]
+    if largest is not None:
+      value = jnp.where(jnp.isfinite(value), jnp.clip(value, -largest, largest), value)
+    return cast(value, self.stores[j])
+
+
+def _checked_output(owner: str, plan: _Plan, j: int, value: Any, shape: tuple, strict: bool,
+                    path: Callable[[], str]) -> jax.Array:
+  """Output ``j`` of a leaf function that is not a jax array of the compute dtype and the leaf's
+  shape: raised on (complex for a real store, a wrong dtype in strict mode, a wrong shape) or
+  brought to the compute dtype."""
+  what = "update" if j == 0 else f"state leaf {j - 1}"
+  value = value if isinstance(value, jax.Array) else jnp.asarray(value)
+  store, want = plan.stores[j], plan.targets[j]
+  if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(store, jnp.complexfloating):
+    raise ContractError(
+        f"{owner}: the {what} at {path()} is complex ({value.dtype}) but is stored as "
+        f"{store.name}; the imaginary part would be lost.")
+  if strict and value.dtype != want:
+    raise ContractError(
+        f"{owner}: the leaf function returned the {what} at {path()} in {value.dtype}, expected "
+        f"the compute dtype {want} (round only when writing: leafwise casts to the stored dtype "
+        "once).")
+  if np.shape(value) != shape:
+    raise ContractError(
+        f"{owner}: the leaf function returned shape {np.shape(value)} at {path()}, expected "
+        f"{shape}.")
+  return value
+
+
+class _Once:
+  """A leaf function traced once for the input types of a leaf and called for every later leaf of
+  those types.
+
+  Tracing a leaf function binds each of its operations through ``jax.numpy``'s dispatch (a
+  fraction of a millisecond each); a model repeats a few parameter shapes many times (the layers
+  of an MLP or a transformer), so leafwise traces the leaf function again only where the types
+  differ: the later leaves' updates are one ``jit`` call each of the first trace (``jax.jit``
+  caches the trace by input types; XLA inlines the calls, so the compiled program is the same).
+  The scalars record ``k`` is split: its Python numbers stay in the function (folded as
+  constants), its traced values (bias corrections, injected hyperparameters) are arguments.
+  A type met once is traced directly: a call costs more than tracing a leaf once.
+  """
+
+  def __init__(self, fn: Callable[..., Any], k: Any):
+    values = dict(k.items()) if k is not None else {}
+    self.traced = {n: v for n, v in values.items() if isinstance(v, jax.Array)}
+    constants = {n: v for n, v in values.items() if n not in self.traced}
+
+    def leaf(traced: dict, *inputs: Any) -> Any:
+      return fn(None if k is None else Scalars(**constants, **traced), *inputs)
+
+    leaf.__name__ = leaf.__qualname__ = getattr(fn, "__name__", "leaf")
+    self.jitted = jax.jit(leaf)
+
+  def __call__(self, inputs: list) -> Any:
+    return self.jitted(self.traced, *inputs)
 
 
 def saturating_cast(value: jax.Array, store: Any) -> jax.Array:
@@ -400,7 +498,7 @@ def _path(treedef: Any, index: int) -> str:
 
 
 def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
-                scalars: Callable[[np.dtype], Scalars] | None = None) -> jax.Array:
+                scalars: Any = None) -> jax.Array:
   """``Σ_leaves fn(k, *leaves)``: a whole-tree reduction summed in the statistics dtype.
 
   Each leaf's term is computed in the compute dtype of its inputs (their promotion, at least
@@ -414,7 +512,8 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
     tree: the first tree (gradients or updates); None leaves and non-floating leaves (integer
       parameters' gradients, float0) are skipped.
     *rest: trees with the structure of ``tree``.
-    scalars: ``scalars(real compute dtype) -> Scalars``, built once per dtype; made weakly typed.
+    scalars: as ``leafwise``'s: a ``Scalars`` record, or ``scalars(real compute dtype) ->
+      Scalars`` built once per dtype.
 
   Returns:
     A scalar of ``dtype`` (0 for a tree without leaves).
@@ -438,7 +537,7 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
     cdt = compute_dtype(*[x.dtype for x in leaves])
     rdt = real_dtype(cdt)
     if scalars is not None and rdt not in records:
-      records[rdt] = _as_weak_record(scalars(rdt), rdt)
+      records[rdt] = _as_weak_record(_record(scalars, rdt), rdt)
     # The same cast in as leafwise: the compute dtype, or its real part for a real input (an
     # integer parameter beside a floating gradient included).
     cast_in = [cast(x, cdt if jnp.issubdtype(x.dtype, jnp.complexfloating) else rdt) for x in leaves]

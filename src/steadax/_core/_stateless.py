@@ -15,7 +15,6 @@ __all__ = ["identity", "set_to_zero", "stateless", "stateless_with_tree_map"]
 
 class _Identity(Transformation):
   name = "identity"
-  requires_float = False
   elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -39,7 +38,6 @@ def identity() -> GradientTransformationExtraArgs:
 
 class _SetToZero(Transformation):
   name = "set_to_zero"
-  requires_float = False
   elementwise = True
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -63,7 +61,6 @@ def set_to_zero() -> GradientTransformationExtraArgs:
 
 class _Stateless(Transformation):
   name = "stateless"
-  requires_float = False
   fn: Callable = static_field()
 
   def update_fn(self, updates, state, params=None, **extra_args):

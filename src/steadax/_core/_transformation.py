@@ -106,7 +106,8 @@ class Transformation(GradientTransformationExtraArgs):
       *states: state trees, each written back in its stored dtype.
       params: the parameters (the updates take their dtypes), or None.
       reads: read-only trees passed after the state leaves.
-      scalars: ``scalars(dtype) -> Scalars`` built once per real compute dtype.
+      scalars: the leaf function's ``k``: a ``Scalars`` record of hyperparameters (each cast to
+        the compute dtype), or ``scalars(dtype) -> Scalars`` for values computed per dtype.
 
     Returns:
       ``(updates, *new_states)``.

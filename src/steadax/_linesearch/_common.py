@@ -109,7 +109,7 @@ def add_scaled(params: Any, stepsize: jax.Array, direction: Any) -> Any:
 def scale_tree(owner: str, stepsize: jax.Array, tree: Any) -> Any:
   """``stepsize * tree`` (the line search's output updates), each leaf in its own dtype."""
   (out,) = leafwise(owner, lambda k, d: k.stepsize * d, tree,
-                    scalars=lambda dt: Scalars(stepsize=stepsize))
+                    scalars=Scalars(stepsize=stepsize))
   return out
 
 

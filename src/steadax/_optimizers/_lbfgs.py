@@ -84,7 +84,7 @@ def _slot(memory: Any, index: jax.Array) -> Any:
 def _axpy(owner: str, x: Any, a: jax.Array, y: Any) -> Any:
   """``x + a y`` leaf by leaf, in ``x``'s dtype (the recursion's compute dtype)."""
   (out,) = leafwise(owner, lambda k, xi, yi: xi + k.a * yi, x, reads=(y,),
-                    scalars=lambda dt: Scalars(a=a))
+                    scalars=Scalars(a=a))
   return out
 
 
@@ -109,7 +109,7 @@ def _two_loop(updates, diff_params, diff_updates, rho, gamma, oldest, stat, owne
 
   q = tree_map(start, updates, diff_params)
   q, alphas = jax.lax.scan(newest_to_oldest, q, order, reverse=True)
-  (r,) = leafwise(owner, lambda k, x: k.gamma * x, q, scalars=lambda dt: Scalars(gamma=gamma))
+  (r,) = leafwise(owner, lambda k, x: k.gamma * x, q, scalars=Scalars(gamma=gamma))
   # H_k^0 = gamma I (N&W Eq. 7.20)
   r, _ = jax.lax.scan(oldest_to_newest, r, (order, alphas))
   # Returned in the incoming updates' dtypes, as before the recursion (one rounding).

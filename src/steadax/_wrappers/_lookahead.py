@@ -102,7 +102,7 @@ class Lookahead(Transformation):
       # parameters' dtype (the fast half's in the fast parameters').
       return fast_update, jnp.where(sync, k.alpha * diff, zero)
 
-    scalars = lambda dt: Scalars(alpha=hyper(self.slow_step_size, dt))
+    scalars = Scalars(alpha=self.slow_step_size)
     new_fast, new_slow = self.leafwise(
         leaf, fast_updates, params.slow, params=params.fast, reads=(params.fast,), scalars=scalars)
     new_fast = conform_updates(self.owner, updates, params.fast, new_fast)

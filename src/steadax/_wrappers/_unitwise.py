@@ -125,7 +125,7 @@ def unitwise_clip(
   leaf = lambda k, g, gn, mn: _clip_leaf(k, g, jnp.real(gn), jnp.real(mn))
   (out,) = leafwise("unitwise_clip", leaf, jnp.asarray(grad),
                     reads=(jnp.asarray(g_norm), jnp.asarray(max_norm)),
-                    scalars=lambda dt: Scalars(div_eps=hyper(div_eps, dt)))
+                    scalars=Scalars(div_eps=div_eps))
   return out
 
 
@@ -150,8 +150,7 @@ class AdaptiveGradClip(Transformation):
       max_norm = k.clipping * jnp.maximum(_unit_norm(self.owner, p, self.axis), k.eps)
       return _clip_leaf(k, g, _unit_norm(self.owner, g, self.axis), max_norm)
 
-    scalars = lambda dt: Scalars(
-        clipping=hyper(self.clipping, dt), eps=hyper(self.eps, dt), div_eps=hyper(1e-6, dt))
+    scalars = Scalars(clipping=self.clipping, eps=self.eps, div_eps=1e-6)
     (out,) = self.leafwise(leaf, updates, params=params, reads=(params,), scalars=scalars)
     return out, state
 

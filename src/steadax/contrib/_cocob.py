@@ -24,7 +24,6 @@ from .._core._checks import check_nonnegative, check_positive
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper
 from .._core._roles import OTHER, accumulator, state_roles
 from .._core._tree import copy_like, filled_like, zeros_like
 from .._core._types import Params, ScalarOrSchedule
@@ -94,7 +93,7 @@ class ScaleByCOCOB(Transformation):
 
     out, theta, big_l, big_g, reward = self.leafwise(
         leaf, updates, state.cumulative_gradients, state.scale, state.subgradients, state.reward,
-        params=params, reads=(params, state.init_particles), scalars=lambda dt: Scalars(alpha=hyper(self.alpha, dt)))
+        params=params, reads=(params, state.init_particles), scalars=Scalars(alpha=self.alpha))
     return out, COCOBState(state.init_particles, theta, big_l, big_g, reward)
 
 

@@ -120,7 +120,7 @@ class DAdaptAdamW(Transformation):
     # r's increment uses the statistics before this step (Algorithm 4 of the paper): a whole-tree
     # inner product, each leaf's term in its compute dtype and summed in the statistics dtype.
     numerator_step = tree_reduce(lambda k, g, v, s: real_inner(g, s / _safe_denominator(v, k.eps)), stat,
-                                 updates, state.exp_avg_sq, state.grad_sum, scalars=lambda dt: Scalars(eps=eps))
+                                 updates, state.exp_avg_sq, state.grad_sum, scalars=Scalars(eps=eps))
 
     def leaf(k, g, m, v, s, p):
       m = k.b1 * m + k.b1_dlr * g

@@ -87,7 +87,7 @@ def _distance_and_grad_norms(owner, updates, init_params, params, stat):
 def _scale(tx, updates, step):
   """``step * g`` leaf by leaf (``step``: the step size, a scalar in the statistics dtype); each
   update keeps the incoming update's dtype."""
-  return tx.leafwise(lambda k, g: k.step * g, updates, scalars=lambda dt: Scalars(step=step))[0]
+  return tx.leafwise(lambda k, g: k.step * g, updates, scalars=Scalars(step=step))[0]
 
 
 class ScaleByDoG(Transformation):

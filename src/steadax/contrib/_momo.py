@@ -149,7 +149,7 @@ class Momo(Transformation):
     # The first step initialises the averages with the first loss and gradient.
     beta = jnp.where(state.count == 0, np.zeros((), stat), hyper(self.beta, stat))
     barf = beta * state.barf + (1 - beta) * value
-    moment_scalars = lambda dt: Scalars(b=beta, one_minus_b=1 - beta)  # noqa: E731
+    moment_scalars = Scalars(b=beta, one_minus_b=1 - beta)
 
     # Whole-tree reductions with the new average d (recomputed in the compute dtype, before it is
     # rounded to the stored dtype), summed in the statistics dtype.
@@ -169,7 +169,7 @@ class Momo(Transformation):
       return -k.wd * p - k.tau * m, m
 
     out, exp_avg = self.leafwise(leaf, updates, state.exp_avg, params=params, reads=(params,),
-                                 scalars=lambda dt: Scalars(b=beta, one_minus_b=1 - beta, tau=tau, wd=decay))
+                                 scalars=Scalars(b=beta, one_minus_b=1 - beta, tau=tau, wd=decay))
     return out, MomoState(exp_avg=exp_avg, barf=barf, gamma=gamma, lb=lb,
                           count=safe_increment(state.count))
 

@@ -110,10 +110,10 @@ class Prodigy(Transformation):
     beta3 = jnp.sqrt(beta2) if self.beta3 is None else hyper(self.beta3, stat)
     d0 = hyper(self.estim_lr0, stat)
     count = safe_increment(state.count)
-    k = count.astype(stat)  # the int32 count as an exponent of the bias corrections
+    step = count.astype(stat)  # the int32 count as an exponent of the bias corrections
     lr = hyper(value_at(self.learning_rate, state.count), stat)
     d = state.estim_lr
-    correction = jnp.sqrt(1 - beta2**k) / (1 - beta1**k)
+    correction = jnp.sqrt(1 - beta2**step) / (1 - beta1**step)
     dlr = d * lr * correction
 
     # r_k: the inner product Re<g, x0 - x>, a whole-tree reduction in the statistics dtype.

@@ -136,7 +136,7 @@ class ReduceOnPlateau(Transformation):
         avg_value=jnp.where(complete, jnp.zeros_like(avg), avg),
     )
     # Each update keeps the incoming update's dtype.
-    out, = self.leafwise(lambda k, g: k.scale * g, updates, scalars=lambda dt: Scalars(scale=new_state.scale))
+    out, = self.leafwise(lambda k, g: k.scale * g, updates, scalars=Scalars(scale=new_state.scale))
     return out, new_state
 
 

@@ -63,7 +63,7 @@ class Normalize(Transformation):
     # A zero gradient has no direction: it stays zero (Optax divides 0 by 0).
     inverse = jnp.where(norm > 0, 1 / jnp.where(norm > 0, norm, jnp.ones_like(norm)), jnp.zeros_like(norm))
     # Each update keeps the incoming update's dtype.
-    out, = self.leafwise(lambda k, g: k.inverse * g, updates, scalars=lambda dt: Scalars(inverse=inverse))
+    out, = self.leafwise(lambda k, g: k.inverse * g, updates, scalars=Scalars(inverse=inverse))
     return out, state
 
 

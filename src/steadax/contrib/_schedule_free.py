@@ -117,7 +117,7 @@ class ScheduleFree(Transformation):
       return k.b1 * x + (1 - k.b1) * z - y, z
 
     out, z = self.leafwise(leaf, base_updates, state.z, params=params, reads=(params,),
-                           scalars=lambda dt: Scalars(b1=state.b1, c=ck))
+                           scalars=Scalars(b1=state.b1, c=ck))
     return out, ScheduleFreeState(
         b1=state.b1, weight_sum=total, step_count=safe_increment(state.step_count),
         max_lr=max_lr, base_optimizer_state=base_state, z=z)
@@ -281,5 +281,5 @@ def schedule_free_eval_params(state: OptState, params: Params) -> Any:
     raise ValueError("schedule_free_eval_params: `state` holds no ScheduleFreeState.")
 
   return leafwise("schedule_free_eval_params", lambda k, y, z: _evaluation_point(k, y, z), params,
-                  reads=(sf.z,), scalars=lambda dt: Scalars(b1=sf.b1))[0]
+                  reads=(sf.z,), scalars=Scalars(b1=sf.b1))[0]
 

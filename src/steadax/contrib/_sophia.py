@@ -223,7 +223,7 @@ class ScaleBySophia(Transformation):
         return d, k.b2 * v + k.one_minus_b2 * jnp.real(d)
 
       _, nu = self.leafwise(ema, diag, nu,
-                            scalars=lambda dt: Scalars(b2=hyper(self.b2, dt), one_minus_b2=hyper(1 - self.b2, dt)))
+                            scalars=Scalars(b2=self.b2, one_minus_b2=1 - self.b2))
       return hess_state, nu
 
     due = state.count % hyper(self.update_interval, COUNTER_DTYPE) == 0

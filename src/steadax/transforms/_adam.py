@@ -97,7 +97,10 @@ def adam_moments(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[
 
 def adam_denominator(k: Scalars, v: jax.Array) -> jax.Array:
   """``sqrt(v_hat + eps_root) + eps`` with the bias-corrected ``v_hat = v / (1 - b2^t)``."""
-  return jnp.sqrt(v / k.c2 + k.eps_root) + k.eps
+  v_hat = v / k.c2
+  if not (isinstance(k.eps_root, float) and k.eps_root == 0.0):  # the default: nothing to add
+    v_hat = v_hat + k.eps_root
+  return jnp.sqrt(v_hat) + k.eps
 
 
 def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,

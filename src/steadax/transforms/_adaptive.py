@@ -96,7 +96,7 @@ class ScaleByAdaDelta(Transformation):
       e_x = k.rho * e_x + (1 - k.rho) * abs_sq(step)
       return step, e_g, e_x
 
-    scalars = lambda dt: Scalars(rho=hyper(self.rho, dt), eps=hyper(self.eps, dt))
+    scalars = Scalars(rho=self.rho, eps=self.eps)
     out, e_g, e_x = self.leafwise(leaf, updates, state.e_g, state.e_x, params=params, scalars=scalars)
     return out, ScaleByAdaDeltaState(e_g=e_g, e_x=e_x)
 

@@ -60,7 +60,7 @@ class Clip(Transformation):
         return g * jnp.where(over, k.bound / jnp.where(over, modulus, 1), 1)
       return jnp.clip(g, -k.bound, k.bound)
 
-    scalars = lambda dt: Scalars(bound=hyper(self.max_delta, dt))
+    scalars = Scalars(bound=self.max_delta)
     out, = self.leafwise(leaf, updates, params=params, scalars=scalars)
     return out, state
 
@@ -98,7 +98,7 @@ class ClipByGlobalNorm(Transformation):
     # Dividing by 1 on the untaken branch keeps the gradient finite at a zero norm.
     factor = jnp.where(below, np.asarray(1, norm.dtype), bound / jnp.where(below, np.asarray(1, norm.dtype), norm))
     out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
-                         scalars=lambda dt: Scalars(factor=factor))
+                         scalars=Scalars(factor=factor))
     return out, state
 
 
@@ -139,7 +139,7 @@ class ClipByBlockRms(Transformation):
       rms = jnp.sqrt(jnp.mean(abs_sq(g)))
       return g / jnp.maximum(1, rms / k.threshold)
 
-    scalars = lambda dt: Scalars(threshold=hyper(self.threshold, dt))
+    scalars = Scalars(threshold=self.threshold)
     out, = self.leafwise(leaf, updates, params=params, scalars=scalars)
     return out, state
 

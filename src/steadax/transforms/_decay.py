@@ -9,7 +9,7 @@ from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, state_roles
 from .._core._types import MaskOrFn, ScalarOrSchedule
 from ._masked import masked
@@ -56,7 +56,7 @@ class AddDecayedWeights(Transformation):
     # Decoupled weight decay: the decay term is added to the update, not to the gradient of the
     # loss (Loshchilov & Hutter 2019, Algorithm 2, line 12).
     leaf = lambda k, g, p: g + k.weight_decay * p
-    scalars = lambda dt: Scalars(weight_decay=hyper(wd, dt))
+    scalars = Scalars(weight_decay=wd)
     out, = self.leafwise(leaf, updates, params=params, reads=(params,), scalars=scalars)
     return out, state
 

@@ -151,7 +151,7 @@ class ScaleByFactoredRms(Transformation):
       # V ~ R C^T / mean(R): the update g / sqrt(V) as a product of the two factors.
       return g * (jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)), v_row, v_col, v
 
-    scalars = lambda dt: Scalars(decay=hyper(decay_t, dt), eps=hyper(self.epsilon, dt))
+    scalars = Scalars(decay=decay_t, eps=self.epsilon)
     out, v_row, v_col, v = self.leafwise(leaf, updates, state.v_row, state.v_col, state.v, params=params,
                                          scalars=scalars)
     # The factors keep their layout from step to step (under automatic mesh axes the compiler

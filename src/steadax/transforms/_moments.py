@@ -31,7 +31,7 @@ def abs_sq(x: jax.Array) -> jax.Array:
   """``|x|^2`` as a real array (``x * conj(x)`` for complex inputs)."""
   if jnp.iscomplexobj(x):
     return jnp.real(x) ** 2 + jnp.imag(x) ** 2
-  return x * x
+  return x ** 2  # `integer_pow`, bound directly (x * x traces through jnp.multiply's dispatch)
 
 
 def moving_average(decay: Any, average: jax.Array, x: jax.Array, one_minus_decay: Any = None) -> jax.Array:
@@ -63,7 +63,7 @@ def _moments_of(owner: str, stat: Any, updates: Any, moments: Any, decay: Any) -
   def leaf(k, g, m):
     return g, moving_average(k.decay, m, stat(g))  # the update slot carries g through unchanged
 
-  _, new = leafwise(owner, leaf, updates, moments, scalars=lambda dt: Scalars(decay=hyper(decay, dt)))
+  _, new = leafwise(owner, leaf, updates, moments, scalars=Scalars(decay=decay))
   return new
 
 
@@ -128,7 +128,7 @@ def update_infinity_moment(updates: Updates, moments: Updates, decay: ArrayLike,
   def leaf(k, g, v):
     return g, jnp.maximum(jnp.abs(g) + k.eps, k.decay * v)  # Kingma & Ba 2015, §7.1
 
-  scalars = lambda dt: Scalars(decay=hyper(decay, dt), eps=hyper(eps, dt))
+  scalars = Scalars(decay=decay, eps=eps)
   _, new = leafwise("update_infinity_moment", leaf, updates, moments, scalars=scalars)
   return new
 

@@ -30,7 +30,7 @@ class NormalizeByUpdateNorm(Transformation):
     safe = jnp.where(positive, denominator, jnp.ones_like(denominator))
     factor = jnp.where(positive, hyper(self.scale_factor, norm.dtype) / safe, jnp.zeros_like(denominator))
     out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
-                         scalars=lambda dt: Scalars(factor=factor))
+                         scalars=Scalars(factor=factor))
     return out, state
 
 

@@ -15,7 +15,6 @@ from jax.typing import ArrayLike
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper
 from .._core._roles import OTHER, accumulator, role_zeros, state_roles
 from .._core._types import Updates
 
@@ -61,7 +60,7 @@ class ScaleByOptimisticGradient(Transformation):
       # generalised by Mokhtari et al. (2020); g_t is stored as the next step's g_{t-1}.
       return (k.alpha + k.beta) * g - k.beta * previous, g
 
-    scalars = lambda dt: Scalars(alpha=hyper(self.alpha, dt), beta=hyper(self.beta, dt))
+    scalars = Scalars(alpha=self.alpha, beta=self.beta)
     out, previous = self.leafwise(leaf, updates, state.previous_gradient, params=params, scalars=scalars)
     return out, ScaleByOptimisticGradientState(is_initial_step=jnp.asarray(False), previous_gradient=previous)
 

@@ -266,7 +266,7 @@ class ScaleByRss(Transformation):
       # A zero sum means the update is zero too: leave it at zero instead of dividing by sqrt(eps).
       return g * jnp.where(s > 0, jax.lax.rsqrt(s + k.eps), 0), s
 
-    scalars = lambda dt: Scalars(eps=hyper(self.eps, dt))
+    scalars = Scalars(eps=self.eps)
     out, sums = self.leafwise(leaf, updates, state.sum_of_squares, params=params, scalars=scalars)
     return out, ScaleByRssState(sum_of_squares=sums)
 

@@ -18,7 +18,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_range
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper, key_path_str
+from .._core._policy import key_path_str
 from .._core._roles import accumulator, role_zeros, state_roles
 from .._core._tree import filled_like
 from .._core._types import Params
@@ -87,9 +87,8 @@ class ScaleByRprop(Transformation):
       update = jnp.where(agreement < 0, 0, step * jnp.sign(g))
       return update, step, update
 
-    scalars = lambda dt: Scalars(eta_minus=hyper(self.eta_minus, dt), eta_plus=hyper(self.eta_plus, dt),
-                                 min_step_size=hyper(self.min_step_size, dt),
-                                 max_step_size=hyper(self.max_step_size, dt))
+    scalars = Scalars(eta_minus=self.eta_minus, eta_plus=self.eta_plus,
+                      min_step_size=self.min_step_size, max_step_size=self.max_step_size)
     out, step_sizes, prev_updates = self.leafwise(leaf, updates, state.step_sizes, state.prev_updates,
                                                   params=params, scalars=scalars)
     return out, ScaleByRpropState(step_sizes=step_sizes, prev_updates=prev_updates)

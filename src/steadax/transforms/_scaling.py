@@ -79,7 +79,7 @@ def _scaled(k: Scalars, g: jax.Array) -> jax.Array:
 
 
 def _factor_scalars(factor: Any):
-  return lambda dt: Scalars(factor=hyper(factor, dt))
+  return Scalars(factor=factor)  # leafwise casts it to each compute dtype, once
 
 
 def scale_leaf(g: jax.Array, factor: Any) -> jax.Array:
@@ -246,7 +246,7 @@ class Trace(Transformation):
       t = g + k.decay * t
       return (g + k.decay * t if self.nesterov else t), t
 
-    scalars = lambda dt: Scalars(decay=hyper(self.decay, dt))
+    scalars = Scalars(decay=self.decay)
     out, new_trace = self.leafwise(leaf, updates, state.trace, params=params, scalars=scalars)
     return out, TraceState(trace=new_trace)
 

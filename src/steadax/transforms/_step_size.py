@@ -74,7 +74,7 @@ class ScaleByPolyak(Transformation):
     step = jnp.where(vanishing, jnp.zeros_like(step), step)
 
     out, = self.leafwise(lambda k, g: k.step * g, updates, params=params,
-                         scalars=lambda dt: Scalars(step=step))
+                         scalars=Scalars(step=step))
     return out, state
 
 
@@ -167,7 +167,7 @@ class ScaleByDistanceOverGradients(Transformation):
       eta = k.global_scale * d / jnp.sqrt(jnp.reshape(sos, ()) + k.eps)
       return g * eta, d, sos
 
-    scalars = lambda dt: Scalars(global_scale=hyper(self.global_scale, dt), eps=hyper(self.eps, dt))
+    scalars = Scalars(global_scale=self.global_scale, eps=self.eps)
     out, max_dist, sos = self.leafwise(leaf, updates, state.max_dist, state.grad_sum_of_squares,
                                        params=params, reads=(params, state.init_params), scalars=scalars)
     return out, ScaleByDistanceOverGradientsState(max_dist=max_dist, grad_sum_of_squares=sos,

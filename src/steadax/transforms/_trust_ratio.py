@@ -20,7 +20,6 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper
 from ._moments import safe_norm, safe_root_mean_squares
 
 __all__ = [
@@ -54,8 +53,7 @@ class ScaleByTrustRatio(Transformation):
       ratio = jnp.where((param_norm == 0) | (update_norm == 0), 1, ratio)
       return g * ratio
 
-    scalars = lambda dt: Scalars(min_norm=hyper(self.min_norm, dt), eps=hyper(self.eps, dt),
-                                 trust_coefficient=hyper(self.trust_coefficient, dt))
+    scalars = Scalars(min_norm=self.min_norm, eps=self.eps, trust_coefficient=self.trust_coefficient)
     out, = self.leafwise(leaf, updates, params=params, reads=(params,), scalars=scalars)
     return out, state
 
@@ -94,7 +92,7 @@ class ScaleByParamBlockNorm(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
-    scalars = lambda dt: Scalars(min_scale=hyper(self.min_scale, dt))
+    scalars = Scalars(min_scale=self.min_scale)
     out, = self.leafwise(lambda k, g, p: g * safe_norm(p, k.min_scale), updates, params=params,
                          reads=(params,), scalars=scalars)
     return out, state
@@ -126,7 +124,7 @@ class ScaleByParamBlockRms(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     _require_params(self.name, params)
     # Adafactor's relative step size (§8): the update times the parameter's RMS, floored.
-    scalars = lambda dt: Scalars(min_scale=hyper(self.min_scale, dt))
+    scalars = Scalars(min_scale=self.min_scale)
     out, = self.leafwise(lambda k, g, p: g * safe_root_mean_squares(p, k.min_scale), updates,
                          params=params, reads=(params,), scalars=scalars)
     return out, state

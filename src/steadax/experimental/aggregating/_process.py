@@ -311,7 +311,7 @@ class _AccumulateAvg(Transformation):
     def leaf(k, u, a):
       return u, a + (u - a) / k.seen  # the running mean; the update output is unused
 
-    scalars = lambda dt: Scalars(seen=micro_step)
+    scalars = Scalars(seen=micro_step)
     _, avg = self.leafwise(leaf, updates, state.avg_grad, scalars=scalars)
     # The emitted mean is the stored one (as Optax's), in the incoming updates' dtypes.
     out = tree_map(lambda m, u: jnp.where(emit, m, jnp.zeros_like(m)).astype(u.dtype), avg, updates)

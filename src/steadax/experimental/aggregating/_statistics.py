@@ -302,7 +302,7 @@ def get_unbiased_mean_and_variance_ema(state: OptState) -> tuple[Any, Any]:
     )
   decay = found.ema_decay
   correction = 1 - decay ** hyper(found.count, decay.dtype)
-  scalars = lambda dt: Scalars(correction=correction)
+  scalars = Scalars(correction=correction)
   unbias = lambda tree: leafwise(  # noqa: E731
       "get_unbiased_mean_and_variance_ema", lambda k, x: x / k.correction, tree, scalars=scalars)[0]
   return unbias(found.mean_grads_ema), unbias(found.variance_grads_ema)
