@@ -131,7 +131,13 @@ def test_agrees_with_scipy(name):
   (x, info), expected = _solved()
   _, _, lower, upper = _block_inputs()
   assert x.dtype == DTYPE and info.value.dtype == DTYPE
-  assert bool(info.converged), steadax.stop_reason_message(info.reason)
+  # In float32 the objective (about -8.5) resolves changes of about 1e-6, so whether the gradient
+  # norm reaches TOL before the line search finds no decrease depends on the CPU's rounding (an
+  # AMD EPYC stops at 2.8e-4, an Intel Xeon converges): either is a finished run, and the
+  # solution's agreement with scipy's below is what is tested.
+  finished = bool(info.converged) or (
+      not X64 and int(info.reason) == steadax.StopReason.LINESEARCH_FAILED and float(info.grad_norm) < 1e-3)
+  assert finished, steadax.stop_reason_message(info.reason)
   x = np.asarray(x, np.float64)
   assert np.all(x >= lower) and np.all(x <= upper)
   block = slice(OFFSETS[NAMES.index(name)], OFFSETS[NAMES.index(name) + 1])
