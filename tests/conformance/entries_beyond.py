@@ -1,4 +1,4 @@
-"""Registry entries: optimizers Optax lacks (MARS, PSGD-Kron, low-memory Adam states).
+"""Registry entries: optimizers Optax lacks (MARS, PSGD-Kron, low-memory Adam states, cautious).
 
 No Optax factories: these are checked against their defining properties in tests/transforms and
 tests/optimizers instead.
@@ -35,4 +35,5 @@ ENTRIES = [
     Entry("scale_by_adam_8bit_quantized_weight_decay",
           lambda: steadax.chain(steadax.scale_by_adam_8bit(block_size=3, min_8bit_size=2),
                                 steadax.add_decayed_weights(0.01), steadax.scale(-0.1))),
+    Entry("cautious_adamw", lambda: steadax.contrib.cautious(steadax.adamw(0.1, weight_decay=0.01))),
 ]

@@ -79,6 +79,9 @@ if _TYPE_CHECKING:
       sophia as sophia,
   )
 
+  # Beyond Optax's contrib (docs/extensions.md).
+  from ._cautious import CautiousState as CautiousState, cautious as cautious
+
   # Orthogonalized and low-rank-projected optimizers (issue 3).
   from ._galore import (
       GaLoreDimensionNumbers as GaLoreDimensionNumbers,
@@ -94,18 +97,19 @@ if _TYPE_CHECKING:
   )
 
 __all__ = [
-    "COCOBState", "DAdaptAdamWState", "DifferentiallyPrivateAggregateState", "DoGState", "DoWGState",
-    "GaLoreDimensionNumbers", "GaLoreState", "HutchinsonState", "MadgradState", "MechanicState",
-    "MomoAdamState", "MomoState", "MuonDimensionNumbers", "MuonState", "NormalizeState", "ProdigyState",
-    "ReduceLROnPlateauState", "SAMState", "ScaleByAdemamixState", "ScaleBySimplifiedAdEMAMixState",
-    "ScheduleFreeState", "SophiaState", "SplitRealAndImaginaryState", "acprop", "ademamix", "adopt",
-    "cocob", "dadapt_adamw", "differentially_private_aggregate", "dog", "dowg", "dpsgd", "galore",
-    "hutchinson_estimator_diag_hessian", "madgrad", "mechanize", "momo", "momo_adam", "muon", "normalize",
-    "prodigy", "reduce_on_plateau", "sam", "scale_by_acprop", "scale_by_ademamix", "scale_by_adopt",
-    "scale_by_cocob", "scale_by_dog", "scale_by_dowg", "scale_by_galore", "scale_by_madgrad",
-    "scale_by_muon", "scale_by_simplified_ademamix", "schedule_free", "schedule_free_adamw",
-    "schedule_free_eval_params", "schedule_free_sgd", "simplified_ademamix", "sophia",
-    "split_real_and_imaginary",
+    "COCOBState", "CautiousState", "DAdaptAdamWState", "DifferentiallyPrivateAggregateState",
+    "DoGState", "DoWGState", "GaLoreDimensionNumbers", "GaLoreState", "HutchinsonState",
+    "MadgradState", "MechanicState", "MomoAdamState", "MomoState", "MuonDimensionNumbers",
+    "MuonState", "NormalizeState", "ProdigyState", "ReduceLROnPlateauState", "SAMState",
+    "ScaleByAdemamixState", "ScaleBySimplifiedAdEMAMixState", "ScheduleFreeState", "SophiaState",
+    "SplitRealAndImaginaryState", "acprop", "ademamix", "adopt", "cautious", "cocob",
+    "dadapt_adamw", "differentially_private_aggregate", "dog", "dowg", "dpsgd", "galore",
+    "hutchinson_estimator_diag_hessian", "madgrad", "mechanize", "momo", "momo_adam", "muon",
+    "normalize", "prodigy", "reduce_on_plateau", "sam", "scale_by_acprop", "scale_by_ademamix",
+    "scale_by_adopt", "scale_by_cocob", "scale_by_dog", "scale_by_dowg", "scale_by_galore",
+    "scale_by_madgrad", "scale_by_muon", "scale_by_simplified_ademamix", "schedule_free",
+    "schedule_free_adamw", "schedule_free_eval_params", "schedule_free_sgd", "simplified_ademamix",
+    "sophia", "split_real_and_imaginary",
 ]
 
 __getattr__, __dir__ = _lazy_surface(__name__, __file__)[:2]
