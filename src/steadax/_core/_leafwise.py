@@ -403,10 +403,7 @@ class _Plan:
   def write(self, j: int, value: jax.Array) -> jax.Array:
     """Output ``j``, in its compute dtype, written in its stored dtype: ``saturating_cast`` with
     the bound found once per signature."""
-    largest = self.bounds[j]
-    if largest is not None:
-      value = jnp.where(jnp.isfinite(value), jnp.clip(value, -largest, largest), value)
-    return cast(value, self.stores[j])
+    return cast(_saturate(value, self.bounds[j]), self.stores[j])
 
 
 def _checked_output(owner: str, plan: _Plan, j: int, value: Any, shape: tuple, strict: bool,
@@ -475,11 +472,14 @@ def saturating_cast(value: jax.Array, store: Any) -> jax.Array:
   """
   store = np.dtype(store)
   value = value if isinstance(value, jax.Array) else jnp.asarray(value)
-  largest = _saturation_bound(np.dtype(value.dtype), store)
-  if largest is not None:
-    saturated = jnp.clip(value, -largest, largest)
-    value = jnp.where(jnp.isfinite(value), saturated, value)
-  return cast(value, store)
+  return cast(_saturate(value, _saturation_bound(np.dtype(value.dtype), store)), store)
+
+
+def _saturate(value: jax.Array, largest: float | None) -> jax.Array:
+  """``value`` with its finite entries clipped to ``[-largest, largest]`` (unchanged for None)."""
+  if largest is None:
+    return value
+  return jnp.where(jnp.isfinite(value), jnp.clip(value, -largest, largest), value)
 
 
 @functools.lru_cache(maxsize=None)
