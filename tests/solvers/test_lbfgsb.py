@@ -14,8 +14,11 @@ import steadax
 
 X64 = bool(jax.config.jax_enable_x64)
 DTYPE = jnp.float64 if X64 else jnp.float32
-# Solutions agree to what each precision resolves near a bound-constrained minimiser.
-ATOL = 1e-6 if X64 else 2e-3
+# Solutions agree to what each precision resolves near a bound-constrained minimiser. In float64 a
+# gradient norm of TOL leaves the logistic block's flattest coordinate (a feature of true weight 0,
+# curvature about 2e-3) free to about 1e-6: on an AMD EPYC steadax stops 1.15e-6 from scipy's
+# point there with an objective 1.5e-13 below scipy's, so the objective is compared too.
+ATOL = 2e-6 if X64 else 2e-3
 TOL = 1e-9 if X64 else 1e-5
 
 
@@ -138,6 +141,7 @@ def test_agrees_with_scipy(name):
   finished = bool(info.converged) or (
       not X64 and int(info.reason) == steadax.StopReason.LINESEARCH_FAILED and float(info.grad_norm) < 1e-3)
   assert finished, steadax.stop_reason_message(info.reason)
+  assert float(info.value) <= expected.fun + (1e-12 if X64 else 1e-5) * abs(expected.fun)
   x = np.asarray(x, np.float64)
   assert np.all(x >= lower) and np.all(x <= upper)
   block = slice(OFFSETS[NAMES.index(name)], OFFSETS[NAMES.index(name) + 1])
