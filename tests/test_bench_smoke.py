@@ -57,6 +57,37 @@ def test_cases_run_and_report(tmp_path, standard_promotion):
   assert saved["machine"]["slug"].endswith(f"-{saved['machine']['cores']}c")
 
 
+def test_grid_case_measures_every_column_and_draws_its_heat_maps(tmp_path, standard_promotion,
+                                                                 monkeypatch):
+  """The grid (issue 24) on its smoke cells: an Equinox MLP of five identical layers (where the
+  limit on leaves of one shape changes the layout, so the no-limit columns are measured too) and an
+  NNX model. One first call (a plain JAX MLP's) runs in a child process as ``make bench`` runs them
+  all; the others are stood in for by that one's figures (each child imports jax and compiles:
+  seconds apiece), so the compilations here are the steps'. About 10 s of CPU on 2 cores."""
+  from benchmarks.cases import grid
+  from benchmarks.grid_models import Cell
+
+  child = grid.first_call_in_child(Cell("mlp", 1, 2), "steadax", 60)
+  assert child["cpu_s"] > 0 and child["lowered_lines"] > 0 and child["peak_bytes"] > 0
+  monkeypatch.setattr(grid, "first_call_in_child", lambda cell, label, limit: dict(child))
+  result = grid.run(harness.SMOKE, harness.Progress(enabled=False))
+  rows = {row["cell"]: row for row in result["rows"]}
+  deep = rows["equinox 5x2"]
+  assert set(deep["first_call"]) == {"optax", "steadax", "steadax fused", "steadax flat params",
+                                     "steadax fused, no shape limit",
+                                     "steadax flat params, no shape limit"}
+  assert "no buffers" in deep["layouts"]["steadax flat params"]
+  assert "no buffers" not in deep["layouts"]["steadax flat params, no shape limit"]
+  for key in ("steadax/optax", "steadax flat params, no shape limit/steadax"):
+    assert all(v > 0 for v in deep["ratios"][key].values())
+  assert set(rows["nnx 1x2"]["first_call"]) == {"optax", "steadax", "steadax fused"}
+  text = report.tables({"grid": result})
+  assert "| equinox 5x2 | 10 | 4 |" in text and "flat (no limit)/per leaf: first call" in text
+  pytest.importorskip("matplotlib")  # the bench extra
+  grid.chart(str(tmp_path / "grid.png"), result, "smoke")
+  assert (tmp_path / "grid.png").stat().st_size > 0
+
+
 def test_readme_block_replaces_only_the_text_between_the_markers(tmp_path):
   readme = tmp_path / "README.md"
   readme.write_text(f"before\n{report.README_START}\nold\n{report.README_END}\nafter\n")

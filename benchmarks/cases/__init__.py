@@ -3,7 +3,8 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep, train
+from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep,
+               train)
 
 CASES = {
     "big": steps.big,
@@ -11,6 +12,7 @@ CASES = {
     "mixed": steps.mixed,
     "train": train.run,
     "first_call": first_call.run,
+    "grid": grid.run,
     "memory": memory.run,
     "lbfgs": lbfgs.run,
     "solvers": solvers.run,

@@ -31,7 +31,13 @@ from .._core._transformation import Transformation
 from .._core._tree import array_leaf, tree_map
 from .._core._types import OptState
 from ._elementwise import fusion_blocker
-from ._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout, check_max_leaf_size
+from ._flat import (
+    DEFAULT_MAX_LEAF_SIZE,
+    DEFAULT_MAX_SAME_SHAPE,
+    FusedLayout,
+    check_max_leaf_size,
+    check_max_same_shape,
+)
 
 __all__ = ["fuse", "Fused", "FusedState", "FusedLayout", "DEFAULT_MAX_LEAF_SIZE"]
 
@@ -63,9 +69,11 @@ class Fused(Transformation):
   elementwise = "children"  # as elementwise as what it fuses (so it accepts FlatParams too)
   inner: GradientTransformation = child_field()
   max_leaf_size: int = static_field(DEFAULT_MAX_LEAF_SIZE)
+  max_same_shape: int | None = static_field(DEFAULT_MAX_SAME_SHAPE)
 
   def __post_init__(self):
     check_max_leaf_size("fuse", self.max_leaf_size)
+    check_max_same_shape("fuse", self.max_same_shape)
     reason = fusion_blocker(self.inner)
     if reason is not None:
       raise ValueError(
@@ -76,8 +84,13 @@ class Fused(Transformation):
       )
 
   def init_fn(self, params):
-    layout = FusedLayout.build(params, int(self.max_leaf_size))
+    layout = self._layout(params)
     return FusedState(self.inner.init(layout.pack(self.owner, params, "parameters")), layout)
+
+  def _layout(self, params: Any) -> FusedLayout:
+    limit = self.max_same_shape
+    return FusedLayout.build(params, int(self.max_leaf_size),
+                             max_same_shape=None if limit is None else int(limit))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     layout = state.layout
@@ -116,7 +129,7 @@ class Fused(Transformation):
       The ``FusedState`` ``self.init(params)`` would have built, holding ``inner_state``'s values.
     """
     params = tree_map(array_leaf, params)
-    layout = FusedLayout.build(params, int(self.max_leaf_size))
+    layout = self._layout(params)
     shapes = [np.shape(x) for x in layout.treedef.flatten_up_to(params)]
 
     def mirrors_params(x: Any) -> bool:
@@ -130,7 +143,8 @@ class Fused(Transformation):
     return FusedState(inner, layout)
 
 
-def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> Fused:
+def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
+         max_same_shape: int | None = DEFAULT_MAX_SAME_SHAPE) -> Fused:
   """Runs an elementwise transformation on one flat buffer per dtype instead of leaf by leaf.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
@@ -173,4 +187,4 @@ def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF
     NVIDIA Apex, "multi_tensor_apply" (fused optimizers over lists of tensors).
     PyTorch, ``torch.optim.AdamW(foreach=True)`` / ``fused=True``.
   """
-  return Fused(as_inner(inner, "fuse", "inner"), max_leaf_size)
+  return Fused(as_inner(inner, "fuse", "inner"), max_leaf_size, max_same_shape)
