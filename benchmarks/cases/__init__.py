@@ -4,12 +4,13 @@ Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw meas
 """
 
 from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep,
-               train)
+               train, wrappers)
 
 CASES = {
     "big": steps.big,
     "many_small": steps.many_small,
     "mixed": steps.mixed,
+    "wrappers": wrappers.run,
     "train": train.run,
     "first_call": first_call.run,
     "grid": grid.run,
