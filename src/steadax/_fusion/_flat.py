@@ -411,8 +411,8 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
   """Parameters as one flat buffer per dtype for their small leaves: the fastest many-leaf step.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
-  devices) are concatenated into one vector; larger, integer and sharded leaves are kept as they
-  are. Keep the result as the parameters of the training loop and read the model's leaves with
+  devices, not one of more than ``max_same_shape`` leaves of one shape) are concatenated into one
+  vector; larger, integer and sharded leaves are kept as they are. Keep the result as the parameters of the training loop and read the model's leaves with
   ``flat.tree()`` inside the loss: the gradient is then a ``FlatParams`` too, and an elementwise
   optimizer's ``update`` and ``apply_updates`` run on a few arrays, with a few state arrays,
   whatever the number of leaves (``docs/performance.md`` has the measurements). Results equal the
@@ -437,6 +437,13 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
       (a buffer per label and dtype, keyed ``"<label>/<dtype>"``). A tree of hashable labels with
       the parameters' structure or a prefix of it, or a function of the parameters returning one,
       as ``partition``'s labels or a ``masked`` mask.
+    max_same_shape: when more than this many small leaves share a shape and dtype (the layers of
+      a deep stack), those leaves stay leaves (4 by default; None buffers them all). XLA compiles
+      identical layers once on the per-leaf path, but every piece of a buffer at its own offset
+      once each: on a 2-core CPU, buffering the 50 leaves of a 25-layer MLP made the first call
+      of its training step about 2-3x slower than per leaf, for steps 2.5x faster
+      (``docs/performance.md``, "The shape grid"). Set None where a faster step is worth a longer
+      first compilation.
 
   Returns:
     A ``FlatParams``; ``unflatten_params`` turns it (and any ``FlatParams`` inside a state) back.

@@ -62,6 +62,8 @@ class Fused(Transformation):
   Attributes:
     inner: the elementwise transformation run on the flat buffers.
     max_leaf_size: leaves larger than this many elements stay separate (not copied into a buffer).
+    max_same_shape: leaves of a shape and dtype shared by more small leaves than this stay
+      separate (None: no limit).
   """
 
   name = "fuse"
@@ -148,7 +150,8 @@ def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF
   """Runs an elementwise transformation on one flat buffer per dtype instead of leaf by leaf.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
-  devices) are concatenated into one vector; ``inner`` runs on a dict holding those vectors (keyed
+  devices, not one of more than ``max_same_shape`` leaves of one shape) are concatenated into one
+  vector; ``inner`` runs on a dict holding those vectors (keyed
   by dtype name) and the other leaves (keyed by tree path), and its updates are split back into the
   parameters' structure, each in its parameter's dtype. The state keeps the buffers, so a step
   passes a few state arrays instead of one per leaf and per moment, and the optimizer's maths
@@ -166,6 +169,10 @@ def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF
     inner: the transformation to run fused.
     max_leaf_size: leaves with more elements stay leaves (8,192 by default: above about 16k
       elements the copy into a buffer costs more than the kernels it saves). 0 fuses nothing.
+    max_same_shape: when more than this many small leaves share a shape and dtype (the layers of
+      a deep stack), those leaves stay leaves (4 by default; None fuses them all): XLA compiles
+      identical layers once unfused but each piece of a buffer once, so fusing them makes the
+      first call slower than unfused (``docs/performance.md``, "The shape grid").
 
   Returns:
     A transformation whose state is ``FusedState(inner_state, layout)``; ``tx.unfused_state(state)``
