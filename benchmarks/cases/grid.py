@@ -227,7 +227,7 @@ def ratios(first_call: dict, steps: dict) -> dict:
   }
   pairs = [("steadax", "optax"), (harness.FUSED, "steadax"), (harness.FLAT, "steadax"),
            (FUSED_ALL, "steadax"), (FLAT_ALL, "steadax"), (harness.FUSED, "optax"),
-           (harness.FLAT, "optax")]
+           (harness.FLAT, "optax"), (grid_models.OPTAX_AGAIN, "optax")]
   return {f"{a}/{b}": {name: _ratio(get(a), get(b)) for name, get in metrics.items()}
           for a, b in pairs}
 
@@ -245,8 +245,11 @@ def _columns(cell: Cell) -> tuple[list[str], dict[str, str]]:
   return labels, layouts
 
 
-def measure_cell(cell: Cell, sizes: harness.Sizes, progress: harness.Progress, flip: bool) -> dict:
+def measure_cell(cell: Cell, sizes: harness.Sizes, progress: harness.Progress, flip: bool,
+                 columns: tuple[str, ...] | None = None) -> dict:
   labels, layouts = _columns(cell)
+  if columns is not None:
+    labels = [label for label in columns if label in labels or label == grid_models.OPTAX_AGAIN]
   first_call = {}
   for label in (labels[::-1] if flip else labels):
     progress.doing(f"{cell.name}: first call, {label}")
@@ -280,14 +283,16 @@ def _layout(cell: Cell, label: str) -> str:
 
 
 def run(sizes: harness.Sizes, progress: harness.Progress, cells: tuple[Cell, ...] | None = None,
-        on_row: Any = None) -> dict:
+        on_row: Any = None, columns: tuple[str, ...] | None = None) -> dict:
+  """The grid's rows. ``columns`` (default: all that apply) may name ``grid_models.OPTAX_AGAIN``,
+  Optax's step compiled and timed a second time, which gives the noise of the measurement."""
   cells = CELLS[sizes.grid] if cells is None else cells
   tasks = sum(len([l for l in COLUMNS[:4] if grid_models.available(c.structure, l)]) + len(KINDS)
               for c in cells)  # about: the no-limit columns are added where they differ
   progress.start("grid", tasks)
   rows = []
   for i, cell in enumerate(cells):
-    rows.append(measure_cell(cell, sizes, progress, flip=i % 2 == 1))
+    rows.append(measure_cell(cell, sizes, progress, flip=i % 2 == 1, columns=columns))
     if on_row is not None:
       on_row(rows[-1])
   return {"kind": "grid", "time_limit_s": sizes.compile_time_limit_s, "rounds": sizes.rounds,
@@ -356,6 +361,11 @@ def table(result: dict) -> list[str]:
     lines += ["", "Where leaves of one shape stay leaves (more than `max_same_shape` of them), the "
               "same paths with every small leaf in a buffer (`max_same_shape=None`), against the "
               "per-leaf path:", "", *_ratio_table(limited, CHART_RATIOS[3:], absolute=False)]
+  again = [row for row in rows if grid_models.OPTAX_AGAIN in row["first_call"]]
+  if again:
+    lines += ["", "The noise: Optax's step compiled and measured a second time in the same rounds "
+              "(the same program), against the first:", "",
+              *_ratio_table(again, (f"{grid_models.OPTAX_AGAIN}/optax",), absolute=False)]
   return lines
 
 
@@ -406,6 +416,9 @@ def main(argv=None) -> None:
   parser.add_argument("--cells", default=None,
                       help='comma-separated cells, e.g. "mlp 50x16,nnx 8x16" (default: --size\'s)')
   parser.add_argument("--size", default="quick", choices=sorted(CELLS))
+  parser.add_argument("--columns", default=None,
+                      help='comma-separated columns (default: all), e.g. "optax,steadax,optax again" '
+                           '("optax again": a second copy of Optax\'s step, the noise of the figures)')
   parser.add_argument("--json", default=None,
                       help="write the result here (after every cell) and its chart beside it")
   args = parser.parse_args(argv)
@@ -420,9 +433,10 @@ def main(argv=None) -> None:
         json.dump({"rows": rows}, f, indent=1)
     print(f"{row['cell']} (load {row['load_average']:.1f}): " + "; ".join(
         f"{_short(key)} " + " ".join(_fmt(row["ratios"][key][m]) for m in TABLE_METRICS)
-        for key in CHART_RATIOS), flush=True)
+        for key in (*CHART_RATIOS, f"{grid_models.OPTAX_AGAIN}/optax")), flush=True)
 
-  result = run(sizes, harness.Progress(enabled=False), cells, on_row=show)
+  columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else None
+  result = run(sizes, harness.Progress(enabled=False), cells, on_row=show, columns=columns)
   print("\n".join(table(result)))
   if args.json:
     from .. import report
