@@ -75,7 +75,7 @@ CELLS = {
     "quick": _cells(
         "elementwise 100x256", "mlp 4x16", "mlp 25x16", "transformer 2x32", "nnx 8x16",
         "equinox 8x16"),
-    "smoke": _cells("equinox 5x2", "nnx 1x2"),
+    "smoke": _cells("mlp 5x1", "equinox 1x2", "nnx 1x2"),
 }
 
 
