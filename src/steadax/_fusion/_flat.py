@@ -440,9 +440,9 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
     max_same_shape: when more than this many small leaves share a shape and dtype (the layers of
       a deep stack), those leaves stay leaves (4 by default; None buffers them all). XLA compiles
       identical layers once on the per-leaf path, but every piece of a buffer at its own offset
-      once each: on a 2-core CPU, buffering the 50 leaves of a 25-layer MLP made the first call
-      of its training step about 2-3x slower than per leaf, for steps 2.5x faster
-      (``docs/performance.md``, "The shape grid"). Set None where a faster step is worth a longer
+      once each: on a 2-core CPU, buffering the 100 leaves of a 50-layer MLP made the first call
+      of its training step 1.8-2.9x the per-leaf path's, for training steps of 0.2-1.0x its time
+      (``docs/performance.md``, "The shape grid"). Set None where faster steps are worth a longer
       first compilation.
 
   Returns:
