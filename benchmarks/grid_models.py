@@ -42,8 +42,10 @@ STRUCTURES = ("elementwise", "mlp", "transformer", "nnx", "equinox")
 FUSED_ALL = "steadax fused, no shape limit"
 FLAT_ALL = "steadax flat params, no shape limit"
 COLUMNS = ("optax", "steadax", harness.FUSED, harness.FLAT, FUSED_ALL, FLAT_ALL)
-# Optax's step once more, compiled and timed as a column of its own: the noise of the figures.
+# Each library's step once more, compiled and timed as a column of its own: the noise of the
+# figures (which buffers and place in the process an instance gets moves its time too).
 OPTAX_AGAIN = "optax again"
+STEADAX_AGAIN = "steadax again"
 FLAT_COLUMNS = (harness.FLAT, FLAT_ALL)
 
 
@@ -227,7 +229,7 @@ def transformation(label: str, optimizer: Callable[[Any], Any]) -> tuple[Any, An
 
   if label in ("optax", OPTAX_AGAIN):
     return optax, optimizer(optax)
-  tx = optimizer(steadax)
+  tx = optimizer(steadax)  # "steadax" and STEADAX_AGAIN
   if label == harness.FUSED:
     return steadax, steadax.fuse(tx)
   if label == FUSED_ALL:

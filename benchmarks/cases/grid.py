@@ -226,7 +226,8 @@ def ratios(first_call: dict, steps: dict) -> dict:
   }
   pairs = [("steadax", "optax"), (harness.FUSED, "steadax"), (harness.FLAT, "steadax"),
            (FUSED_ALL, "steadax"), (FLAT_ALL, "steadax"), (harness.FUSED, "optax"),
-           (harness.FLAT, "optax"), (grid_models.OPTAX_AGAIN, "optax")]
+           (harness.FLAT, "optax"), (grid_models.OPTAX_AGAIN, "optax"),
+           (grid_models.STEADAX_AGAIN, "optax")]
   return {f"{a}/{b}": {name: _ratio(get(a), get(b)) for name, get in metrics.items()}
           for a, b in pairs}
 
@@ -248,7 +249,8 @@ def measure_cell(cell: Cell, sizes: harness.Sizes, progress: harness.Progress, f
                  columns: tuple[str, ...] | None = None) -> dict:
   labels, layouts = _columns(cell)
   if columns is not None:
-    labels = [label for label in columns if label in labels or label == grid_models.OPTAX_AGAIN]
+    again = (grid_models.OPTAX_AGAIN, grid_models.STEADAX_AGAIN)
+    labels = [label for label in columns if label in labels or label in again]
   first_call = {}
   for label in (labels[::-1] if flip else labels):
     progress.doing(f"{cell.name}: first call, {label}")
@@ -360,11 +362,13 @@ def table(result: dict) -> list[str]:
     lines += ["", "Where leaves of one shape stay leaves (more than `max_same_shape` of them), the "
               "same paths with every small leaf in a buffer (`max_same_shape=None`), against the "
               "per-leaf path:", "", *_ratio_table(limited, CHART_RATIOS[3:], absolute=False)]
-  again = [row for row in rows if grid_models.OPTAX_AGAIN in row["first_call"]]
-  if again:
-    lines += ["", "The noise: Optax's step compiled and measured a second time in the same rounds "
-              "(the same program), against the first:", "",
-              *_ratio_table(again, (f"{grid_models.OPTAX_AGAIN}/optax",), absolute=False)]
+  keys = tuple(f"{label}/optax" for label in (grid_models.OPTAX_AGAIN, grid_models.STEADAX_AGAIN)
+               if any(label in row["first_call"] for row in rows))
+  if keys:
+    again = [row for row in rows if any(k.split("/")[0] in row["first_call"] for k in keys)]
+    lines += ["", "The noise: each library's step compiled and measured a second time in the same "
+              "rounds (the same program), against Optax's first:", "",
+              *_ratio_table(again, keys, absolute=False)]
   return lines
 
 
@@ -418,8 +422,8 @@ def main(argv=None) -> None:
                       help='comma-separated cells, e.g. "mlp 50x16,nnx 8x16" (default: --size\'s)')
   parser.add_argument("--size", default="quick", choices=sorted(CELLS))
   parser.add_argument("--columns", default=None,
-                      help='comma-separated columns (default: all), e.g. "optax,steadax,optax again" '
-                           '("optax again": a second copy of Optax\'s step, the noise of the figures)')
+                      help='comma-separated columns (default: all), e.g. "optax,steadax,optax again,'
+                           'steadax again" (a second copy of each library\'s step: the noise)')
   parser.add_argument("--json", default=None,
                       help="write the result here (after every cell) and its chart beside it")
   args = parser.parse_args(argv)
@@ -434,7 +438,8 @@ def main(argv=None) -> None:
         json.dump({"rows": rows}, f, indent=1)
     print(f"{row['cell']} (load {row['load_average']:.1f}): " + "; ".join(
         f"{_short(key)} " + " ".join(_fmt(row["ratios"][key][m]) for m in TABLE_METRICS)
-        for key in (*CHART_RATIOS, f"{grid_models.OPTAX_AGAIN}/optax")), flush=True)
+        for key in (*CHART_RATIOS, f"{grid_models.OPTAX_AGAIN}/optax",
+                    f"{grid_models.STEADAX_AGAIN}/optax")), flush=True)
 
   columns = tuple(c.strip() for c in args.columns.split(",")) if args.columns else None
   result = run(sizes, harness.Progress(enabled=False), cells, on_row=show, columns=columns)
