@@ -45,6 +45,7 @@ class Sizes:
   matrix_depths: tuple = (2, 8, 32)  # layers of the matrix_depth case (7 leaves each)
   matrix_repetitions: int = 3       # compilations per point of that case (the median is kept)
   lm_config: str = "full"           # the lm case's model and training length (cases/lm.py CONFIGS)
+  grid: str = "full"                # the grid case's cells (cases/grid.py CELLS)
 
 
 FULL = Sizes(rounds=15, steps=8, big_leaves=8, big_leaf_size=2_000_000, small_leaves=400,
@@ -53,11 +54,11 @@ FULL = Sizes(rounds=15, steps=8, big_leaves=8, big_leaf_size=2_000_000, small_le
 QUICK = Sizes(rounds=5, steps=4, big_leaves=8, big_leaf_size=250_000, small_leaves=100,
               mixed_small_leaves=50, compile_leaves=(25, 50, 100), compile_time_limit_s=60,
               memory_width=256, lbfgs_rounds=5, sweep_rounds=1, matrix_depths=(2, 8),
-              matrix_repetitions=1, lm_config="quick")
+              matrix_repetitions=1, lm_config="quick", grid="quick")
 SMOKE = Sizes(rounds=2, steps=4, big_leaves=2, big_leaf_size=1_000, small_leaves=6,
               mixed_small_leaves=6, compile_leaves=(2,), compile_time_limit_s=60, memory_width=16,
               lbfgs_rounds=1, sweep_rounds=1, matrix_depths=(1, 2),
-              matrix_repetitions=1, lm_config="smoke")
+              matrix_repetitions=1, lm_config="smoke", grid="smoke")
 
 
 class Progress:

@@ -214,6 +214,11 @@ def import_time_table(result: dict) -> list[str]:
           *_markdown(["", "optax, ms", "steadax, ms", "difference, ms", "steadax/optax"], body)]
 
 
+def _grid_table(result: dict) -> list[str]:
+  from benchmarks.cases import grid  # the case owns its table (report loads before cases)
+  return grid.table(result)
+
+
 def _matrix_depth_table(result: dict) -> list[str]:
   from benchmarks.cases import matrix_depth  # the case owns its table (report loads before cases)
   return matrix_depth.table(result)
@@ -228,6 +233,7 @@ TITLES = {
     "sweep": "Learning-rate sweep:",
     "import_time": "Import time:",
     "matrix_depth": "Matrix optimizers, update compile time against depth (issue 22):",
+    "grid": "The shape grid (issue 24): AdamW on five model structures, leaf counts and sizes:",
 }
 TABLES = {
     "first_call": lambda result: first_call_table(result["rows"]),
@@ -236,6 +242,7 @@ TABLES = {
     "sweep": sweep_table,
     "import_time": import_time_table,
     "matrix_depth": lambda result: _matrix_depth_table(result),
+    "grid": _grid_table,
 }
 
 

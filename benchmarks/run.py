@@ -80,6 +80,10 @@ def main(argv=None) -> dict:
   if "lm" in results:
     extra.append(report.lm_chart_path(os.path.join(report.RESULTS, stem)))
     report.lm_chart(extra[-1], results["lm"], title)
+  if "grid" in results:
+    from benchmarks.cases import grid
+    extra.append(grid.chart_path(os.path.join(report.RESULTS, stem)))
+    grid.chart(extra[-1], results["grid"], title)
   text = report.tables(results)
   print(f"\n{report.describe(machine)}\n{mode} mode, {wall_s:.0f} s\n\n{text}\n")
   print("wrote", ", ".join(os.path.relpath(p) for p in (json_path, chart_path, *extra) if p))

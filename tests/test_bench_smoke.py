@@ -57,6 +57,43 @@ def test_cases_run_and_report(tmp_path, standard_promotion):
   assert saved["machine"]["slug"].endswith(f"-{saved['machine']['cores']}c")
 
 
+@pytest.mark.slow
+def test_grid_case_measures_every_column_and_draws_its_heat_maps(tmp_path, standard_promotion,
+                                                                 monkeypatch):
+  """The grid (issue 24) on toy cells: an MLP of five identical layers (where the limit on leaves
+  of one shape changes the layout, so the no-limit column is measured too), an Equinox and an NNX
+  model, a few columns each. One first call (a plain JAX MLP's) runs in a child process as ``make
+  bench`` runs them all; the others are stood in for by its figures (each child imports jax and
+  compiles: seconds apiece). 17 s of CPU under a load of 8 on 2 cores, imports and child included."""
+  from benchmarks.cases import grid
+  from benchmarks.grid_models import Cell
+
+  child = grid.first_call_in_child(Cell("mlp", 1, 2), "steadax", 60)
+  assert child["cpu_s"] > 0 and child["lowered_lines"] > 0 and child["peak_bytes"] > 0
+  monkeypatch.setattr(grid, "first_call_in_child", lambda cell, label, limit: dict(child))
+  quiet, rows = harness.Progress(enabled=False), {}
+  for cell, columns in ((Cell("mlp", 5, 1), ("steadax", "steadax flat params",
+                                              "steadax flat params, no shape limit")),
+                        (Cell("equinox", 1, 2), ("steadax", "steadax fused")),
+                        (Cell("nnx", 1, 2), ("steadax", "steadax fused"))):
+    rows[cell.name] = grid.run(harness.SMOKE, quiet, cells=(cell,), columns=columns)["rows"][0]
+  deep = rows["mlp 5x1"]
+  assert set(deep["first_call"]) == {"steadax", "steadax flat params",
+                                     "steadax flat params, no shape limit"}
+  assert "no buffers" in deep["layouts"]["steadax flat params"]
+  assert "no buffers" not in deep["layouts"]["steadax flat params, no shape limit"]
+  assert all(v > 0 for v in deep["ratios"]["steadax flat params, no shape limit/steadax"].values())
+  for name in ("equinox 1x2", "nnx 1x2"):
+    assert rows[name]["ratios"]["steadax fused/steadax"]["train step"] > 0
+    assert rows[name]["ratios"]["steadax fused/steadax"]["update step"] > 0
+  result = {"kind": "grid", "time_limit_s": 60, "rounds": 2, "rows": list(rows.values())}
+  text = report.tables({"grid": result})
+  assert "| mlp 5x1 | 10 | 1 |" in text and "flat (no limit)/per leaf: first call" in text
+  pytest.importorskip("matplotlib")  # the bench extra
+  grid.chart(str(tmp_path / "grid.png"), result, "smoke")
+  assert (tmp_path / "grid.png").stat().st_size > 0
+
+
 def test_readme_block_replaces_only_the_text_between_the_markers(tmp_path):
   readme = tmp_path / "README.md"
   readme.write_text(f"before\n{report.README_START}\nold\n{report.README_END}\nafter\n")

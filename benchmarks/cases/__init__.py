@@ -3,14 +3,17 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import first_call, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep, train
+from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep,
+               train, wrappers)
 
 CASES = {
     "big": steps.big,
     "many_small": steps.many_small,
     "mixed": steps.mixed,
+    "wrappers": wrappers.run,
     "train": train.run,
     "first_call": first_call.run,
+    "grid": grid.run,
     "memory": memory.run,
     "lbfgs": lbfgs.run,
     "solvers": solvers.run,

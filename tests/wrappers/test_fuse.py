@@ -182,6 +182,29 @@ def test_bad_input_names_the_path():
     steadax.fuse(steadax.sgd(0.1), max_leaf_size=-1)
 
 
+def test_leaves_of_a_shape_shared_by_more_than_max_same_shape_stay_leaves():
+  # Six identical layers and two odd leaves: by default the layers' leaves stay leaves (per leaf,
+  # XLA compiles one kernel for identical layers; as pieces of a buffer each gets its own), and
+  # the odd ones share a buffer. None buffers everything; the limit counts leaves per shape.
+  f32 = jnp.float32
+  params = {f"l{i}": {"w": jnp.zeros((4, 4), f32), "b": jnp.zeros(4, f32)} for i in range(6)}
+  params.update(x=jnp.zeros(7, f32), y=jnp.zeros((2, 3), f32))
+  default = steadax.flat_params(params).layout
+  assert [(g[0], len(g[2])) for g in default.groups] == [("float32", 2)]
+  assert len(default.singles) == 12
+  assert steadax.fuse(steadax.sgd(0.1)).init(params).layout == default
+  for limit in (None, 6):
+    everything = steadax.flat_params(params, max_same_shape=limit).layout
+    assert [len(g[2]) for g in everything.groups] == [14] and not everything.singles
+    assert steadax.fuse(steadax.sgd(0.1), max_same_shape=limit).init(params).layout == everything
+  assert len(steadax.flat_params(params, max_same_shape=5).layout.singles) == 12
+  for bad in (0, -1, 2.0, True):
+    with pytest.raises(ValueError, match="max_same_shape"):
+      steadax.flat_params(params, max_same_shape=bad)
+    with pytest.raises(ValueError, match="max_same_shape"):
+      steadax.fuse(steadax.sgd(0.1), max_same_shape=bad)
+
+
 def test_layout_keeps_partitioned_leaves_out_of_buffers():
   devices = np.array(jax.devices()[:1])
   mesh = jax.sharding.Mesh(devices, ("x",))

@@ -41,7 +41,8 @@ from .._core._types import Params
 from ._elementwise import fusion_blocker
 
 __all__ = [
-    "DEFAULT_MAX_LEAF_SIZE", "FlatParams", "FusedLayout", "check_max_leaf_size",
+    "DEFAULT_MAX_LEAF_SIZE", "DEFAULT_MAX_SAME_SHAPE", "FlatParams", "FusedLayout",
+    "check_max_leaf_size", "check_max_same_shape",
     "contains_flat_params", "flat_params", "resolve_prefix", "unflatten_params",
 ]
 
@@ -52,6 +53,14 @@ __all__ = [
 # of n elements, fused/unfused step time on 2 cores: 0.84-0.94 at 1,024, 0.70-0.80 at 4,096, 0.85
 # at 8,192, 0.96-2.1 at 16,384 and 5.4-5.6 from 65,536 up (docs/performance.md).
 DEFAULT_MAX_LEAF_SIZE = 1 << 13
+
+# Leaves of a shape and dtype that more than this many small leaves share stay leaves (None: no
+# limit). XLA compiles one kernel per distinct fused computation: the identical layers of a deep
+# model share theirs on the per-leaf path, but as pieces of a buffer, each at its own constant
+# offset, every one gets its own kernel (tens of milliseconds of LLVM each on a CPU), so buffering
+# a stack of identical layers costs more compile time than it saves (docs/performance.md, "When
+# the multi-tensor paths pay", from the grid benchmark).
+DEFAULT_MAX_SAME_SHAPE = 4
 
 
 @jax.tree_util.register_pytree_node_class
@@ -102,22 +111,35 @@ class FusedLayout:
     return tuple([g[0] for g in self.groups] + [s[0] for s in self.singles])
 
   @classmethod
-  def build(cls, params: Any, max_leaf_size: int, labels: list | None = None) -> "FusedLayout":
+  def build(cls, params: Any, max_leaf_size: int, labels: list | None = None,
+            max_same_shape: int | None = None) -> "FusedLayout":
     """The layout of ``params``: small floating leaves of one dtype (and one label) share a buffer.
 
     A leaf stays a leaf when it is larger than ``max_leaf_size``, not floating (an integer
     parameter, handled by the inner transformation as without fusion), sharded across devices (a
-    buffer would gather it), or the only small leaf of its dtype and label. ``labels`` (one per
+    buffer would gather it), one of more than ``max_same_shape`` small leaves of one shape and
+    dtype (None: no limit), or the only small leaf of its dtype and label. ``labels`` (one per
     leaf, ``flat_params``' groups) split the buffers further: a buffer's key is its dtype name, or
     ``"<label>/<dtype name>"`` when the leaves have labels.
     """
     paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_none)
     paths_leaves = [(path, array_leaf(leaf)) for path, leaf in paths_leaves]
+    candidates = [i for i, (_, leaf) in enumerate(paths_leaves)
+                  if leaf is not None and int(np.size(leaf)) <= max_leaf_size
+                  and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf)]
+    if max_same_shape is not None:
+      # Identical layers share their compiled kernels on the per-leaf path; as pieces of a buffer
+      # (each at its own offset) every one needs its own (REPEATED_SHAPE_NOTE).
+      count: dict[tuple, int] = {}
+      for i in candidates:
+        key = _shape_key(paths_leaves[i][1])
+        count[key] = count.get(key, 0) + 1
+      candidates = [i for i in candidates if count[_shape_key(paths_leaves[i][1])] <= max_same_shape]
+    chosen = set(candidates)
     by_key: dict[str, tuple[str, list[int]]] = {}
     singles = []
     for i, (path, leaf) in enumerate(paths_leaves):
-      small = leaf is not None and int(np.size(leaf)) <= max_leaf_size
-      if small and leaf is not None and jnp.issubdtype(leaf.dtype, jnp.inexact) and not _partitioned(leaf):
+      if i in chosen:
         name = np.dtype(leaf.dtype).name
         key = name if labels is None else f"{labels[i]}/{name}"
         by_key.setdefault(key, (name, []))[1].append(i)
@@ -195,6 +217,10 @@ class FusedLayout:
 
   def is_packed(self, x: Any) -> bool:
     return isinstance(x, dict) and frozenset(x.keys()) == self.keys
+
+
+def _shape_key(leaf: Any) -> tuple:
+  return (tuple(np.shape(leaf)), np.dtype(leaf.dtype).name)
 
 
 def _partitioned(leaf: Any) -> bool:
@@ -380,12 +406,13 @@ def _describe(x: Any) -> str:
 
 
 def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
-                groups: Params | Callable[[Params], Params] | None = None) -> FlatParams:
+                groups: Params | Callable[[Params], Params] | None = None,
+                max_same_shape: int | None = DEFAULT_MAX_SAME_SHAPE) -> FlatParams:
   """Parameters as one flat buffer per dtype for their small leaves: the fastest many-leaf step.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
-  devices) are concatenated into one vector; larger, integer and sharded leaves are kept as they
-  are. Keep the result as the parameters of the training loop and read the model's leaves with
+  devices, not one of more than ``max_same_shape`` leaves of one shape) are concatenated into one
+  vector; larger, integer and sharded leaves are kept as they are. Keep the result as the parameters of the training loop and read the model's leaves with
   ``flat.tree()`` inside the loss: the gradient is then a ``FlatParams`` too, and an elementwise
   optimizer's ``update`` and ``apply_updates`` run on a few arrays, with a few state arrays,
   whatever the number of leaves (``docs/performance.md`` has the measurements). Results equal the
@@ -410,6 +437,13 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
       (a buffer per label and dtype, keyed ``"<label>/<dtype>"``). A tree of hashable labels with
       the parameters' structure or a prefix of it, or a function of the parameters returning one,
       as ``partition``'s labels or a ``masked`` mask.
+    max_same_shape: when more than this many small leaves share a shape and dtype (the layers of
+      a deep stack), those leaves stay leaves (4 by default; None buffers them all). XLA compiles
+      identical layers once on the per-leaf path, but every piece of a buffer at its own offset
+      once each: on a 2-core CPU, buffering the 100 leaves of a 50-layer MLP made the first call
+      of its training step 1.8-2.9x the per-leaf path's, for training steps of 0.2-1.0x its time
+      (``docs/performance.md``, "The shape grid"). Set None where faster steps are worth a longer
+      first compilation.
 
   Returns:
     A ``FlatParams``; ``unflatten_params`` turns it (and any ``FlatParams`` inside a state) back.
@@ -445,6 +479,7 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
   if isinstance(params, FlatParams):
     return params
   check_max_leaf_size("flat_params", max_leaf_size)
+  check_max_same_shape("flat_params", max_same_shape)
   params = jax.tree_util.tree_map(param_array, params, is_leaf=is_none)
   nested = [x for x in jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, FlatParams))
             if isinstance(x, FlatParams)]
@@ -459,8 +494,17 @@ def flat_params(params: Params, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
       except TypeError:
         raise TypeError(f"flat_params: the group of {key_path_str(path[0])} is {label!r}, which is "
                         "not hashable; groups are labels (strings, numbers, booleans).") from None
-  layout = FusedLayout.build(params, int(max_leaf_size), labels)
+  layout = FusedLayout.build(params, int(max_leaf_size), labels,
+                            None if max_same_shape is None else int(max_same_shape))
   return FlatParams(layout, layout.pack("flat_params", params, "parameters"))
+
+
+def check_max_same_shape(owner: str, value: Any) -> None:
+  """``value`` must be None or a positive integer (``fuse``'s and ``flat_params``' ``max_same_shape``)."""
+  if value is None:
+    return
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+    raise ValueError(f"{owner}: max_same_shape must be None or a positive integer, got {value!r}.")
 
 
 def check_max_leaf_size(owner: str, value: Any) -> None:

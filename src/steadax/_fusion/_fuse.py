@@ -31,7 +31,13 @@ from .._core._transformation import Transformation
 from .._core._tree import array_leaf, tree_map
 from .._core._types import OptState
 from ._elementwise import fusion_blocker
-from ._flat import DEFAULT_MAX_LEAF_SIZE, FusedLayout, check_max_leaf_size
+from ._flat import (
+    DEFAULT_MAX_LEAF_SIZE,
+    DEFAULT_MAX_SAME_SHAPE,
+    FusedLayout,
+    check_max_leaf_size,
+    check_max_same_shape,
+)
 
 __all__ = ["fuse", "Fused", "FusedState", "FusedLayout", "DEFAULT_MAX_LEAF_SIZE"]
 
@@ -56,6 +62,8 @@ class Fused(Transformation):
   Attributes:
     inner: the elementwise transformation run on the flat buffers.
     max_leaf_size: leaves larger than this many elements stay separate (not copied into a buffer).
+    max_same_shape: leaves of a shape and dtype shared by more small leaves than this stay
+      separate (None: no limit).
   """
 
   name = "fuse"
@@ -63,9 +71,11 @@ class Fused(Transformation):
   elementwise = "children"  # as elementwise as what it fuses (so it accepts FlatParams too)
   inner: GradientTransformation = child_field()
   max_leaf_size: int = static_field(DEFAULT_MAX_LEAF_SIZE)
+  max_same_shape: int | None = static_field(DEFAULT_MAX_SAME_SHAPE)
 
   def __post_init__(self):
     check_max_leaf_size("fuse", self.max_leaf_size)
+    check_max_same_shape("fuse", self.max_same_shape)
     reason = fusion_blocker(self.inner)
     if reason is not None:
       raise ValueError(
@@ -76,8 +86,13 @@ class Fused(Transformation):
       )
 
   def init_fn(self, params):
-    layout = FusedLayout.build(params, int(self.max_leaf_size))
+    layout = self._layout(params)
     return FusedState(self.inner.init(layout.pack(self.owner, params, "parameters")), layout)
+
+  def _layout(self, params: Any) -> FusedLayout:
+    limit = self.max_same_shape
+    return FusedLayout.build(params, int(self.max_leaf_size),
+                             max_same_shape=None if limit is None else int(limit))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     layout = state.layout
@@ -116,7 +131,7 @@ class Fused(Transformation):
       The ``FusedState`` ``self.init(params)`` would have built, holding ``inner_state``'s values.
     """
     params = tree_map(array_leaf, params)
-    layout = FusedLayout.build(params, int(self.max_leaf_size))
+    layout = self._layout(params)
     shapes = [np.shape(x) for x in layout.treedef.flatten_up_to(params)]
 
     def mirrors_params(x: Any) -> bool:
@@ -130,11 +145,13 @@ class Fused(Transformation):
     return FusedState(inner, layout)
 
 
-def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE) -> Fused:
+def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
+         max_same_shape: int | None = DEFAULT_MAX_SAME_SHAPE) -> Fused:
   """Runs an elementwise transformation on one flat buffer per dtype instead of leaf by leaf.
 
   The small floating leaves of each dtype (at most ``max_leaf_size`` elements, not sharded across
-  devices) are concatenated into one vector; ``inner`` runs on a dict holding those vectors (keyed
+  devices, not one of more than ``max_same_shape`` leaves of one shape) are concatenated into one
+  vector; ``inner`` runs on a dict holding those vectors (keyed
   by dtype name) and the other leaves (keyed by tree path), and its updates are split back into the
   parameters' structure, each in its parameter's dtype. The state keeps the buffers, so a step
   passes a few state arrays instead of one per leaf and per moment, and the optimizer's maths
@@ -152,6 +169,10 @@ def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF
     inner: the transformation to run fused.
     max_leaf_size: leaves with more elements stay leaves (8,192 by default: above about 16k
       elements the copy into a buffer costs more than the kernels it saves). 0 fuses nothing.
+    max_same_shape: when more than this many small leaves share a shape and dtype (the layers of
+      a deep stack), those leaves stay leaves (4 by default; None fuses them all): XLA compiles
+      identical layers once unfused but each piece of a buffer once, so fusing them makes the
+      first call slower than unfused (``docs/performance.md``, "The shape grid").
 
   Returns:
     A transformation whose state is ``FusedState(inner_state, layout)``; ``tx.unfused_state(state)``
@@ -173,4 +194,4 @@ def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF
     NVIDIA Apex, "multi_tensor_apply" (fused optimizers over lists of tensors).
     PyTorch, ``torch.optim.AdamW(foreach=True)`` / ``fused=True``.
   """
-  return Fused(as_inner(inner, "fuse", "inner"), max_leaf_size)
+  return Fused(as_inner(inner, "fuse", "inner"), max_leaf_size, max_same_shape)

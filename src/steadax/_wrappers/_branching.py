@@ -82,14 +82,17 @@ def all_finite(tree: Any) -> jax.Array:
 
   Inside ``shard_map`` the answer covers every shard of a sharded leaf, so all devices agree.
   """
-  bad = jnp.zeros([], COUNTER_DTYPE)
+  finite = []
   for leaf in jax.tree_util.tree_leaves(tree):
     leaf = jnp.asarray(leaf)
     if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size:
-      # As an int32: pmax has no boolean form.
-      local = jnp.any(jnp.logical_not(jnp.isfinite(leaf))).astype(COUNTER_DTYPE)
-      bad = jnp.maximum(bad, _global(local, jax.lax.pmax))
-  return bad == 0
+      local = jnp.all(jnp.isfinite(leaf))
+      if manual_axes(local):
+        local = _global(local.astype(COUNTER_DTYPE), jax.lax.pmin) > 0  # pmin has no boolean form
+      finite.append(local)
+  # One stacked reduction of the leaves' all(isfinite), as Optax writes it: XLA fuses the leaves'
+  # reductions into one kernel (a chain of maxima of any(not finite) gave one kernel per leaf).
+  return jnp.all(jnp.stack(finite)) if finite else jnp.asarray(True)
 
 
 def count_not_finite(tree: Any) -> jax.Array:
