@@ -214,6 +214,18 @@ def import_time_table(result: dict) -> list[str]:
           *_markdown(["", "optax, ms", "steadax, ms", "difference, ms", "steadax/optax"], body)]
 
 
+def trace_time_table(result: dict) -> list[str]:
+  trees = list(dict.fromkeys(r["tree"] for r in result["rows"]))
+  by_optimizer: dict = {}
+  for r in result["rows"]:
+    by_optimizer.setdefault(r["optimizer"], {})[r["tree"]] = r["ratio"]
+  body = [[name, *[_ratio(ratios[t]) for t in trees]] for name, ratios in by_optimizer.items()]
+  return ["steadax's trace CPU time over Optax's for the update on about 200 leaves "
+          "(benchmarks/trace_time.py: repeated = 200 vectors of 7 lengths, transformer = 28 blocks "
+          "of 7 leaves, distinct = 200 lengths; smallest of the rounds).", "",
+          *_markdown(["optimizer", *trees], body)]
+
+
 def _grid_table(result: dict) -> list[str]:
   from benchmarks.cases import grid  # the case owns its table (report loads before cases)
   return grid.table(result)
@@ -232,6 +244,7 @@ TITLES = {
     "lbfgs": "L-BFGS:",
     "sweep": "Learning-rate sweep:",
     "import_time": "Import time:",
+    "trace_time": "Trace time of the update:",
     "matrix_depth": "Matrix optimizers, update compile time against depth (issue 22):",
     "grid": "The shape grid (issue 24): AdamW on five model structures, leaf counts and sizes:",
 }
@@ -241,6 +254,7 @@ TABLES = {
     "lbfgs": lbfgs_table,
     "sweep": sweep_table,
     "import_time": import_time_table,
+    "trace_time": trace_time_table,
     "matrix_depth": lambda result: _matrix_depth_table(result),
     "grid": _grid_table,
 }

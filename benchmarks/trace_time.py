@@ -16,6 +16,7 @@ lambda), so neither library's jit cache answers.
 
   python -m benchmarks.trace_time                 # the table
   python -m benchmarks.trace_time --rounds 5 --optimizers adamw,sgd
+  python -m benchmarks.run --cases trace_time     # as a case of make bench (rounds: the run's)
 """
 
 from __future__ import annotations
@@ -72,21 +73,28 @@ def trace_seconds(make, params, rounds: int) -> dict:
   return best
 
 
-def main(argv=None) -> dict:
+def run(rounds: int, optimizers=tuple(OPTIMIZERS), echo: bool = False) -> list[dict]:
+  """One row per optimizer and tree: the smallest trace CPU seconds of each library, the ratio."""
+  rows = []
+  if echo:
+    print(f"{'optimizer':<12} {'tree':<12} {'steadax s':>10} {'optax s':>10} {'ratio':>6}")
+  for opt in optimizers:
+    for tree_name, params in trees().items():
+      best = trace_seconds(OPTIMIZERS[opt], params, rounds)
+      rows.append({"optimizer": opt, "tree": tree_name, "steadax_s": best["steadax"],
+                   "optax_s": best["optax"], "ratio": best["steadax"] / best["optax"]})
+      if echo:
+        print(f"{opt:<12} {tree_name:<12} {best['steadax']:>10.4f} {best['optax']:>10.4f} "
+              f"{rows[-1]['ratio']:>6.2f}", flush=True)
+  return rows
+
+
+def main(argv=None) -> list[dict]:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--rounds", type=int, default=9)
   parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
   args = parser.parse_args(argv)
-  results = {}
-  print(f"{'optimizer':<12} {'tree':<12} {'steadax s':>10} {'optax s':>10} {'ratio':>6}")
-  for opt in args.optimizers.split(","):
-    for tree_name, params in trees().items():
-      best = trace_seconds(OPTIMIZERS[opt], params, args.rounds)
-      ratio = best["steadax"] / best["optax"]
-      results[(opt, tree_name)] = (best["steadax"], best["optax"], ratio)
-      print(f"{opt:<12} {tree_name:<12} {best['steadax']:>10.4f} {best['optax']:>10.4f} {ratio:>6.2f}",
-            flush=True)
-  return results
+  return run(args.rounds, args.optimizers.split(","), echo=True)
 
 
 if __name__ == "__main__":

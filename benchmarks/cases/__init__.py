@@ -4,7 +4,7 @@ Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw meas
 """
 
 from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep,
-               train, wrappers)
+               trace_time, train, wrappers)
 
 CASES = {
     "big": steps.big,
@@ -12,6 +12,7 @@ CASES = {
     "mixed": steps.mixed,
     "wrappers": wrappers.run,
     "train": train.run,
+    "trace_time": trace_time.run,
     "first_call": first_call.run,
     "grid": grid.run,
     "memory": memory.run,
