@@ -45,9 +45,9 @@ def test_replace_checks_static_and_hyper_fields_whatever_the_constructor():
 
 def test_multisteps_replace_is_checked():
   ms = steadax.MultiSteps(steadax.sgd(1.0), 2)
-  assert ms.replace(k=4).k == 4
+  assert ms.replace(period=4).period == 4
   with pytest.raises(ValueError, match="MultiSteps: every_k_schedule must be at least 1, got 0"):
-    ms.replace(k=0)
+    ms.replace(period=0)
   with pytest.raises(ValueError, match="at least 1"):
     steadax.MultiSteps(steadax.sgd(1.0), 0)
 

@@ -455,7 +455,7 @@ class Module(metaclass=_ModuleMeta):
 
     Example:
       >>> import steadax
-      >>> steadax.MultiSteps(steadax.sgd(1.0), 2).replace(k=3).k
+      >>> steadax.MultiSteps(steadax.sgd(1.0), 2).replace(period=3).period
       3
     """
     names = {f.name for f in dataclasses.fields(cast(Any, self))}

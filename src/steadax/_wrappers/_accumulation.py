@@ -205,7 +205,7 @@ class MultiSteps(Transformation):
   State = MultiStepsState
   opt: Any = child_field()
   schedule: Any = hyper_field(None)
-  k: int | None = static_field(default=None, check=_check_constant_k)
+  period: int | None = static_field(default=None, check=_check_constant_k)  # a constant k
   use_grad_mean: bool = static_field(default=True)
   should_skip_update_fn: Callable | None = static_field(default=None)
   accumulator_dtype: DTypeLike = static_field(default=jnp.float32)
@@ -219,9 +219,9 @@ class MultiSteps(Transformation):
       accumulator_dtype: DTypeLike = jnp.float32,
   ):
     if isinstance(every_k_schedule, (int, np.integer)) and not isinstance(every_k_schedule, bool):
-      k, schedule = int(every_k_schedule), None  # checked by the field (so `.replace(k=0)` too)
+      period, schedule = int(every_k_schedule), None  # checked by the field (`.replace(period=0)` too)
     elif callable(every_k_schedule):
-      k, schedule = None, every_k_schedule
+      period, schedule = None, every_k_schedule
       check_schedule_output("MultiSteps", "every_k_schedule", schedule)
       _check_k("MultiSteps: every_k_schedule(0)", _concrete_or_none(schedule, 0))
     else:
@@ -231,7 +231,7 @@ class MultiSteps(Transformation):
     set_ = object.__setattr__
     set_(self, "opt", as_inner(opt, "MultiSteps", "opt"))
     set_(self, "schedule", schedule)
-    set_(self, "k", k)
+    set_(self, "period", period)
     set_(self, "use_grad_mean", bool(use_grad_mean))
     set_(self, "should_skip_update_fn", should_skip_update_fn)
     set_(self, "accumulator_dtype", accumulator_dtype)
@@ -244,18 +244,19 @@ class MultiSteps(Transformation):
   @property
   def every_k_schedule(self) -> int | Callable:
     """The int or schedule given at construction."""
-    return self.k if self.k is not None else self.schedule
+    return self.period if self.period is not None else self.schedule
 
-  def _k_at(self, gradient_step: jax.Array) -> jax.Array:
-    if self.k is not None:
-      return jnp.asarray(self.k, COUNTER_DTYPE)
-    k = jnp.asarray(self.schedule(gradient_step))
-    if k.shape != ():
-      raise ValueError(f"MultiSteps: every_k_schedule must return a scalar, got shape {k.shape}.")
-    if not isinstance(k, jax.core.Tracer):
-      _check_k("MultiSteps: every_k_schedule(gradient_step)", k)
+  def _period_at(self, gradient_step: jax.Array) -> jax.Array:
+    """The number of mini-steps of the period that starts at ``gradient_step``."""
+    if self.period is not None:
+      return jnp.asarray(self.period, COUNTER_DTYPE)
+    period = jnp.asarray(self.schedule(gradient_step))
+    if period.shape != ():
+      raise ValueError(f"MultiSteps: every_k_schedule must return a scalar, got shape {period.shape}.")
+    if not isinstance(period, jax.core.Tracer):
+      _check_k("MultiSteps: every_k_schedule(gradient_step)", period)
     # Inside jit a value below 1 cannot raise: it counts as 1 (documented in the docstring).
-    return jnp.maximum(hyper(k, COUNTER_DTYPE), jnp.asarray(1, COUNTER_DTYPE))
+    return jnp.maximum(hyper(period, COUNTER_DTYPE), jnp.asarray(1, COUNTER_DTYPE))
 
   def _skip_fn(self) -> Callable:
     return self.should_skip_update_fn if self.should_skip_update_fn is not None else _no_skip
@@ -266,7 +267,7 @@ class MultiSteps(Transformation):
     if self.should_skip_update_fn is not None:
       _, skip_state = self.should_skip_update_fn(zeros_like(params), gradient_step, params)
       skip_state = strong(skip_state)
-    acc_grads = () if self.k == 1 else zeros_like(params, self.accumulator_dtype)
+    acc_grads = () if self.period == 1 else zeros_like(params, self.accumulator_dtype)
     return MultiStepsState(
         mini_step=zero_count(),
         gradient_step=gradient_step,
@@ -289,7 +290,7 @@ class MultiSteps(Transformation):
       return new_updates, inner_state
 
     def accept():
-      if self.k == 1:
+      if self.period == 1:
         new_updates, inner_state = inner_step(updates)
         return new_updates, state._replace(
             gradient_step=safe_increment(state.gradient_step), inner_opt_state=inner_state,
@@ -305,7 +306,7 @@ class MultiSteps(Transformation):
     return jax.lax.cond(should_skip, reject, accept)
 
   def _accumulate(self, updates, state, params, skip_state, inner_step):
-    k = self._k_at(state.gradient_step)
+    period = self._period_at(state.gradient_step)
     n = state.mini_step
 
     def add(k, g, acc):
@@ -314,7 +315,7 @@ class MultiSteps(Transformation):
 
     scalars = lambda dt: Scalars(seen=n + jnp.asarray(1, COUNTER_DTYPE))
     _, acc_grads = self.leafwise(add, updates, state.acc_grads, scalars=scalars)
-    emit = n >= k - jnp.asarray(1, COUNTER_DTYPE)
+    emit = n >= period - jnp.asarray(1, COUNTER_DTYPE)
 
     def emit_branch():
       # A sum of k float16 gradients can exceed float16's range: saturated, not infinite.
@@ -377,26 +378,26 @@ class _ApplyEvery(Transformation):
   elementwise = True
   requires_float = False
   State = ApplyEvery
-  k: int = static_field(default=1)
+  period: int = static_field(default=1)  # apply_every's k
   accumulator_dtype: Any = static_field(default=None)
 
   def init_fn(self, params):
-    if self.k == 1:
+    if self.period == 1:
       return ApplyEvery(count=zero_count(), grad_acc=())
     return super().init_fn(params)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    if self.k == 1:
+    if self.period == 1:
       return updates, state
     keep = state.count != 0
-    emit = state.count == jnp.asarray(self.k - 1, COUNTER_DTYPE)
+    emit = state.count == jnp.asarray(self.period - 1, COUNTER_DTYPE)
 
     def leaf(k, g, acc):
       total = jnp.where(keep, acc, jnp.zeros_like(acc)) + g
       return jnp.where(emit, total, jnp.zeros_like(total)), total
 
     out, grad_acc = self.leafwise(leaf, updates, state.grad_acc)
-    count = safe_increment(state.count) % jnp.asarray(self.k, COUNTER_DTYPE)
+    count = safe_increment(state.count) % jnp.asarray(self.period, COUNTER_DTYPE)
     return out, ApplyEvery(count=count, grad_acc=grad_acc)
 
 
