@@ -85,7 +85,12 @@ def test_groups_equal_the_per_parameter_path(both_paths, name):
     assert a.dtype == b.dtype and a.shape == b.shape, jax.tree_util.keystr(path)
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
-    np.testing.assert_allclose(a, b, rtol=0, atol=tol * scale, err_msg=f"{name} {jax.tree_util.keystr(path)}")
+    # A group's statistics come from one batched matrix product, a parameter's from its own: they
+    # may differ in the last bit, and eigenvectors amplify that by the inverse gap between
+    # eigenvalues (7e-6 for these 6x6 statistics in float32).
+    loose = 50 if ".eigenbases" in jax.tree_util.keystr(path) else 1
+    np.testing.assert_allclose(a, b, rtol=0, atol=loose * tol * scale,
+                               err_msg=f"{name} {jax.tree_util.keystr(path)}")
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))

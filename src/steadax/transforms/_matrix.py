@@ -176,8 +176,26 @@ def stack(arrays: Sequence[jax.Array]) -> jax.Array:
 
 
 def unstack(x: jax.Array, n: int) -> list[jax.Array]:
-  """The ``n`` slices of ``x`` along its leading axis."""
-  return [x[i] for i in range(n)]
+  """The ``n`` slices of ``x`` along its leading axis, taken by gathers whose index is a constant
+  array rather than a number.
+
+  XLA compiles every distinct fused computation separately (about 20 ms each on a CPU) and
+  compiles identical ones once. ``x[i]`` is a slice whose offset ``i`` is part of its fused
+  computation, so ``n`` members cost ``n`` compilations and a group's split grew with depth as the
+  per-parameter path did. A gather reads its start indices from an operand: given a constant
+  array of two different rows ``[i, i + 1]`` (a single index becomes a slice again, and a uniform
+  array a broadcast scalar folded into the kernel), the ``n`` gathers are one kernel compiled once;
+  the first row is kept (only the elements kept are computed).
+  """
+  if n == 1:
+    return [jax.lax.index_in_dim(x, 0, keepdims=False)]
+  rest = tuple(x.shape[1:])
+  dn = jax.lax.GatherDimensionNumbers(offset_dims=tuple(range(1, 1 + len(rest))), collapsed_slice_dims=(0,),
+                                      start_index_map=(0,))
+  return [jax.lax.index_in_dim(
+      jax.lax.gather(x, np.array([[i], [(i + 1) % n]], np.int32), dn, slice_sizes=(1, *rest),
+                     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS), 0, keepdims=False)
+          for i in range(n)]
 
 
 def stacked_struct(x: Any, n: int) -> Any:
