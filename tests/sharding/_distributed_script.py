@@ -1,7 +1,7 @@
 """Matrix statistics divided across 8 virtual CPU devices (run as a script by
 test_distributed_statistics.py; prints ``RESULT {json}``).
 
-Eight 16x16 weights (one shape group) sharded ``P("fsdp", None)`` on an 8-device mesh with explicit
+Sixteen 16x16 weights (one shape group) sharded ``P("fsdp", None)`` on an 8-device mesh with explicit
 axes, updated three times by Muon, SOAP, Shampoo and PSGD-Kron (one jitted update per optimizer).
 Reported per optimizer: the bytes of the matrix statistics on the busiest device and in all, the
 layouts of the state and the updates, the collectives of the compiled update, and the largest
@@ -51,7 +51,8 @@ def main() -> None:
   start = time.process_time()
   mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Explicit,))
   rng = np.random.default_rng(0)
-  host = {f"w{i}": rng.normal(size=(16, 16)).astype(np.float32) / 4 for i in range(8)}
+  # Sixteen weights: two per device, so the batched LAPACK calls of a device batch two matrices.
+  host = {f"w{i}": rng.normal(size=(16, 16)).astype(np.float32) / 4 for i in range(16)}
   host_grads = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in host.items()} for _ in range(3)]
   fsdp = NamedSharding(mesh, P("fsdp", None))
   params = {k: jax.device_put(v, fsdp) for k, v in host.items()}

@@ -396,12 +396,13 @@ def symmetrize(s: jax.Array) -> jax.Array:
 
 
 def _one_at_a_time() -> bool:
-  """Whether to run LAPACK's ``eigh`` one matrix per call: on a CPU backend with several devices.
+  """Whether to run LAPACK's ``eigh`` and triangular solves one matrix per call: on a CPU backend
+  with several devices.
 
-  jaxlib's CPU ``eigh`` splits a batch over the client's thread pool and waits for it; when several
+  jaxlib's CPU ``eigh`` (and ``trsm``) splits a batch over the client's thread pool and waits for it; when several
   virtual CPU devices run such calls at once (the 8-device test mesh on a 2-core machine), every
   pool thread can be one of the waiters, and the step never returns (seen with Shampoo's blocked
-  statistics). One matrix per call runs inline.
+  statistics and PSGD-Kron's groups on 8 virtual devices). One matrix per call runs inline.
   """
   return jax.default_backend() == "cpu" and jax.local_device_count() > 1
 
@@ -421,6 +422,26 @@ def _sequential_eigh_vmap(axis_size: int, in_batched: list, s: jax.Array) -> tup
   if not in_batched[0]:
     s = jnp.broadcast_to(s, (axis_size, *s.shape))
   return _sequential_eigh(s), (True, True)
+
+
+@jax.custom_batching.custom_vmap
+def _sequential_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
+  return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
+
+
+@_sequential_solve_h.def_vmap
+def _sequential_solve_h_vmap(axis_size: int, in_batched: list, q: jax.Array, b: jax.Array) -> tuple:
+  q, b = (x if batched else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, batched in zip((q, b), in_batched))
+  return jax.lax.map(lambda qb: _sequential_solve_h(*qb), (q, b)), True
+
+
+def upper_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
+  """``Q^{-H} B`` for an upper-triangular ``q`` (``solve_triangular(q, b, trans="C")``), one
+  matrix per LAPACK call when batched on a multi-device CPU backend (the batched triangular solve
+  waits on the same thread pool as ``eigh``: see ``_one_at_a_time``)."""
+  if _one_at_a_time():
+    return _sequential_solve_h(q, b)
+  return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
 
 
 def hermitian_eigh(s: jax.Array) -> tuple[jax.Array, jax.Array]:

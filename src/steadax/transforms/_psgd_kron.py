@@ -36,7 +36,8 @@ from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none, l2_norm
 from ._adam import one_minus_pow
 from ._matrix import (distribution, from_owners, layout_key, on_owners, place_statistic, refresh_cond,
-                      replicate_whole, shape_groups, sharding_of, split_scalars, stack, to_owners, unstack)
+                      replicate_whole, shape_groups, sharding_of, split_scalars, stack, to_owners, unstack,
+                      upper_solve_h)
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._scaling import value_at
@@ -133,7 +134,7 @@ def _unfold(x: jax.Array, axis: int) -> jax.Array:
 def _mode_solve_h(q: jax.Array, x: jax.Array, axis: int) -> jax.Array:
   """``Q^{-H}`` applied to dimension ``axis`` of ``x`` (a triangular solve, as cheap as a matmul)."""
   moved = jnp.moveaxis(x, axis, 0)
-  solved = jax.scipy.linalg.solve_triangular(q, moved.reshape(x.shape[axis], -1), trans="C", lower=False)
+  solved = upper_solve_h(q, moved.reshape(x.shape[axis], -1))
   return jnp.moveaxis(solved.reshape(moved.shape), 0, axis)
 
 
