@@ -361,16 +361,43 @@ class ScaleByPsgdKron(Transformation):
         probe_at[i] = (rdt, probe_sizes.get(rdt, 0))
         probe_sizes[rdt] = probe_sizes.get(rdt, 0) + size
 
+      def owners(members):
+        """The group's Distribution when it runs in the owner layout (see ``batched``), else None."""
+        i = members[0]
+        if i in gathered or not any(self._dense(np.shape(grads[i]))):
+          return None
+        return distribution(momenta[i])
+
+      # Under explicit mesh axes the probe draws are generated divided across the devices (threefry
+      # is partitionable: the numbers do not depend on the layout), each group's block then taking
+      # its owner layout: every device draws an eighth, not all of it.
+      divided = {owners(members) for members in groups} - {None}
+      draw_dist = divided.pop() if len(divided) == 1 else None
+
+      def placed(x, dist, axis_sharded):
+        """``x`` replicated, or sharded over ``dist`` along its first axis (when it divides)."""
+        spec = (dist.spec_entry(),) if axis_sharded and x.shape[0] % dist.size == 0 else ()
+        return jax.sharding.reshard(x, dist.sharding(*spec))
+
       def probes(draws, members):
         """The members' probes, stacked: one slice of their dtype's draw."""
         h = momenta[members[0]]
         rdt, start = probe_at[members[0]]
         n, width = len(members), 2 if jnp.iscomplexobj(h) else 1
         block = jax.lax.slice_in_dim(draws[rdt], start, start + n * h.size * width)
+        shape = (n, *h.shape, 2) if width == 2 else (n, *h.shape)
+        if draw_dist is not None:
+          mine = owners(members) == draw_dist
+          block = placed(block, draw_dist, mine)
+          target = draw_dist.sharding(draw_dist.spec_entry()) if mine and n % draw_dist.size == 0 else (
+              draw_dist.sharding())
+          block = block.reshape(shape, out_sharding=target)
+        else:
+          block = block.reshape(shape)
         if width == 2:
-          pairs = block.reshape(n, *h.shape, 2) * np.asarray(np.sqrt(0.5), rdt)
+          pairs = block * np.asarray(np.sqrt(0.5), rdt)
           block = jax.lax.complex(pairs[..., 0], pairs[..., 1])
-        return block.reshape(n, *h.shape)
+        return block
 
       def batched(fn, members, *columns, stacked=(), shared=(), out_like=None):
         """``fn(shared, *inputs)`` on each member's inputs (``columns``: one list per argument,
@@ -413,7 +440,8 @@ class ScaleByPsgdKron(Transformation):
 
       def fit(all_factors):
         probe_keys = jax.random.split(k_probe, len(probe_sizes)) if len(probe_sizes) > 1 else [k_probe]
-        draws = {rdt: jax.random.normal(key, (size,), rdt)
+        draws = {rdt: jax.random.normal(key, (size,), rdt) if draw_dist is None or size % draw_dist.size else
+                 jax.random.normal(key, (size,), rdt, out_sharding=draw_dist.sharding(draw_dist.spec_entry()))
                  for key, (rdt, size) in zip(probe_keys, probe_sizes.items())}
         out = list(all_factors)
         for members in groups:
