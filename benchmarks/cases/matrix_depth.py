@@ -4,8 +4,8 @@ The parameters are ``L`` transformer-like layers of 7 leaves (q, k, v, o: 64x64;
 256x64; a 64-vector), for each depth ``L``: three distinct matrix shapes, however deep the model.
 For every optimizer and depth the update alone, ``jax.jit(tx.update).lower(...).compile()``, is
 traced, lowered and compiled afresh (the persistent compilation cache is off for the case), the
-median of ``repetitions`` such compilations is kept, then the compiled update is timed (median
-milliseconds over alternating rounds). Everything runs in one process, so the ratios between depths
+median of ``repetitions`` such compilations is kept (the depths interleaved in each repetition),
+then the compiled update is timed (median milliseconds over alternating rounds). Everything runs in one process, so the ratios between depths
 and against Optax's ``contrib.muon`` are measured on the same load: on a shared machine the
 absolute seconds move, the ratios much less.
 
@@ -115,14 +115,21 @@ def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=No
     trees = {d: layers(d) for d in depths}
     grads = {d: jax.tree.map(lambda p: p * 0.5 + 1e-3, trees[d]) for d in depths}
     for label in labels:
-      for depth in depths:
-        totals, cpus, programs = [], [], {}
-        for _ in range(repetitions):
+      # The depths interleaved within each repetition: a change of load on a shared machine falls
+      # on every depth alike, so the ratios between depths hold better than the absolute seconds.
+      compiled_by_depth: dict = {d: ([], [], None) for d in depths}
+      for _ in range(repetitions):
+        for depth in depths:
           lo, co, cpu, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
+          totals, cpus, _ = compiled_by_depth[depth]
           totals.append((lo, co))
           cpus.append(cpu)
+          compiled_by_depth[depth] = (totals, cpus, (compiled, state))
           if progress is not None:
             progress.tick(f"{label} L={depth}")
+      for depth in depths:
+        totals, cpus, (compiled, state) = compiled_by_depth[depth]
+        programs = {}
         programs["grouped"] = (compiled, grads[depth], _steady(compiled, grads[depth], state, trees[depth]),
                                trees[depth])
         row = {"optimizer": label, "depth": depth, "leaves": LEAVES_PER_LAYER * depth,

@@ -65,6 +65,21 @@ def _report(restored, expected):
   return out
 
 
+def _soap_state():
+  """A SOAP state of two FSDP weights on an explicit mesh over the four devices: its statistics and
+  eigenbases divided across the devices (issue 22 §2), each process holding its own rows."""
+  mesh = jax.make_mesh((4,), ("fsdp",), axis_types=(jax.sharding.AxisType.Explicit,))
+  rows = NamedSharding(mesh, P("fsdp", None))
+  params = {f"w{i}": jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4) / (8 + i), rows) for i in range(2)}
+  tx = steadax.soap(1e-2, precondition_frequency=1)
+  with jax.set_mesh(mesh):
+    state = jax.jit(tx.init)(params)
+    grads = jax.tree.map(lambda p: jnp.cos(p), params)
+    _, state = jax.jit(tx.update)(grads, state, params)
+    _, state = jax.jit(tx.update)(grads, state, params)
+  return tx, state
+
+
 def main():
   tx = steadax.chain(steadax.adamw(1e-2), steadax.add_noise(0.01, 0.55, key=jax.random.key(0)))
   params, state = _sharded_state(tx)
@@ -80,8 +95,15 @@ def main():
       files.setdefault(os.path.relpath(root, path), []).append(name)
   same_layout = steadax.checkpoint.restore_step(DIRECTORY, _template(tree, SAVED), tx=tx)[1]
   other_layout = steadax.checkpoint.restore(path, _template(tree, OTHER))
+  # Divided statistics: saved by both processes, restored into their own layout.
+  soap_tx, soap_state = _soap_state()
+  soap_path = steadax.checkpoint.save_step(os.path.join(DIRECTORY, "soap"), 1, soap_state, tx=soap_tx)
+  multihost_utils.sync_global_devices("saved soap")
+  soap_template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), soap_state)
+  soap_restored = steadax.checkpoint.restore(soap_path, soap_template)
   result = {"files": sorted(files), "same": _report(same_layout, tree), "other": _report(other_layout, tree),
-            "manifest_step": steadax.checkpoint.read_manifest(path)["step"]}
+            "manifest_step": steadax.checkpoint.read_manifest(path)["step"],
+            "soap": {k: v for k, v in _report(soap_restored, soap_state).items() if "/statistics/" in k or "/eigenbases/" in k}}
   if PROCESS_ID == 0:
     print("RESULT " + json.dumps(result), flush=True)
 

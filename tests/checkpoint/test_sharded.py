@@ -77,3 +77,8 @@ def test_two_processes_save_their_shards_and_restore_into_the_template_shardings
   assert same["opt_state/0/0/mu/b"]["spec"] == "P('fsdp',)" and same["keys"]["spec"] == "P('fsdp',)"
   assert other["opt_state/0/0/mu/w"]["spec"] == "P(None, 'fsdp')" and other["opt_state/0/0/mu/b"]["spec"] == "P()"
   assert same["keys"]["dtype"] == "key<fry>" and same["opt_state/0/0/count"]["dtype"] == "int32"
+  # SOAP's statistics and eigenbases divided across the four devices (issue 22 §2: one leaf per
+  # parameter, sharded along its first axis): each process wrote and read back its own rows.
+  soap = result["soap"]
+  assert len(soap) == 8, soap  # two weights, two axes, statistics and eigenbases
+  assert all(r["equal"] and r["local_shards"] == 2 and r["spec"] == "P('fsdp', None)" for r in soap.values()), soap

@@ -9,6 +9,8 @@ bfloat16 leaf, which must not be stacked with its float32 twin).
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,7 +87,12 @@ def test_groups_equal_the_per_parameter_path(both_paths, name):
     assert a.dtype == b.dtype and a.shape == b.shape, jax.tree_util.keystr(path)
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
-    np.testing.assert_allclose(a, b, rtol=0, atol=tol * scale, err_msg=f"{name} {jax.tree_util.keystr(path)}")
+    # A group's statistics come from one batched matrix product, a parameter's from its own: they
+    # may differ in the last bit, and eigenvectors amplify that by the inverse gap between
+    # eigenvalues (7e-6 for these 6x6 statistics in float32).
+    loose = 50 if ".eigenbases" in jax.tree_util.keystr(path) else 1
+    np.testing.assert_allclose(a, b, rtol=0, atol=loose * tol * scale,
+                               err_msg=f"{name} {jax.tree_util.keystr(path)}")
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
@@ -100,3 +107,36 @@ def test_the_traced_update_does_not_grow_with_depth(name):
   # Depth 2 and 6 have the same distinct shapes (one bfloat16 leaf among them): the same number of
   # matrix computations. Per parameter, depth 6 would have three times as many.
   assert count(6) == count(2) > 0
+
+
+def test_a_group_splits_into_one_compiled_kernel():
+  """XLA compiles every distinct fused computation on its own (about 20 ms each on a CPU) and
+  identical ones once. The members of a stacked group are taken by gathers from constant index
+  arrays, one kernel for the whole group: slices (``x[i]``) would be one distinct kernel per member,
+  and the compile time of a group's split would grow with depth (issue 22)."""
+  x = jnp.arange(6 * 4 * 3, dtype=DTYPE).reshape(6, 4, 3)
+  compiled = jax.jit(lambda x: _matrix.unstack(x * 2, 6)).lower(x).compile()
+  members = compiled(x)
+  for i, member in enumerate(members):
+    np.testing.assert_array_equal(member, np.asarray(x[i]) * 2)
+  # The fused computations' bodies, names and metadata left out: equal bodies are one kernel.
+  bodies = re.findall(r"^%fused_computation[\w.]* \(.*?\{\n(.*?)^\}", compiled.as_text(), re.M | re.S)
+  kernels = {re.sub(r"%[\w.\-]+|, metadata=\{[^}]*\}", "", body) for body in bodies}
+  assert len(bodies) >= 6 and len(kernels) <= 2, kernels
+
+
+@pytest.mark.parametrize("name", ["soap", "shampoo", "psgd_kron"])
+def test_a_sweep_refreshes_the_preconditioner_only_at_refresh_steps(name):
+  """Under ``steadax.sweep`` (vmap over configurations) the step count is batched; a ``lax.cond`` on
+  a batched predicate becomes a select of both branches, and the eigendecompositions (PSGD's fit)
+  ran at every step. The refresh decides on "any configuration refreshes", unbatched: the traced
+  sweep update keeps its ``cond``."""
+  factories = {"soap": lambda learning_rate: steadax.soap(learning_rate, precondition_frequency=10),
+               "shampoo": lambda learning_rate: steadax.shampoo(learning_rate, precondition_frequency=10),
+               "psgd_kron": lambda learning_rate: steadax.psgd_kron(learning_rate,
+                                                                    preconditioner_update_probability=0.1)}
+  opt = steadax.sweep(factories[name], learning_rate=[0.1, 0.01])
+  params = {"w": jnp.ones((2, 4, 3), DTYPE)}
+  state = jax.eval_shape(jax.vmap(lambda tx, p: tx.init(p)), opt, params)
+  jaxpr = jax.make_jaxpr(jax.vmap(lambda tx, g, s, p: tx.update(g, s, p)))(opt, params, state, params)
+  assert str(jaxpr).count(" cond[") == 1

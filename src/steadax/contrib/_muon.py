@@ -33,7 +33,7 @@ from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars, place_like
 from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._policy import compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
@@ -41,8 +41,9 @@ from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import (conj_t, group_label, layout_key, replicate_axes, shape_groups, stack,
-                                  stacked_struct, unstack)
+from ..transforms._matrix import (conj_t, distribution, from_owners, group_label, layout_key,
+                                  on_owners, replicate_axes, shape_groups, sharding_of, split_scalars, stack,
+                                  stacked_struct, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
 from ._axes import leaf_dims, leaf_paths, matrix_view
@@ -183,6 +184,12 @@ def orthogonalize(owner: str, where: str, x: jax.Array, dims: Any, coeffs: jax.A
   return restore(view.from_matrices(fn(view.to_matrices(gathered))))
 
 
+def _sharded_axes(x: Any) -> set:
+  """The axes of ``x`` its (traced or concrete) sharding divides."""
+  spec = getattr(sharding_of(x), "spec", ())
+  return {axis for axis, entry in enumerate(spec) if entry is not None}
+
+
 def _check_ns_steps(owner: str, ns_steps: Any) -> None:
   if not isinstance(ns_steps, (int, np.integer)) or isinstance(ns_steps, bool) or ns_steps < 1:
     raise ValueError(f"{owner}: ns_steps must be a positive Python int, got {ns_steps!r}.")
@@ -274,21 +281,42 @@ class ScaleByMuon(Transformation):
     # number of distinct shapes, not with depth. A group of one is the per-parameter path.
     for members in shape_groups(keys):
       i = members[0]
+      # On a mesh with explicit axes, a group of sharded matrices runs in the owner layout (each
+      # device orthogonalizes its own share of the group's matrices; docs/sharding.md).
+      view = matrix_view(self.owner, paths[i], tuple(grads[i].shape), dims[i])
+      dist = distribution(grads[i]) if len(members) > 1 else None
+      if dist is not None and not _sharded_axes(grads[i]) & set(view.matrix_axes):
+        dist = None  # only batch axes are sharded: each device has whole matrices already
       if len(members) == 1:
         u, new_m = self.leafwise(leaf_fn(paths[i], dims[i]), grads[i], mus[i], params=ps[i],
                                  reads=(state.ns_coeffs,), scalars=scalars)
         results = [(u, new_m)]
       else:
-        view = matrix_view(self.owner, paths[i], tuple(grads[i].shape), dims[i])
         shifted = MuonDimensionNumbers(tuple(a + 1 for a in view.reduction_axes),
                                        tuple(a + 1 for a in view.output_axes))
         label = group_label([paths[j] for j in members])
-        u, new_m = self.leafwise(
-            leaf_fn(label, shifted, stacked=True), {label: stack([grads[j] for j in members])},
-            {label: stack([mus[j] for j in members])},
-            params=None if ps[i] is None else {label: stacked_struct(ps[i], len(members))},
-            reads=({label: state.ns_coeffs},), scalars=scalars)
-        results = list(zip(unstack(u[label], len(members)), unstack(new_m[label], len(members))))
+        stacked = [stack([grads[j] for j in members]), stack([mus[j] for j in members])]
+        if dist is not None:
+          stacked = [to_owners(x, dist) for x in stacked]
+        rows = stacked[0].shape[0] // (dist.size if dist is not None else 1)
+        param = None if ps[i] is None else {label: stacked_struct(ps[i], rows)}
+
+        def run(record, coeffs, g, m, label=label, shifted=shifted, param=param):
+          u, new_m = self.leafwise(leaf_fn(label, shifted, stacked=True), {label: g}, {label: m},
+                                   params=param, reads=({label: coeffs},), scalars=record)
+          return [u[label], new_m[label]]
+
+        if dist is None:
+          outputs = run(scalars, state.ns_coeffs, *stacked)
+        else:
+          # The scalars enter the manual region as arguments (see _matrix.on_owners).
+          rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked], state.ns_coeffs.dtype))
+          traced, rebuild = split_scalars(scalars(rdt))
+          outputs = on_owners(lambda sh, g, m: run(lambda dt: rebuild(sh[0]), sh[1], g, m), dist,
+                              (traced, state.ns_coeffs), *stacked)
+          outputs = [from_owners(x, len(members), sharding_of(like))
+                     for x, like in zip(outputs, (grads[i], mus[i]))]
+        results = list(zip(*(unstack(x, len(members)) for x in outputs)))
       for j, (u, new_m) in zip(members, results):
         # The update in its parameter's layout and the momentum in its own: tied to the step's
         # inputs, not to the gathered momentum inside the leaf function (under automatic mesh axes

@@ -17,15 +17,15 @@ its eigenvalues are real.
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._leafwise import place_like
-from .._core._policy import key_path_str
+from .._core._leafwise import Scalars, place_like
+from .._core._policy import compute_dtype, key_path_str, real_dtype
 
 __all__: list[str] = []
 
@@ -161,12 +161,17 @@ def layout_key(x: Any) -> Any:
 _GROUPING = True
 
 
-def shape_groups(keys: Sequence[Any]) -> list[list[int]]:
-  """Indices with equal keys, in order of first appearance (None keys: not grouped, left out)."""
+def shape_groups(keys: Sequence[Any], grouping: bool | None = None) -> list[list[int]]:
+  """Indices with equal keys, in order of first appearance (None keys: not grouped, left out).
+
+  ``grouping`` (default: the module's ``_GROUPING``) False makes every index a group of its own;
+  True gives the groups whatever ``_GROUPING`` says (an order both paths share, e.g. PSGD's probes).
+  """
+  grouping = _GROUPING if grouping is None else grouping
   groups: dict = {}
   for i, key in enumerate(keys):
     if key is not None:
-      groups.setdefault(key if _GROUPING else i, []).append(i)
+      groups.setdefault(key if grouping else i, []).append(i)
   return list(groups.values())
 
 
@@ -176,8 +181,26 @@ def stack(arrays: Sequence[jax.Array]) -> jax.Array:
 
 
 def unstack(x: jax.Array, n: int) -> list[jax.Array]:
-  """The ``n`` slices of ``x`` along its leading axis."""
-  return [x[i] for i in range(n)]
+  """The ``n`` slices of ``x`` along its leading axis, taken by gathers whose index is a constant
+  array rather than a number.
+
+  XLA compiles every distinct fused computation separately (about 20 ms each on a CPU) and
+  compiles identical ones once. ``x[i]`` is a slice whose offset ``i`` is part of its fused
+  computation, so ``n`` members cost ``n`` compilations and a group's split grew with depth as the
+  per-parameter path did. A gather reads its start indices from an operand: given a constant
+  array of two different rows ``[i, i + 1]`` (a single index becomes a slice again, and a uniform
+  array a broadcast scalar folded into the kernel), the ``n`` gathers are one kernel compiled once;
+  the first row is kept (only the elements kept are computed).
+  """
+  if n == 1:
+    return [jax.lax.index_in_dim(x, 0, keepdims=False)]
+  rest = tuple(x.shape[1:])
+  dn = jax.lax.GatherDimensionNumbers(offset_dims=tuple(range(1, 1 + len(rest))), collapsed_slice_dims=(0,),
+                                      start_index_map=(0,))
+  return [jax.lax.index_in_dim(
+      jax.lax.gather(x, np.array([[i], [(i + 1) % n]], np.int32), dn, slice_sizes=(1, *rest),
+                     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS), 0, keepdims=False)
+          for i in range(n)]
 
 
 def stacked_struct(x: Any, n: int) -> Any:
@@ -189,6 +212,161 @@ def stacked_struct(x: Any, n: int) -> Any:
 def group_label(paths: Sequence[str]) -> str:
   """The key naming a stacked group in ``leafwise``'s error messages: its members' paths."""
   return ", ".join(paths) if len(paths) <= 3 else f"{paths[0]}, ... ({len(paths)} parameters)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics divided across devices (issue 22 §2). On a mesh with explicit axes, a shape group whose
+# parameters are sharded over some mesh axes (FSDP: ``P("fsdp", None)``) is computed in the *owner
+# layout*: the group's stacked axis (padded to a multiple of the number of shards) is sharded over
+# those axes, so each device holds whole matrices of its own share of the members and runs their
+# eigendecompositions, Newton-Schulz iterations or triangular solves; the results go back to each
+# member's layout (two all-to-alls, where gathering every matrix on every device moved the whole
+# matrices). The state stays one leaf per parameter: a matrix statistic (SOAP's and Shampoo's
+# statistics and eigenbases or inverse roots, PSGD's dense factors) is stored sharded over the same
+# mesh axes along its first axis that divides (``statistic_sharding``), so each device stores a
+# share of every statistic. Automatic mesh axes (the layout is the compiler's, unknown while
+# tracing) keep the gather-once path: every device computes every matrix.
+
+
+class Distribution(NamedTuple):
+  """The mesh axes a parameter is sharded over (explicit axes) and their number of devices."""
+
+  mesh: Any
+  axes: tuple[str, ...]
+  size: int
+
+  def spec_entry(self) -> Any:
+    return self.axes[0] if len(self.axes) == 1 else self.axes
+
+  def sharding(self, *spec: Any) -> jax.sharding.NamedSharding:
+    return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(*spec))
+
+
+def sharding_of(x: Any) -> Any:
+  if isinstance(x, jax.core.Tracer):
+    return getattr(jax.typeof(x), "sharding", None)
+  return getattr(x, "sharding", None)
+
+
+def distribution(x: Any) -> Distribution | None:
+  """How ``x`` (a parameter, gradient, tracer or ShapeDtypeStruct) is divided across devices, when its
+  layout is known while tracing: sharded over explicit mesh axes. None otherwise (one device, a
+  replicated value, automatic or manual axes)."""
+  sharding = sharding_of(x)
+  if not isinstance(sharding, jax.sharding.NamedSharding):
+    return None
+  mesh = sharding.mesh
+  if getattr(mesh, "empty", True) or mesh.size <= 1:
+    return None
+  axes = tuple(a for entry in sharding.spec if entry is not None
+               for a in (entry if isinstance(entry, tuple) else (entry,)))
+  if not axes:
+    return None
+  explicit = getattr(jax.sharding.AxisType, "Explicit", None)
+  types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ())))
+  if explicit is None or any(types.get(a) != explicit for a in axes):
+    return None
+  return Distribution(mesh, axes, int(np.prod([mesh.shape[a] for a in axes])))
+
+
+def statistic_sharding(dist: Distribution | None, shape: Sequence[int]) -> Any:
+  """The layout of a matrix statistic of a parameter divided as ``dist``: sharded over the same mesh
+  axes along its first axis that they divide (None: replicated, nothing divides)."""
+  if dist is None:
+    return None
+  for axis, d in enumerate(shape):
+    if d and d % dist.size == 0:
+      return dist.sharding(*(None,) * axis, dist.spec_entry())
+  return None
+
+
+def place_statistic(param: Any, value: jax.Array) -> jax.Array:
+  """``value``, a matrix statistic of ``param``, in ``statistic_sharding``'s layout (unchanged when
+  the parameter is not divided across devices, or the statistic has no axis to divide)."""
+  target = statistic_sharding(distribution(param), np.shape(value))
+  if target is None:
+    return value
+  if isinstance(value, jax.core.Tracer):
+    have = getattr(jax.typeof(value), "sharding", None)
+    return value if getattr(have, "spec", None) == target.spec else jax.sharding.reshard(value, target)
+  return jax.device_put(value, target)
+
+
+def to_owners(x: jax.Array, dist: Distribution) -> jax.Array:
+  """A stacked group in the owner layout: padded to a multiple of ``dist.size`` members (copies of
+  the last one: finite values, results discarded) and sharded over ``dist``'s axes along the stack."""
+  n = x.shape[0]
+  pad = -n % dist.size
+  if pad:
+    last = jax.lax.slice_in_dim(x, n - 1, n)
+    x = jnp.concatenate([x] + [last] * pad)
+  return jax.sharding.reshard(x, dist.sharding(dist.spec_entry(), *(None,) * (x.ndim - 1)))
+
+
+def on_owners(fn: Callable, dist: Distribution, shared: Any, *stacked: jax.Array) -> list[jax.Array]:
+  """``fn(shared, *blocks) -> list of arrays`` on each device's own members of owner-layout stacks,
+  the results as owner-layout stacks: manual over ``dist``'s axes, so the leaf functions' reshapes,
+  blockings and decompositions see plain per-device arrays (explicit sharding types have no rule
+  for some of them). ``shared`` holds the replicated traced values ``fn`` reads (scalars, flags):
+  a manual region may not close over values typed with explicit axes, so they come in as
+  arguments."""
+  spec = jax.sharding.PartitionSpec(dist.spec_entry())
+  replicated = jax.sharding.PartitionSpec()
+  return jax.shard_map(lambda sh, *xs: list(fn(sh, *xs)), mesh=dist.mesh,
+                       in_specs=(replicated, *(spec,) * len(stacked)), out_specs=spec,
+                       axis_names=set(dist.axes))(shared, *stacked)
+
+
+def split_scalars(record: Any) -> tuple[dict, Callable[[dict], Any]]:
+  """A ``Scalars`` record's traced values, and the function rebuilding the record from (new values
+  of) them: how a record built outside a manual region enters it (``on_owners``)."""
+  items = dict(record.items()) if record is not None else {}
+  traced = {name: v for name, v in items.items() if isinstance(v, jax.Array)}
+  return traced, lambda values: None if record is None else Scalars(**{**items, **values})
+
+
+def from_owners(x: jax.Array, n: int, member: Any) -> jax.Array:
+  """The first ``n`` members of an owner-layout stack, each back in the layout ``member`` (a member's
+  sharding: the stack axis whole, the other axes as the member's)."""
+  spec = tuple(getattr(member, "spec", ())) if member is not None else ()
+  spec = spec + (None,) * (x.ndim - 1 - len(spec))
+  x = jax.sharding.reshard(x, jax.sharding.NamedSharding(
+      getattr(member, "mesh", None) or jax.typeof(x).sharding.mesh, jax.sharding.PartitionSpec(None, *spec)))
+  return jax.lax.slice_in_dim(x, 0, n) if x.shape[0] != n else x
+
+
+# --------------------------------------------------------------------------------------------------
+# Refreshes under vmap. A preconditioner refreshed every f steps is ``cond(refresh, fresh, old)``;
+# under ``jax.vmap`` with the step count batched (``steadax.sweep`` runs n configurations with
+# stacked states), ``lax.cond`` with a batched predicate becomes a ``select`` of both branches: the
+# eigendecompositions ran at every step. ``refresh_cond`` decides on one unbatched predicate, "any
+# member refreshes", and selects per member inside the refreshing branch, so the refresh runs only
+# at the steps where some member needs it and every member gets its own branch's result.
+
+
+@jax.custom_batching.custom_vmap
+def _any_member(pred: jax.Array) -> jax.Array:
+  return pred
+
+
+@_any_member.def_vmap
+def _any_member_vmap(axis_size: int, in_batched: list, pred: jax.Array) -> tuple:
+  del axis_size
+  return (jnp.any(pred) if in_batched[0] else pred), False
+
+
+def refresh_cond(pred: Any, fresh: Callable[[], Any], old: Any) -> Any:
+  """``fresh()`` where ``pred`` holds, else ``old`` (a pytree), computing ``fresh()`` only at the
+  steps where ``pred`` holds for some member of an enclosing ``vmap`` (see above). Outside any vmap
+  it is ``cond(pred, fresh, lambda: old)``; the per-member select costs one elementwise pass over
+  the refreshed values at a refresh."""
+  if not isinstance(pred, jax.core.Tracer):
+    return fresh() if bool(pred) else old
+
+  def refreshed():
+    return jax.tree_util.tree_map(lambda new, kept: jnp.where(pred, new, kept), fresh(), old)
+
+  return jax.lax.cond(_any_member(pred), refreshed, lambda: old)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,6 +395,61 @@ def symmetrize(s: jax.Array) -> jax.Array:
   return (s + conj_t(s)) * 0.5
 
 
+def _one_at_a_time() -> bool:
+  """Whether to run LAPACK's ``eigh`` and triangular solves one matrix per call: on a CPU backend
+  with several devices.
+
+  jaxlib's CPU ``eigh`` (and ``trsm``) splits a batch over the client's thread pool and waits for it; when several
+  virtual CPU devices run such calls at once (the 8-device test mesh on a 2-core machine), every
+  pool thread can be one of the waiters, and the step never returns (seen with Shampoo's blocked
+  statistics and PSGD-Kron's groups on 8 virtual devices). One matrix per call runs inline.
+  """
+  return jax.default_backend() == "cpu" and jax.local_device_count() > 1
+
+
+@jax.custom_batching.custom_vmap
+def _sequential_eigh(s: jax.Array) -> tuple[jax.Array, jax.Array]:
+  if s.ndim == 2:
+    values, vectors = jnp.linalg.eigh(s)
+    return values, vectors
+  flat = s.reshape(-1, *s.shape[-2:])
+  values, vectors = jax.lax.map(_sequential_eigh, flat)
+  return values.reshape(s.shape[:-1]), vectors.reshape(s.shape)
+
+
+@_sequential_eigh.def_vmap
+def _sequential_eigh_vmap(axis_size: int, in_batched: list, s: jax.Array) -> tuple:
+  if not in_batched[0]:
+    s = jnp.broadcast_to(s, (axis_size, *s.shape))
+  return _sequential_eigh(s), (True, True)
+
+
+@jax.custom_batching.custom_vmap
+def _sequential_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
+  return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
+
+
+@_sequential_solve_h.def_vmap
+def _sequential_solve_h_vmap(axis_size: int, in_batched: list, q: jax.Array, b: jax.Array) -> tuple:
+  q, b = (x if batched else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, batched in zip((q, b), in_batched))
+  return jax.lax.map(lambda qb: _sequential_solve_h(*qb), (q, b)), True
+
+
+def upper_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
+  """``Q^{-H} B`` for an upper-triangular ``q`` (``solve_triangular(q, b, trans="C")``), one
+  matrix per LAPACK call when batched on a multi-device CPU backend (the batched triangular solve
+  waits on the same thread pool as ``eigh``: see ``_one_at_a_time``)."""
+  if _one_at_a_time():
+    return _sequential_solve_h(q, b)
+  return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
+
+
+def hermitian_eigh(s: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``jnp.linalg.eigh`` of the Hermitian ``s`` (batched over leading axes), one matrix per LAPACK
+  call on a multi-device CPU backend (see ``_one_at_a_time``)."""
+  return _sequential_eigh(s) if _one_at_a_time() else jnp.linalg.eigh(s)
+
+
 def eigenbasis(s: jax.Array) -> jax.Array:
   """Eigenvectors of the Hermitian ``s`` (batched over leading axes), by decreasing eigenvalue.
 
@@ -228,7 +461,7 @@ def eigenbasis(s: jax.Array) -> jax.Array:
     Array([[0., 1.],
            [1., 0.]], dtype=float32)
   """
-  _, vectors = jnp.linalg.eigh(symmetrize(s))
+  _, vectors = hermitian_eigh(symmetrize(s))
   return vectors[..., ::-1]
 
 
@@ -256,7 +489,7 @@ def inverse_root(s: jax.Array, exponent: Any, relative_eps: Any) -> jax.Array:
     Array([[0.5, 0. ],
            [0. , 1. ]], dtype=float32)
   """
-  values, vectors = jnp.linalg.eigh(symmetrize(s))
+  values, vectors = hermitian_eigh(symmetrize(s))
   values = jnp.maximum(values, 0)
   if values.shape[-1]:
     top = jnp.max(values, axis=-1, keepdims=True)
@@ -290,11 +523,12 @@ def merge_matrices(matrices: tuple, axes: tuple[int, ...], new: Sequence[Any]) -
 
 
 def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: tuple, matrices: tuple,
-                           params: Any, scalars: Callable) -> tuple:
+                           params: Any, scalars: Callable, shared: tuple = ()) -> tuple:
   """``tx.leafwise`` once per parameter, with its per-axis matrices beside its moments.
 
-  ``make_leaf(axes)`` builds the leaf function of a parameter whose ``axes`` carry matrices; it is
-  called as ``leaf(k, g, *moment_leaves, *matrices_of_tree_0, *matrices_of_tree_1, ...)`` (only the
+  ``make_leaf(axes, *shared)`` builds the leaf function of a parameter whose ``axes`` carry
+  matrices (``shared``: the traced values it reads besides its scalars, such as a refresh flag:
+  passed, not closed over, so a group can run in a manual region); the leaf is called as ``leaf(k, g, *moment_leaves, *matrices_of_tree_0, *matrices_of_tree_1, ...)`` (only the
   live matrices, in the order of ``axes``) and returns ``(update, *moments, *matrices)``. Going
   through ``leafwise`` means the moments and the matrices are cast into one compute dtype (the
   policy's promotion of all of them, at least float32), the leaf runs under standard promotion
@@ -311,6 +545,7 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
     matrices: state trees holding one tuple of per-axis matrices per parameter.
     params: the parameters or None (the updates take their dtypes).
     scalars: ``scalars(dtype) -> Scalars``.
+    shared: traced values for ``make_leaf`` (flags), the same for every parameter.
 
   Returns:
     ``(updates, *moments, *matrices)`` as trees.
@@ -343,35 +578,63 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
     i, n = members[0], len(members)
     leaf_matrices = [tree[i] for tree in matrix_leaves]
     axes = split_matrices(leaf_matrices[0])[0] if leaf_matrices else ()
+    # A group of preconditioned parameters divided across devices runs in the owner layout (see
+    # "Statistics divided across devices"); a single one is gathered whole once (each device would
+    # compute one matrix either way, and one all-gather moves less than two all-to-alls), and
+    # unpreconditioned ones need no gathering.
+    dist = distribution(grads[i]) if axes and n > 1 else None
     gathered, backs, lives = [], [], []
     for j in members:
       g, leaf_moments = grads[j], [tree[j] for tree in moment_leaves]
       back = [_identity] * (1 + len(leaf_moments))
-      if axes:
+      if axes and dist is None:
         (g, *leaf_moments), back = replicate_whole(g, *leaf_moments)
+      live = [x for tree in matrix_leaves for x in split_matrices(tree[j])[1]]
+      if axes and dist is None and live:
+        # Statistics divided across devices (``place_statistic``) are gathered with their
+        # parameter; each goes back to its own layout below (``place_like``).
+        live = list(replicate_whole(*live)[0])
       gathered.append([g, *leaf_moments])
       backs.append(back)
-      lives.append([x for tree in matrix_leaves for x in split_matrices(tree[j])[1]])
-    if n == 1:
-      leaf = make_leaf(axes)
+      lives.append(live)
+    grouped = n > 1 or dist is not None
+    if not grouped:
+      leaf = make_leaf(axes, *shared)
       label = None
       inputs = gathered[0] + lives[0]
       param = param_leaves[i]
     else:
-      one = make_leaf(axes)
-      # The scalars record is shared by the group; every array input has the group axis.
-      leaf = lambda k, *xs, one=one: jax.vmap(lambda *ys: one(k, *ys))(*xs)  # noqa: E731
       label = group_label([paths[j] for j in members])
-      columns = zip(*(g_and_moments + live for g_and_moments, live in zip(gathered, lives)))
-      inputs = [{label: stack(column)} for column in columns]
-      param = None if param_leaves[i] is None else {label: stacked_struct(param_leaves[i], n)}
-    results = tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=scalars)
-    if n > 1:
-      results = list(zip(*(unstack(r[label], n) for r in results)))
+      columns = list(zip(*(g_and_moments + live for g_and_moments, live in zip(gathered, lives))))
+      stacked = [stack(column) for column in columns]
+      if dist is not None:
+        layouts = [sharding_of(column[0]) for column in columns]
+        stacked = [to_owners(x, dist) for x in stacked]
+      rows = stacked[0].shape[0] // (dist.size if dist is not None else 1)
+      param = None if param_leaves[i] is None else {label: stacked_struct(param_leaves[i], rows)}
+
+      def run(flags, record, *xs, label=label, param=param):
+        one = make_leaf(axes, *flags)
+        # The scalars record is shared by the group; every array input has the group axis.
+        leaf = lambda k, *ys: jax.vmap(lambda *zs: one(k, *zs))(*ys)  # noqa: E731
+        inputs = [{label: x} for x in xs]
+        return [r[label] for r in tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=record)]
+
+    if not grouped:
+      results = [tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=scalars)]
+    elif dist is None:
+      results = list(zip(*(unstack(r, n) for r in run(shared, scalars, *stacked))))
     else:
-      results = [results]
+      # The scalars of the group's compute dtype, built here and passed in (see ``on_owners``).
+      rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked]))
+      traced, rebuild = split_scalars(None if scalars is None else scalars(rdt))
+      blocks = on_owners(lambda sh, *xs: run(sh[0], lambda dt: rebuild(sh[1]), *xs), dist,
+                         (tuple(shared), traced), *stacked)
+      results = [from_owners(r, n, layout) for r, layout in zip(blocks, layouts)]
+      results = list(zip(*(unstack(r, n) for r in results)))
     n_moments = len(moment_leaves)
-    for j, back, live, (u, *rest) in zip(members, backs, lives, results):
+    for j, back, (u, *rest) in zip(members, backs, results):
+      live = [x for tree in matrix_leaves for x in split_matrices(tree[j])[1]]
       new_moments, new_live = rest[:n_moments], rest[n_moments:]
       # Each matrix keeps the layout it came in with: computed from the gathered parameter, it
       # would otherwise come out wherever the partitioner puts it (a different layout at each step).

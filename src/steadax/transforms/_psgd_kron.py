@@ -33,9 +33,11 @@ from .._core._module import Module, hyper_field, static_field
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
-from .._core._tree import cond, is_none, l2_norm
+from .._core._tree import is_none, l2_norm
 from ._adam import one_minus_pow
-from ._matrix import layout_key, replicate_whole, shape_groups, stack
+from ._matrix import (distribution, from_owners, layout_key, on_owners, place_statistic, refresh_cond,
+                      replicate_whole, shape_groups, sharding_of, split_scalars, stack, to_owners, unstack,
+                      upper_solve_h)
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._scaling import value_at
@@ -132,7 +134,7 @@ def _unfold(x: jax.Array, axis: int) -> jax.Array:
 def _mode_solve_h(q: jax.Array, x: jax.Array, axis: int) -> jax.Array:
   """``Q^{-H}`` applied to dimension ``axis`` of ``x`` (a triangular solve, as cheap as a matmul)."""
   moved = jnp.moveaxis(x, axis, 0)
-  solved = jax.scipy.linalg.solve_triangular(q, moved.reshape(x.shape[axis], -1), trans="C", lower=False)
+  solved = upper_solve_h(q, moved.reshape(x.shape[axis], -1))
   return jnp.moveaxis(solved.reshape(moved.shape), 0, axis)
 
 
@@ -270,10 +272,11 @@ class ScaleByPsgdKron(Transformation):
       # the factors' declared dtype: preconditioner_dtype may be 16-bit).
       wide = compute_dtype(rdt)
       scale = hyper(self.preconditioner_init_scale, wide) ** (1.0 / len(shape))
-      # Dense factors are replicated (fitted on the gathered momentum); a diagonal factor lives on
-      # its axis and takes that axis' sharding (a vector's is the parameter's own layout).
+      # Dense factors are divided across devices like their parameter under explicit mesh axes
+      # (``place_statistic``; replicated otherwise, fitted on the gathered momentum); a diagonal
+      # factor lives on its axis and takes that axis' sharding (a vector's is the parameter's own).
       return tuple(
-          (scale * jnp.eye(d, dtype=wide)).astype(fdt) if is_dense
+          place_statistic(x, (scale * jnp.eye(d, dtype=wide)).astype(fdt)) if is_dense
           else _place_diagonal(x, (scale * jnp.ones([d], wide)).astype(rdt), axis)
           for axis, (d, is_dense) in enumerate(zip(shape, self._dense(np.shape(x)))))
 
@@ -284,11 +287,14 @@ class ScaleByPsgdKron(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    rng_key, k_update, k_balance, k_probe = jax.random.split(state.rng_key, 4)
+    # Every random draw of a step comes from three calls (a split, two uniforms, the probes): on a
+    # CPU each call is a kernel that takes about half a second to compile.
+    rng_key, k_draws, k_probe = jax.random.split(state.rng_key, 3)
     f32 = np.dtype(jnp.float32)
     probability = value_at(self.preconditioner_update_probability, state.count)
-    do_update = jax.random.uniform(k_update, (), f32) < hyper(probability, f32)
-    do_balance = jax.random.uniform(k_balance, (), f32) < np.float32(0.01)
+    draws = jax.random.uniform(k_draws, (2,), f32)
+    do_update = draws[0] < hyper(probability, f32)
+    do_balance = draws[1] < np.float32(0.01)
 
     @functools.cache  # once per real compute dtype
     def scalars(rdt):
@@ -301,7 +307,6 @@ class ScaleByPsgdKron(Transformation):
     mus = treedef.flatten_up_to(state.mu)
     factors = treedef.flatten_up_to(state.preconditioner)
     live = [i for i, g in enumerate(grads) if g is not None]
-    probe_keys = jax.random.split(k_probe, max(len(live), 1))
 
     # The per-parameter matrix part. leafwise cannot carry it: the factors do not mirror the
     # parameters, and the preconditioned momentum must stay in the compute dtype until the
@@ -317,59 +322,139 @@ class ScaleByPsgdKron(Transformation):
         m_new = k.b1 * _to(m, cdt) + (1 - k.b1) * _to(g, cdt)
         new_mus[i] = place_like(m, _to(m_new, m.dtype))
         h = m_new / k.c1
-        if any(self._dense(np.shape(g))):
-          # A dense factor contracts its axis with the momentum in every product: the momentum is
-          # gathered once (one all-gather when sharded) and the preconditioned update put back
-          # in the parameter's layout afterwards (a local slice).
-          (h,), _ = replicate_whole(h)
-          gathered.add(i)
         momenta[i] = h.reshape(np.shape(g) or (1,))
+
+      def traced_scalars(h):
+        """The traced values of the scalars of ``h``'s compute dtype: an argument of the fit, which
+        may run in a manual region (``batched``); ``scalars`` is cached, so the record is built here."""
+        return split_scalars(scalars(real_dtype(h.dtype)))[0]
 
       def in_compute(fs, h):
         return tuple(_to(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
 
       # Shape groups (issue 22): parameters whose momenta and factors agree in shape, dtype and
       # layout are fitted and preconditioned as one batch (vmapped over the stacked group), so the
-      # program grows with the number of distinct shapes, not with depth. Each keeps its own probe
-      # key: a group's results are its members' per-parameter results.
-      position = {i: n for n, i in enumerate(live)}
-      groups = shape_groups([
-          None if i not in momenta or momenta[i].size == 0 else
-          (tuple(np.shape(grads[i])), np.dtype(momenta[i].dtype), layout_key(momenta[i]),
-           tuple((tuple(q.shape), np.dtype(q.dtype), layout_key(q)) for q in factors[i]))
-          for i in range(len(grads))])
+      # program grows with the number of distinct shapes, not with depth.
+      keys = [None if i not in momenta or momenta[i].size == 0 else
+              (tuple(np.shape(grads[i])), np.dtype(momenta[i].dtype), layout_key(momenta[i]),
+               tuple((tuple(q.shape), np.dtype(q.dtype), layout_key(q)) for q in factors[i]))
+              for i in range(len(grads))]
+      groups = shape_groups(keys)
+      for members in groups:
+        i = members[0]
+        if any(self._dense(np.shape(grads[i]))) and (len(members) == 1 or distribution(momenta[i]) is None):
+          # A dense factor contracts its axis with the momentum in every product: the momentum is
+          # gathered once (one all-gather when sharded) and the preconditioned update put back in
+          # the parameter's layout afterwards (a local slice). A group of several parameters
+          # sharded over explicit mesh axes runs in the owner layout instead (``batched``).
+          for j in members:
+            (momenta[j],), _ = replicate_whole(momenta[j])
+            gathered.add(j)
+      # The probes of a step are one normal draw per real compute dtype, laid out group after group
+      # (the groups of ``shape_groups(keys, grouping=True)``, whether or not grouping is on): a
+      # group's probes are one contiguous block, so the per-parameter path draws the same numbers.
+      # A complex probe takes two real entries (real and imaginary parts, each of variance 1/2).
+      probe_at, probe_sizes = {}, {}
+      for i in (i for members in shape_groups(keys, grouping=True) for i in members):
+        rdt = np.dtype(real_dtype(momenta[i].dtype))
+        size = momenta[i].size * (2 if jnp.iscomplexobj(momenta[i]) else 1)
+        probe_at[i] = (rdt, probe_sizes.get(rdt, 0))
+        probe_sizes[rdt] = probe_sizes.get(rdt, 0) + size
 
-      def batched(fn, members, *columns):
-        """``fn`` on each member's inputs (``columns``: one list per argument, indexed by member),
-        as one vmapped call over the stacked group; the per-member results, in order."""
-        if len(members) == 1:
-          return [fn(*(column[members[0]] for column in columns))]
-        stacked = [jax.tree_util.tree_map(lambda *xs: stack(xs), *[column[j] for j in members])
-                   for column in columns]
-        result = jax.vmap(fn)(*stacked)
-        return [jax.tree_util.tree_map(lambda x, t=t: x[t], result) for t in range(len(members))]
+      def owners(members):
+        """The group's Distribution when it runs in the owner layout (see ``batched``), else None."""
+        i = members[0]
+        if i in gathered or not any(self._dense(np.shape(grads[i]))):
+          return None
+        return distribution(momenta[i])
 
-      def fit_one(fs, h, key, dense):
-        k = scalars(real_dtype(h.dtype))
-        fs = in_compute(_balance(fs, do_balance), h)
-        probe = jax.random.normal(key, h.shape, h.dtype)
+      # Under explicit mesh axes the probe draws are generated divided across the devices (threefry
+      # is partitionable: the numbers do not depend on the layout), each group's block then taking
+      # its owner layout: every device draws an eighth, not all of it.
+      divided = {owners(members) for members in groups} - {None}
+      draw_dist = divided.pop() if len(divided) == 1 else None
+
+      def placed(x, dist, axis_sharded):
+        """``x`` replicated, or sharded over ``dist`` along its first axis (when it divides)."""
+        spec = (dist.spec_entry(),) if axis_sharded and x.shape[0] % dist.size == 0 else ()
+        return jax.sharding.reshard(x, dist.sharding(*spec))
+
+      def probes(draws, members):
+        """The members' probes, stacked: one slice of their dtype's draw."""
+        h = momenta[members[0]]
+        rdt, start = probe_at[members[0]]
+        n, width = len(members), 2 if jnp.iscomplexobj(h) else 1
+        block = jax.lax.slice_in_dim(draws[rdt], start, start + n * h.size * width)
+        shape = (n, *h.shape, 2) if width == 2 else (n, *h.shape)
+        if draw_dist is not None:
+          mine = owners(members) == draw_dist
+          block = placed(block, draw_dist, mine)
+          target = draw_dist.sharding(draw_dist.spec_entry()) if mine and n % draw_dist.size == 0 else (
+              draw_dist.sharding())
+          block = block.reshape(shape, out_sharding=target)
+        else:
+          block = block.reshape(shape)
+        if width == 2:
+          pairs = block * np.asarray(np.sqrt(0.5), rdt)
+          block = jax.lax.complex(pairs[..., 0], pairs[..., 1])
+        return block
+
+      def batched(fn, members, *columns, stacked=(), shared=(), out_like=None):
+        """``fn(shared, *inputs)`` on each member's inputs (``columns``: one list per argument,
+        indexed by member; then ``stacked``: arguments already stacked over the group), as one
+        vmapped call over the stacked group; the per-member results, in order. ``shared``: the
+        traced values ``fn`` reads, passed rather than closed over. A group with dense factors
+        whose momenta are sharded over explicit mesh axes runs in the owner layout: each device
+        fits and applies the factors of its own share of the members (``_matrix.on_owners``), and
+        each result takes the layout of the matching leaf of ``out_like`` (a member's)."""
+        i = members[0]
+        dist = None if i in gathered or not any(self._dense(np.shape(grads[i]))) else distribution(momenta[i])
+        if dist is None and i in gathered:
+          # Dense factors divided across devices (``place_statistic``) are gathered with their
+          # momentum; the fitted ones go back to their layout (``place_like`` in ``fit``).
+          columns = [{j: tuple(replicate_whole(q)[0][0] if q.ndim == 2 else q for q in column[j])
+                      if isinstance(column[j], tuple) else column[j] for j in members} for column in columns]
+        if len(members) == 1 and dist is None:
+          return [fn(shared, *(column[i] for column in columns), *(x[0] for x in stacked))]
+        inputs = [jax.tree_util.tree_map(lambda *xs: stack(xs), *[column[j] for j in members])
+                  for column in columns]
+        if dist is None:
+          result = jax.vmap(lambda *xs: fn(shared, *xs))(*inputs, *stacked)
+          leaves, tree = jax.tree_util.tree_flatten(result)
+        else:
+          flat, in_tree = jax.tree_util.tree_flatten([*inputs, *stacked])
+          layouts, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(sharding_of, out_like))
+          blocks = on_owners(lambda sh, *xs: jax.tree_util.tree_leaves(jax.vmap(lambda *ys: fn(sh, *ys))(
+              *jax.tree_util.tree_unflatten(in_tree, list(xs)))), dist, shared, *[to_owners(x, dist) for x in flat])
+          leaves = [from_owners(x, len(members), layout) for x, layout in zip(blocks, layouts)]
+        split = [unstack(x, len(members)) for x in leaves]
+        return [tree.unflatten([s[t] for s in split]) for t in range(len(members))]
+
+      def fit_one(shared, fs, h, probe, dense):
+        balance, values = shared
+        k = split_scalars(scalars(real_dtype(h.dtype)))[1](values)
+        fs = in_compute(_balance(fs, balance), h)
         # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
         damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
         return _fit_factors(fs, dense, damped, probe, k.lr, k.tiny)
 
       def fit(all_factors):
+        probe_keys = jax.random.split(k_probe, len(probe_sizes)) if len(probe_sizes) > 1 else [k_probe]
+        draws = {rdt: jax.random.normal(key, (size,), rdt) if draw_dist is None or size % draw_dist.size else
+                 jax.random.normal(key, (size,), rdt, out_sharding=draw_dist.sharding(draw_dist.spec_entry()))
+                 for key, (rdt, size) in zip(probe_keys, probe_sizes.items())}
         out = list(all_factors)
-        keys = {i: probe_keys[position[i]] for i in live}
         for members in groups:
           dense = self._dense(np.shape(grads[members[0]]))
-          fitted = batched(lambda fs, h, key: fit_one(fs, h, key, dense), members, all_factors,
-                           momenta, keys)
+          fitted = batched(lambda sh, fs, h, probe: fit_one(sh, fs, h, probe, dense), members, all_factors,
+                           momenta, stacked=(probes(draws, members),), out_like=all_factors[members[0]],
+                           shared=(do_balance, traced_scalars(momenta[members[0]])))
           for i, new in zip(members, fitted):
             # Each factor keeps its layout (both branches of the cond must agree on it).
             out[i] = tuple(place_like(old, _to(q, old.dtype)) for q, old in zip(new, all_factors[i]))
         return out
 
-      fitted = cond(do_update, fit, lambda fs: list(fs), list(factors))
+      fitted = refresh_cond(do_update, lambda: fit(list(factors)), list(factors))
       # The factors keep their layout from step to step (under automatic mesh axes the compiler
       # would otherwise choose one for the cond's result).
       factors = [fs if i not in momenta else tuple(place_like(o, n) for o, n in zip(fs, new))
@@ -382,8 +467,8 @@ class ScaleByPsgdKron(Transformation):
           preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
       for members in groups:
         dense = self._dense(np.shape(grads[members[0]]))
-        pres = batched(lambda fs, h: _precondition(in_compute(fs, h), dense, h), members, factors,
-                       momenta)
+        pres = batched(lambda sh, fs, h: _precondition(in_compute(fs, h), dense, h), members, factors,
+                       momenta, out_like=momenta[members[0]])
         for i, pre in zip(members, pres):
           pre = pre.reshape(np.shape(grads[i]))
           # Back in the layout of the gradient (a step input; the gathered momentum is not).

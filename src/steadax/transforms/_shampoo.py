@@ -29,7 +29,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
-from .._core._tree import cond, is_none
+from .._core._tree import is_none
 from .._core._docs import shared_args
 from ._adam import one_minus_pow
 from ._matrix import (
@@ -41,6 +41,8 @@ from ._matrix import (
     leafwise_with_matrices,
     mode_product,
     num_blocks,
+    place_statistic,
+    refresh_cond,
     to_blocks,
 )
 from ._moments import abs_sq
@@ -120,14 +122,15 @@ class ScaleByShampoo(Transformation):
     sizes, axes = _plan(tuple(x.shape), self.block_size)
     blocks = num_blocks(tuple(x.shape), sizes) if any(axes) else 0
     sdt = stat_dtype(x.dtype, self.statistics_dtype)
-    return tuple(jnp.zeros((blocks, b, b) if p else (0, 0), sdt) for b, p in zip(sizes, axes))
+    return tuple(place_statistic(x, jnp.zeros((blocks, b, b), sdt)) if p else jnp.zeros((0, 0), sdt)
+                 for b, p in zip(sizes, axes))
 
   def _preconditioners(self, x):
     sizes, axes = _plan(tuple(x.shape), self.block_size)
     blocks = num_blocks(tuple(x.shape), sizes) if any(axes) else 0
     pdt = stat_dtype(x.dtype, self.preconditioner_dtype)
     eye = lambda b: jnp.broadcast_to(jnp.eye(b, dtype=pdt), (blocks, b, b))
-    return tuple(eye(b) if p else jnp.zeros((0, 0), pdt) for b, p in zip(sizes, axes))
+    return tuple(place_statistic(x, eye(b)) if p else jnp.zeros((0, 0), pdt) for b, p in zip(sizes, axes))
 
   def init_fn(self, params):
     roles = declared_roles(ScaleByShampooState)
@@ -153,7 +156,7 @@ class ScaleByShampoo(Transformation):
                      weight=jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta)),
                      matrix_eps=hyper(self.matrix_eps, dt), exponent=exponent)
 
-    def leaf_fn(axes):
+    def leaf_fn(axes, refresh):
       def leaf(k, g, m, v, *matrices):
         m = k.b1 * m + (1 - k.b1) * g
         v = k.b2 * v + (1 - k.b2) * abs_sq(g)
@@ -169,8 +172,7 @@ class ScaleByShampoo(Transformation):
                       for axis, s in zip(axes, stats))
         exponent = 2 * len(axes) if k.exponent is None else k.exponent
         old = precs
-        precs = cond(refresh, lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats),
-                             lambda: old)
+        precs = refresh_cond(refresh, lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats), old)
         direction = to_blocks(m_hat, sizes)
         for axis, q in zip(axes, precs):
           direction = jax.vmap(lambda x, q, axis=axis: mode_product(x, q, axis))(direction, q)
@@ -186,7 +188,7 @@ class ScaleByShampoo(Transformation):
 
     out, mu, nu, stats, precs = leafwise_with_matrices(
         self, leaf_fn, updates, (state.mu, state.nu), (state.statistics, state.preconditioners),
-        params, scalars)
+        params, scalars, shared=(refresh,))
     return out, ScaleByShampooState(count=count, mu=mu, nu=nu, statistics=stats, preconditioners=precs)
 
 

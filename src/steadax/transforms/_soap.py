@@ -34,7 +34,7 @@ from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
-from .._core._tree import cond, is_none
+from .._core._tree import is_none
 from ._adam import one_minus_pow
 from ._matrix import (
     axis_statistic,
@@ -43,6 +43,8 @@ from ._matrix import (
     eigenbasis,
     leafwise_with_matrices,
     mode_product,
+    place_statistic,
+    refresh_cond,
 )
 from ._moments import abs_sq
 from .._core._types import ArrayTree, Updates
@@ -115,12 +117,13 @@ class ScaleBySoap(Transformation):
   def _statistics(self, x):
     axes = preconditioned_axes(tuple(x.shape), self.max_precond_dim, self.precondition_1d)
     sdt = stat_dtype(x.dtype, self.statistics_dtype)
-    return tuple(jnp.zeros((d, d) if p else (0, 0), sdt) for d, p in zip(x.shape, axes))
+    return tuple(place_statistic(x, jnp.zeros((d, d) if p else (0, 0), sdt)) for d, p in zip(x.shape, axes))
 
   def _eigenbases(self, x):
     axes = preconditioned_axes(tuple(x.shape), self.max_precond_dim, self.precondition_1d)
     edt = stat_dtype(x.dtype, self.eigenbasis_dtype)
-    return tuple(jnp.eye(d, dtype=edt) if p else jnp.zeros((0, 0), edt) for d, p in zip(x.shape, axes))
+    return tuple(place_statistic(x, jnp.eye(d, dtype=edt)) if p else jnp.zeros((0, 0), edt)
+                 for d, p in zip(x.shape, axes))
 
   def init_fn(self, params):
     roles = declared_roles(ScaleBySoapState)
@@ -145,7 +148,7 @@ class ScaleBySoap(Transformation):
                      c2=one_minus_pow(self.b2, adam_count, dt), eps=hyper(self.eps, dt),
                      beta=b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt))
 
-    def leaf_fn(axes):
+    def leaf_fn(axes, first, refresh):
       def leaf(k, g, m, v, *matrices):
         # Vyas et al. 2024, Algorithm 3, with S_k the statistics and Q_k their eigenbases.
         stats, bases = matrices[:len(axes)], matrices[len(axes):]
@@ -159,13 +162,13 @@ class ScaleBySoap(Transformation):
         stats = tuple(k.beta * s + (1 - k.beta) * axis_statistic(g, axis) for axis, s in zip(axes, stats))
         if axes:
           old = bases
-          bases = cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), lambda: old)
+          bases = refresh_cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), old)
         return (out, m_new, v_new, *stats, *bases)
       return leaf
 
     out, mu, nu, stats, bases = leafwise_with_matrices(
         self, leaf_fn, updates, (state.mu, state.nu), (state.statistics, state.eigenbases), params,
-        scalars)
+        scalars, shared=(first, refresh))
     return out, ScaleBySoapState(count=count, mu=mu, nu=nu, statistics=stats, eigenbases=bases)
 
 
