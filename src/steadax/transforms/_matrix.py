@@ -539,7 +539,7 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
 
   Args:
     tx: the transformation (its ``leafwise`` and name).
-    make_leaf: ``make_leaf(axes) -> leaf``.
+    make_leaf: ``make_leaf(axes, *shared) -> leaf``.
     updates: the incoming updates.
     moments: state trees mirroring the parameters (``mu``, ``nu``).
     matrices: state trees holding one tuple of per-axis matrices per parameter.
