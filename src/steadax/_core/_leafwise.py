@@ -61,7 +61,7 @@ from ._config import is_strict
 from ._contract import ContractError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
 
-__all__ = ["Scalars", "leafwise", "place_kept_axes", "place_like", "tree_reduce"]
+__all__ = ["Scalars", "leafwise", "place_kept_axes", "place_like", "split_record", "tree_reduce"]
 
 
 def _axis_kinds(sharding: Any) -> set:
@@ -236,6 +236,17 @@ def _as_weak_record(record: Any, dtype: np.dtype, owner: str = "leafwise") -> Sc
 def _record(scalars: Any, dtype: np.dtype) -> Any:
   """The record of hyperparameters for ``dtype``: ``scalars`` itself, or what it builds for it."""
   return scalars(dtype) if callable(scalars) else scalars
+
+
+def split_record(record: Any) -> tuple[dict, Callable[[dict], Any]]:
+  """A ``Scalars`` record's traced values, and the function rebuilding the record from new values
+  of them: how a record crosses a function boundary (the ``jit`` call of a leaf function traced
+  once, a manual region of ``shard_map``). Its Python numbers stay in the function as constants;
+  its traced values become the function's arguments. ``None`` (no record) splits into nothing and
+  rebuilds as ``None``."""
+  items = dict(record.items()) if record is not None else {}
+  traced = {name: v for name, v in items.items() if isinstance(v, jax.Array)}
+  return traced, lambda values: None if record is None else Scalars(**{**items, **values})
 
 
 def _target(x_dtype: np.dtype, cdt: np.dtype) -> np.dtype:
@@ -445,12 +456,10 @@ class _Once:
   """
 
   def __init__(self, fn: Callable[..., Any], k: Any):
-    values = dict(k.items()) if k is not None else {}
-    self.traced = {n: v for n, v in values.items() if isinstance(v, jax.Array)}
-    constants = {n: v for n, v in values.items() if n not in self.traced}
+    self.traced, rebuild = split_record(k)
 
     def leaf(traced: dict, *inputs: Any) -> Any:
-      return fn(None if k is None else Scalars(**constants, **traced), *inputs)
+      return fn(rebuild(traced), *inputs)
 
     leaf.__name__ = leaf.__qualname__ = getattr(fn, "__name__", "leaf")
     self.jitted = jax.jit(leaf)

@@ -31,7 +31,7 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
-from .._core._leafwise import Scalars, place_like
+from .._core._leafwise import Scalars, _record, place_like, split_record
 from .._core._module import hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
@@ -42,7 +42,7 @@ from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
 from ..transforms._matrix import (conj_t, distribution, from_owners, group_label, layout_key,
-                                  on_owners, replicate_axes, shape_groups, sharding_of, split_scalars, stack,
+                                  on_owners, replicate_axes, shape_groups, sharding_of, stack,
                                   stacked_struct, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
@@ -307,11 +307,11 @@ class ScaleByMuon(Transformation):
           return [u[label], new_m[label]]
 
         if dist is None:
-          outputs = run(scalars, state.ns_coeffs, *stacked)
+          outputs = run(scalars, state.ns_coeffs, stacked[0], stacked[1])
         else:
           # The scalars enter the manual region as arguments (see _matrix.on_owners).
           rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked], state.ns_coeffs.dtype))
-          traced, rebuild = split_scalars(scalars(rdt))
+          traced, rebuild = split_record(_record(scalars, rdt))
           outputs = on_owners(lambda sh, g, m: run(lambda dt: rebuild(sh[0]), sh[1], g, m), dist,
                               (traced, state.ns_coeffs), *stacked)
           outputs = [from_owners(x, len(members), sharding_of(like))

@@ -24,7 +24,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._leafwise import Scalars, place_like
+from .._core._leafwise import _record, place_like, split_record
 from .._core._policy import compute_dtype, key_path_str, real_dtype
 
 __all__: list[str] = []
@@ -317,14 +317,6 @@ def on_owners(fn: Callable, dist: Distribution, shared: Any, *stacked: jax.Array
                        axis_names=set(dist.axes))(shared, *stacked)
 
 
-def split_scalars(record: Any) -> tuple[dict, Callable[[dict], Any]]:
-  """A ``Scalars`` record's traced values, and the function rebuilding the record from (new values
-  of) them: how a record built outside a manual region enters it (``on_owners``)."""
-  items = dict(record.items()) if record is not None else {}
-  traced = {name: v for name, v in items.items() if isinstance(v, jax.Array)}
-  return traced, lambda values: None if record is None else Scalars(**{**items, **values})
-
-
 def from_owners(x: jax.Array, n: int, member: Any) -> jax.Array:
   """The first ``n`` members of an owner-layout stack, each back in the layout ``member`` (a member's
   sharding: the stack axis whole, the other axes as the member's)."""
@@ -544,7 +536,7 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
     moments: state trees mirroring the parameters (``mu``, ``nu``).
     matrices: state trees holding one tuple of per-axis matrices per parameter.
     params: the parameters or None (the updates take their dtypes).
-    scalars: ``scalars(dtype) -> Scalars``.
+    scalars: a ``Scalars`` record, or ``scalars(dtype) -> Scalars`` building one per compute dtype.
     shared: traced values for ``make_leaf`` (flags), the same for every parameter.
 
   Returns:
@@ -627,7 +619,7 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
     else:
       # The scalars of the group's compute dtype, built here and passed in (see ``on_owners``).
       rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked]))
-      traced, rebuild = split_scalars(None if scalars is None else scalars(rdt))
+      traced, rebuild = split_record(_record(scalars, rdt))
       blocks = on_owners(lambda sh, *xs: run(sh[0], lambda dt: rebuild(sh[1]), *xs), dist,
                          (tuple(shared), traced), *stacked)
       results = [from_owners(r, n, layout) for r, layout in zip(blocks, layouts)]

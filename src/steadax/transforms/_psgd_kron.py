@@ -30,13 +30,13 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import Module, hyper_field, static_field
-from .._core._leafwise import Scalars, place_kept_axes, place_like
+from .._core._leafwise import Scalars, place_kept_axes, place_like, split_record
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none, l2_norm
 from ._adam import one_minus_pow
 from ._matrix import (distribution, from_owners, layout_key, on_owners, place_statistic, refresh_cond,
-                      replicate_whole, shape_groups, sharding_of, split_scalars, stack, to_owners, unstack,
+                      replicate_whole, shape_groups, sharding_of, stack, to_owners, unstack,
                       upper_solve_h)
 from ._moments import abs_sq
 from ._noise import _typed_key
@@ -327,7 +327,7 @@ class ScaleByPsgdKron(Transformation):
       def traced_scalars(h):
         """The traced values of the scalars of ``h``'s compute dtype: an argument of the fit, which
         may run in a manual region (``batched``); ``scalars`` is cached, so the record is built here."""
-        return split_scalars(scalars(real_dtype(h.dtype)))[0]
+        return split_record(scalars(real_dtype(h.dtype)))[0]
 
       def in_compute(fs, h):
         return tuple(_to(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
@@ -432,7 +432,7 @@ class ScaleByPsgdKron(Transformation):
 
       def fit_one(shared, fs, h, probe, dense):
         balance, values = shared
-        k = split_scalars(scalars(real_dtype(h.dtype)))[1](values)
+        k = split_record(scalars(real_dtype(h.dtype)))[1](values)
         fs = in_compute(_balance(fs, balance), h)
         # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
         damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
