@@ -140,3 +140,34 @@ def test_a_sweep_refreshes_the_preconditioner_only_at_refresh_steps(name):
   state = jax.eval_shape(jax.vmap(lambda tx, p: tx.init(p)), opt, params)
   jaxpr = jax.make_jaxpr(jax.vmap(lambda tx, g, s, p: tx.update(g, s, p)))(opt, params, state, params)
   assert str(jaxpr).count(" cond[") == 1
+
+
+LAPACK_OPERAND = re.compile(r"custom_call @(lapack_\w+)\(.*?\).*?: \(tensor<([^>]*)>")
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the one-matrix calls are a CPU backend's")
+@pytest.mark.parametrize("name", ["soap", "shampoo", "psgd_kron", "galore"])
+def test_lapack_calls_take_one_matrix_each_on_cpu(name):
+  """jaxlib's CPU LAPACK kernels split a batch over the thread pool XLA runs the program on and
+  block a pool thread waiting for it; two batched calls in flight at once (a group's left and right
+  factors) took both threads of a 2-core machine and SOAP's step never returned. On a CPU backend a
+  group's (and a sweep's) decompositions and solves run one matrix per call."""
+  params = layers(2)
+  grads = jax.tree_util.tree_map(lambda p: p * 0.5, params)
+  tx = OPTIMIZERS[name]()
+  state = jax.eval_shape(tx.init, params)
+  grouped = jax.jit(tx.update).lower(grads, state, params).as_text()
+  learning_rates = {"soap": lambda lr: steadax.soap(lr, precondition_frequency=1),
+                    "shampoo": lambda lr: steadax.shampoo(lr, block_size=4, precondition_frequency=1),
+                    "psgd_kron": lambda lr: steadax.psgd_kron(lr),
+                    "galore": lambda lr: steadax.contrib.galore(lr, rank=2, update_proj_gap=1)}
+  opt = steadax.sweep(learning_rates[name], lr=[0.1, 0.01])
+  single = {"w": jnp.ones((4, 6), DTYPE)}
+  sweep_state = jax.eval_shape(jax.vmap(lambda t, p: t.init(p), in_axes=(0, None)), opt, single)
+  swept = jax.jit(jax.vmap(lambda t, g, s, p: t.update(g, s, p), in_axes=(0, None, 0, None))).lower(
+      opt, single, sweep_state, single).as_text()
+  for text in (grouped, swept):
+    calls = LAPACK_OPERAND.findall(text)
+    assert calls, "no LAPACK call found"
+    shapes = {shape.count("x") for _, shape in calls}  # "4x4xf32": two axes
+    assert shapes == {2}, sorted(set(calls))

@@ -33,7 +33,7 @@ from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
 from ..transforms._matrix import (conj_t, group_label, layout_key, replicate_whole, shape_groups, stack,
-                                  stacked_struct, unstack)
+                                  stacked_struct, thin_svd, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from ._axes import leaf_dims, leaf_paths, matrix_view
 
@@ -176,7 +176,7 @@ class ScaleByGalore(Transformation):
       p = stack([projectors[j] for j in members])
       if r > 0:
         def fresh(g2=g2, left=left, r=r, dtype=dtype):
-          u, _, vh = jnp.linalg.svd(g2, full_matrices=False)
+          u, _, vh = thin_svd(g2)
           # Projectors are stored in the parameter's dtype, as in Optax.
           return (u[..., :r] if left else conj_t(vh[..., :r, :])).astype(dtype)
 

@@ -388,58 +388,74 @@ def symmetrize(s: jax.Array) -> jax.Array:
 
 
 def _one_at_a_time() -> bool:
-  """Whether to run LAPACK's ``eigh`` and triangular solves one matrix per call: on a CPU backend
-  with several devices.
+  """Whether to run LAPACK's decompositions and triangular solves one matrix per call: on a CPU
+  backend.
 
-  jaxlib's CPU ``eigh`` (and ``trsm``) splits a batch over the client's thread pool and waits for it; when several
-  virtual CPU devices run such calls at once (the 8-device test mesh on a 2-core machine), every
-  pool thread can be one of the waiters, and the step never returns (seen with Shampoo's blocked
-  statistics and PSGD-Kron's groups on 8 virtual devices). One matrix per call runs inline.
+  jaxlib's CPU kernels (``eigh``, ``svd``, ``trsm``, every LAPACK call) split a batch of matrices
+  over the CPU client's thread pool and block a pool thread until the pieces are done. XLA runs
+  independent operations of a program at the same time on that same pool, so two batched calls in
+  flight (the left and right factors of one shape group, two groups, or several virtual devices)
+  can occupy every pool thread as waiters, and the step never returns: seen with SOAP's shape
+  groups on a 2-core machine with one device, and with Shampoo and PSGD-Kron on 8 virtual devices.
+  Unbatched, a call runs inline on the thread that reached it; XLA still runs independent calls in
+  parallel. Accelerators' solvers have no such pool.
   """
-  return jax.default_backend() == "cpu" and jax.local_device_count() > 1
+  return jax.default_backend() == "cpu"
 
 
-@jax.custom_batching.custom_vmap
-def _sequential_eigh(s: jax.Array) -> tuple[jax.Array, jax.Array]:
-  if s.ndim == 2:
-    values, vectors = jnp.linalg.eigh(s)
-    return values, vectors
-  flat = s.reshape(-1, *s.shape[-2:])
-  values, vectors = jax.lax.map(_sequential_eigh, flat)
-  return values.reshape(s.shape[:-1]), vectors.reshape(s.shape)
+def _one_matrix_per_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+  """``fn`` of one matrix per argument (each argument's last two axes), applied to batches (leading
+  axes, or a ``jax.vmap`` around it, as shape groups and sweeps add) one matrix per call
+  (``lax.map``): see ``_one_at_a_time``. The arguments share their leading axes."""
+
+  @jax.custom_batching.custom_vmap
+  def per_matrix(*xs: jax.Array) -> Any:
+    lead = xs[0].shape[:-2]
+    if not lead:
+      return fn(*xs)
+    flat = tuple(x.reshape(-1, *x.shape[-2:]) for x in xs)
+    out = jax.lax.map(lambda args: per_matrix(*args), flat)
+    return jax.tree.map(lambda o: o.reshape(*lead, *o.shape[1:]), out)
+
+  @per_matrix.def_vmap
+  def per_matrix_vmap(axis_size: int, in_batched: list, *xs: jax.Array) -> tuple:
+    xs = tuple(x if batched else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, batched in zip(xs, in_batched))
+    out = per_matrix(*xs)
+    return out, jax.tree.map(lambda _: True, out)
+
+  return per_matrix
 
 
-@_sequential_eigh.def_vmap
-def _sequential_eigh_vmap(axis_size: int, in_batched: list, s: jax.Array) -> tuple:
-  if not in_batched[0]:
-    s = jnp.broadcast_to(s, (axis_size, *s.shape))
-  return _sequential_eigh(s), (True, True)
-
-
-@jax.custom_batching.custom_vmap
-def _sequential_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
-  return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
-
-
-@_sequential_solve_h.def_vmap
-def _sequential_solve_h_vmap(axis_size: int, in_batched: list, q: jax.Array, b: jax.Array) -> tuple:
-  q, b = (x if batched else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, batched in zip((q, b), in_batched))
-  return jax.lax.map(lambda qb: _sequential_solve_h(*qb), (q, b)), True
+_eigh_per_matrix = _one_matrix_per_call(lambda s: tuple(jnp.linalg.eigh(s)))
+_solve_h_per_matrix = _one_matrix_per_call(
+    lambda q, b: jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False))
+_svd_per_matrix = _one_matrix_per_call(lambda x: tuple(jnp.linalg.svd(x, full_matrices=False)))
 
 
 def upper_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
   """``Q^{-H} B`` for an upper-triangular ``q`` (``solve_triangular(q, b, trans="C")``), one
-  matrix per LAPACK call when batched on a multi-device CPU backend (the batched triangular solve
-  waits on the same thread pool as ``eigh``: see ``_one_at_a_time``)."""
+  matrix per LAPACK call on a CPU backend (see ``_one_at_a_time``)."""
   if _one_at_a_time():
-    return _sequential_solve_h(q, b)
+    return _solve_h_per_matrix(q, b)
   return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
 
 
 def hermitian_eigh(s: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``jnp.linalg.eigh`` of the Hermitian ``s`` (batched over leading axes), one matrix per LAPACK
-  call on a multi-device CPU backend (see ``_one_at_a_time``)."""
-  return _sequential_eigh(s) if _one_at_a_time() else jnp.linalg.eigh(s)
+  call on a CPU backend (see ``_one_at_a_time``)."""
+  if _one_at_a_time():
+    return _eigh_per_matrix(s)
+  values, vectors = jnp.linalg.eigh(s)
+  return values, vectors
+
+
+def thin_svd(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """``jnp.linalg.svd(x, full_matrices=False)`` (batched over leading axes), one matrix per LAPACK
+  call on a CPU backend (see ``_one_at_a_time``)."""
+  if _one_at_a_time():
+    return _svd_per_matrix(x)
+  u, s, vh = jnp.linalg.svd(x, full_matrices=False)
+  return u, s, vh
 
 
 def eigenbasis(s: jax.Array) -> jax.Array:
