@@ -171,3 +171,14 @@ def test_lapack_calls_take_one_matrix_each_on_cpu(name):
     assert calls, "no LAPACK call found"
     shapes = {shape.count("x") for _, shape in calls}  # "4x4xf32": two axes
     assert shapes == {2}, sorted(set(calls))
+
+
+def test_a_group_is_split_into_contiguous_chunks_one_per_core(monkeypatch):
+  """On a CPU device a group is split into one chunk per core (XLA runs independent operations on
+  the cores side by side, and one batched product on one core); the order of the indices is kept."""
+  monkeypatch.setattr(_matrix, "_chunks_per_group", lambda: 3)
+  keys = ["a", "b", "a", "a", None, "a", "b", "a", "a"]
+  assert _matrix.shape_groups(keys) == [[0, 2], [3, 5], [7, 8], [1], [6]]
+  assert _matrix.shape_groups(keys, grouping=False) == [[0], [1], [2], [3], [5], [6], [7], [8]]
+  monkeypatch.setattr(_matrix, "_chunks_per_group", lambda: 1)
+  assert _matrix.shape_groups(keys) == [[0, 2, 3, 5, 7, 8], [1, 6]]
