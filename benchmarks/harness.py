@@ -272,3 +272,19 @@ def small_params(n: int) -> tuple[list[int], Callable[[], dict]]:
     return {f"p{i:04d}": filled((k,), 1.0, jnp.float32) for i, k in enumerate(sizes)}
 
   return sizes, make_params
+
+
+def peak_rss_bytes() -> int | None:
+  """This process's peak resident memory (Linux; None elsewhere).
+
+  Not ``getrusage``: on Linux its ``ru_maxrss`` survives fork and exec, so a child of a large
+  process reports the parent's peak.
+  """
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None

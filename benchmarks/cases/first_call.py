@@ -67,23 +67,7 @@ def measure(label: str, leaves: int, time_limit_s: float) -> dict:
   t4 = time.perf_counter()
   watchdog.cancel()
   return {"total_s": t4 - t0, "trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
-          "peak_rss_bytes": _peak_rss_bytes()}
-
-
-def _peak_rss_bytes() -> int | None:
-  """This process's peak resident memory (Linux; None elsewhere).
-
-  Not ``getrusage``: on Linux its ``ru_maxrss`` survives fork and exec, so a child of a large
-  process reports the parent's peak.
-  """
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return None
+          "peak_rss_bytes": harness.peak_rss_bytes()}
 
 
 _CHILD = ("import json, sys; from benchmarks.cases.first_call import measure; "

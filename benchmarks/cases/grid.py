@@ -80,18 +80,6 @@ CELLS = {
 
 # -- first call, in a fresh process ------------------------------------------------------------------
 
-def _peak_rss_bytes() -> int | None:
-  """VmHWM: ``getrusage``'s peak survives fork and exec (``cases/first_call.py``)."""
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return None
-
-
 def measure_first_call(cell: Cell, label: str, time_limit_s: float) -> dict:
   """The training step's first call in this process (set-up and ``init`` before it excluded).
 
@@ -133,7 +121,7 @@ def measure_first_call(cell: Cell, label: str, time_limit_s: float) -> dict:
     lowered = fn.lower(*args)
     compiled = getattr(lowered, "lowered", lowered).compile()
   stats = compiled.memory_analysis()
-  return {"wall_s": wall, "cpu_s": cpu, **phases, "peak_rss_bytes": _peak_rss_bytes(),
+  return {"wall_s": wall, "cpu_s": cpu, **phases, "peak_rss_bytes": harness.peak_rss_bytes(),
           "peak_bytes": None if stats is None else int(stats.peak_memory_in_bytes)}
 
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -17,6 +13,7 @@ import pytest
 
 import steadax
 from steadax.contrib import GaLoreDimensionNumbers, MuonDimensionNumbers
+from tests.sharding.virtual_devices import run_for_result
 
 X64 = bool(jax.config.jax_enable_x64)
 
@@ -255,17 +252,7 @@ _SHARDING_SCRIPT = textwrap.dedent("""
 
 @functools.lru_cache(maxsize=1)
 def _sharding_results() -> dict:
-  # Collectives are placed before code generation: XLA's cheapest code generation (both sides of
-  # every comparison, Optax's control included, are compiled alike).
-  flags = ("--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0 "
-           "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false")
-  env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
-  proc = subprocess.run([sys.executable, "-c", _SHARDING_SCRIPT], capture_output=True, text=True,
-                        env=env, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
-  return json.loads(line[len("RESULT"):])
+  return run_for_result(["-c", _SHARDING_SCRIPT], devices=2, fusion_emitters=False)
 
 
 @pytest.mark.slow

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import pytest
 
 import steadax
 from steadax._core._module import Module, hyper_field, static_field
+from steadax._core._transformation import Transformation
 
 
 def _positive(owner, name, value):
@@ -81,3 +85,43 @@ def test_one_check_names_the_factory_called(build, message):
 def test_adamax_leaves_its_uncorrected_b2_open():
   assert steadax.scale_by_adamax(b2=1.0).b2 == 1.0  # Adamax does not bias-correct its b2
   assert steadax.adamax(0.1, b2=1.0) is not None
+
+
+def _same_default(a, b) -> bool:
+  if a is b or (type(a) is type(b) and a == b):
+    return True
+  numbers = (int, float)
+  return isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and float(a) == float(b)
+
+
+def test_a_factorys_defaults_are_its_class_fields_defaults():
+  """A factory's signature repeats its class fields' defaults (``help()``, IDEs and Optax's
+  introspecting code read the signature); the two copies must agree, or ``scale_by_adam()`` and
+  ``ScaleByAdam()`` would be different optimizers. Every public factory that returns one
+  Transformation built from its arguments is compared, parameter by parameter."""
+  checked, different = 0, []
+  for namespace in (steadax, steadax.contrib, steadax.transforms):
+    for name in namespace.__all__:
+      factory = getattr(namespace, name)
+      if not inspect.isfunction(factory):
+        continue
+      parameters = inspect.signature(factory).parameters.values()
+      required = [p.name for p in parameters if p.default is inspect.Parameter.empty
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+      if set(required) - {"learning_rate"}:
+        continue
+      try:
+        built = factory(**{n: 1e-3 for n in required})
+      except Exception:  # a factory that needs more than a learning rate (or warns): not compared
+        continue
+      if not isinstance(built, Transformation):
+        continue
+      fields = {f.name: f.default for f in dataclasses.fields(built)}
+      for p in parameters:
+        if p.default is inspect.Parameter.empty or fields.get(p.name, dataclasses.MISSING) is dataclasses.MISSING:
+          continue
+        checked += 1
+        if not _same_default(p.default, fields[p.name]):
+          different.append(f"{name}({p.name}={p.default!r}) builds a field whose default is {fields[p.name]!r}")
+  assert checked > 300, checked
+  assert not different, "\n".join(different)

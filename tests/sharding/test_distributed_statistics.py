@@ -8,28 +8,18 @@ when jax starts) runs _distributed_script.py; its docstring says what it measure
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.sharding.virtual_devices import run_for_result
 
 SCRIPT = Path(__file__).with_name("_distributed_script.py")
 
 
 @functools.lru_cache(maxsize=1)
 def _results() -> dict:
-  # Layouts and collectives are decided before code generation: the cheapest code generation.
-  flags = ("--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
-           "--xla_llvm_disable_expensive_passes=true")
-  env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
-  proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
-  return json.loads(line[len("RESULT "):])
+  return run_for_result([str(SCRIPT)], devices=8)
 
 
 @pytest.mark.slow

@@ -6,15 +6,12 @@ starts); its docstring says what is checked and how the compilations are shared.
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.registry import all_entries
+from tests.sharding.virtual_devices import run_for_result
 
 SCRIPT = Path(__file__).with_name("_registry_script.py")
 
@@ -24,17 +21,7 @@ KNOWN: dict = {}
 
 @functools.lru_cache(maxsize=1)
 def _results() -> dict:
-  # Layouts and collectives are decided before code generation: the CPU backend's optimisations
-  # are turned down and its older fusion emitters used (the MLIR ones compile each of these
-  # programs' hundreds of fusions through a pass pipeline: half of the subprocess's time).
-  flags = ("--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
-           "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false")
-  env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
-  proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
-  return json.loads(line[len("RESULT "):])
+  return run_for_result([str(SCRIPT)], devices=8, fusion_emitters=False, timeout=900)
 
 
 @pytest.mark.slow

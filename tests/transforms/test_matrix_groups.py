@@ -78,7 +78,10 @@ def both_paths():
 @pytest.mark.x32_only
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_groups_equal_the_per_parameter_path(both_paths, name):
-  grouped, per_leaf = both_paths[True][name], both_paths[False][name]
+  _assert_paths_agree(both_paths[True][name], both_paths[False][name], name)
+
+
+def _assert_paths_agree(grouped, per_leaf, name):
   assert jax.tree_util.tree_structure(grouped) == jax.tree_util.tree_structure(per_leaf)
   tol = 1e-12 if X64 else 2e-6
   for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(grouped)[0], jax.tree_util.tree_leaves(per_leaf)):
@@ -93,6 +96,25 @@ def test_groups_equal_the_per_parameter_path(both_paths, name):
     loose = 50 if ".eigenbases" in jax.tree_util.keystr(path) else 1
     np.testing.assert_allclose(a, b, rtol=0, atol=loose * tol * scale,
                                err_msg=f"{name} {jax.tree_util.keystr(path)}")
+
+
+@pytest.mark.x32_only  # as above: grouping does not read the x64 mode
+@pytest.mark.parametrize("cores, chunk_bytes", [(3, 1 << 40), (2, 1)])
+def test_byte_sized_chunks_equal_the_per_parameter_path(monkeypatch, cores, chunk_bytes):
+  """SOAP's and Shampoo's groups split into chunks on one CPU device (by cores, then by the bytes of
+  a member's arrays), all chunks in one leafwise call: chunks of unequal sizes (3 chunks of a
+  4-member group: 1, 1, 2) and of one member each give the per-parameter results."""
+  monkeypatch.setattr(_matrix, "_chunks_per_group", lambda: cores)
+  monkeypatch.setattr(_matrix, "_CHUNK_BYTES", chunk_bytes)
+  assert _matrix.chunk_bounds(4, 64) == ([(0, 1), (1, 2), (2, 4)] if cores == 3 else [(0, 1), (1, 2), (2, 3), (3, 4)])
+  txs = {name: OPTIMIZERS[name]() for name in ("soap", "shampoo")}
+  params = layers(4)
+  results = {}
+  for grouping in (True, False):
+    monkeypatch.setattr(_matrix, "_GROUPING", grouping)
+    results[grouping] = jax.jit(lambda p: _two_steps(txs, p))(params)
+  for name in txs:
+    _assert_paths_agree(results[True][name], results[False][name], name)
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))

@@ -184,9 +184,26 @@ def _chunks_per_group() -> int:
 _MAX_CHUNKS = 8
 
 
-def shape_groups(keys: Sequence[Any], grouping: bool | None = None) -> list[list[int]]:
+# On one CPU device, the state bytes of a chunk of a shape group that ``leafwise_with_matrices``
+# aims at: a chunk's stacked arrays stay in a core's cache across the step's passes over them.
+_CHUNK_BYTES = 512 * 1024
+
+
+def chunk_bounds(n: int, member_bytes: int = 0) -> list[tuple[int, int]]:
+  """``(start, stop)`` of the contiguous chunks a group of ``n`` members is split into, of nearly
+  equal size: ``_chunks_per_group()`` of them, and on one CPU device enough more that a chunk holds
+  about ``_CHUNK_BYTES`` of the members' arrays (``member_bytes`` each; 0: by cores only)."""
+  k = _chunks_per_group()
+  if k > 1 and member_bytes:
+    k = max(k, -(-n * member_bytes // _CHUNK_BYTES))
+  k = min(k, n)
+  bounds = [n * j // k for j in range(k + 1)]
+  return list(zip(bounds, bounds[1:]))
+
+
+def shape_groups(keys: Sequence[Any], grouping: bool | None = None, chunked: bool = True) -> list[list[int]]:
   """Indices with equal keys, in order of first appearance (None keys: not grouped, left out), each
-  group split into ``_chunks_per_group()`` contiguous chunks of nearly equal size.
+  group split into ``chunk_bounds`` chunks unless ``chunked`` is False.
 
   ``grouping`` (default: the module's ``_GROUPING``) False makes every index a group of its own;
   True gives the groups whatever ``_GROUPING`` says (an order both paths share, e.g. PSGD's probes).
@@ -196,14 +213,9 @@ def shape_groups(keys: Sequence[Any], grouping: bool | None = None) -> list[list
   for i, key in enumerate(keys):
     if key is not None:
       groups.setdefault(key if grouping else i, []).append(i)
-  chunks = _chunks_per_group()
-  out = []
-  for members in groups.values():
-    n = len(members)
-    k = min(chunks, n)
-    bounds = [n * j // k for j in range(k + 1)]
-    out.extend(members[a:b] for a, b in zip(bounds, bounds[1:]))
-  return out
+  if not chunked:
+    return list(groups.values())
+  return [members[a:b] for members in groups.values() for a, b in chunk_bounds(len(members))]
 
 
 def stack(arrays: Sequence[jax.Array]) -> jax.Array:
@@ -612,8 +624,9 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
                    tuple(None if x is None else (tuple(np.shape(x)), np.dtype(x.dtype), layout_key(x))
                          for x in arrays)))
   # One leafwise call per shape group (see "Shape groups" above); a group of one is the
-  # per-parameter path.
-  for members in shape_groups(keys):
+  # per-parameter path. On one CPU device a group's chunks (``chunk_bounds``, by the bytes of a
+  # member's arrays) are the leaves of that call, so leafwise traces the chunk function once.
+  for members in shape_groups(keys, chunked=False):
     i, n = members[0], len(members)
     leaf_matrices = [tree[i] for tree in matrix_leaves]
     axes = split_matrices(leaf_matrices[0])[0] if leaf_matrices else ()
@@ -645,30 +658,39 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
     else:
       label = group_label([paths[j] for j in members])
       columns = list(zip(*(g_and_moments + live for g_and_moments, live in zip(gathered, lives))))
-      stacked = [stack(column) for column in columns]
+      if dist is None:
+        bounds = chunk_bounds(n, sum(x.size * x.dtype.itemsize for x in gathered[0] + lives[0]))
+      else:
+        bounds = [(0, n)]
+      labels = [label if len(bounds) == 1 else f"{label}[{a}:{b}]" for a, b in bounds]
+      # Each chunk's columns stacked (``stacked[c][t]``: chunk c, input t).
+      stacked = [[stack(column[a:b]) for column in columns] for a, b in bounds]
       if dist is not None:
         layouts = [sharding_of(column[0]) for column in columns]
-        stacked = [to_owners(x, dist) for x in stacked]
-      rows = stacked[0].shape[0] // (dist.size if dist is not None else 1)
-      param = None if param_leaves[i] is None else {label: stacked_struct(param_leaves[i], rows)}
+        stacked = [[to_owners(x, dist) for x in stacked[0]]]
+      rows = [xs[0].shape[0] // (dist.size if dist is not None else 1) for xs in stacked]
+      param = None if param_leaves[i] is None else {
+          name: stacked_struct(param_leaves[i], r) for name, r in zip(labels, rows)}
 
-      def run(flags, record, *xs, label=label, param=param):
+      def run(flags, record, chunks, labels=labels, param=param):
         one = make_leaf(axes, *flags)
         # The scalars record is shared by the group; every array input has the group axis.
         leaf = lambda k, *ys: jax.vmap(lambda *zs: one(k, *zs))(*ys)  # noqa: E731
-        inputs = [{label: x} for x in xs]
-        return [r[label] for r in tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=record)]
+        inputs = [dict(zip(labels, column)) for column in zip(*chunks)]
+        outputs = tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=record)
+        return [[r[name] for r in outputs] for name in labels]
 
     if not grouped:
       results = [tx.leafwise(leaf, inputs[0], *inputs[1:], params=param, scalars=scalars)]
     elif dist is None:
-      results = list(zip(*(unstack(r, n) for r in run(shared, scalars, *stacked))))
+      results = [member for (a, b), outputs in zip(bounds, run(shared, scalars, stacked))
+                 for member in zip(*(unstack(r, b - a) for r in outputs))]
     else:
       # The scalars of the group's compute dtype, built here and passed in (see ``on_owners``).
-      rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked]))
+      rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked[0]]))
       traced, rebuild = split_record(_record(scalars, rdt))
-      blocks = on_owners(lambda sh, *xs: run(sh[0], lambda dt: rebuild(sh[1]), *xs), dist,
-                         (tuple(shared), traced), *stacked)
+      blocks = on_owners(lambda sh, *xs: run(sh[0], lambda dt: rebuild(sh[1]), [xs])[0], dist,
+                         (tuple(shared), traced), *stacked[0])
       results = [from_owners(r, n, layout) for r, layout in zip(blocks, layouts)]
       results = list(zip(*(unstack(r, n) for r in results)))
     n_moments = len(moment_leaves)
