@@ -99,14 +99,16 @@ def _assert_paths_agree(grouped, per_leaf, name):
 
 
 @pytest.mark.x32_only  # as above: grouping does not read the x64 mode
-@pytest.mark.parametrize("cores, chunk_bytes", [(3, 1 << 40), (2, 1)])
-def test_byte_sized_chunks_equal_the_per_parameter_path(monkeypatch, cores, chunk_bytes):
-  """SOAP's and Shampoo's groups split into chunks on one CPU device (by cores, then by the bytes of
-  a member's arrays), all chunks in one leafwise call: chunks of unequal sizes (3 chunks of a
-  4-member group: 1, 1, 2) and of one member each give the per-parameter results."""
-  monkeypatch.setattr(_matrix, "_chunks_per_group", lambda: cores)
-  monkeypatch.setattr(_matrix, "_CHUNK_BYTES", chunk_bytes)
-  assert _matrix.chunk_bounds(4, 64) == ([(0, 1), (1, 2), (2, 4)] if cores == 3 else [(0, 1), (1, 2), (2, 3), (3, 4)])
+def test_byte_sized_chunks_equal_the_per_parameter_path(monkeypatch):
+  """SOAP's and Shampoo's groups split into chunks on one CPU device (at least one per core, then by
+  the bytes of a member's arrays; a group within the chunk size stays whole), all chunks in one
+  leafwise call: chunks of unequal sizes (a 4-member group in 3 chunks: 1, 1, 2) give the
+  per-parameter results."""
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 3)
+  monkeypatch.setattr(_matrix, "_CHUNK_BYTES", 1000)
+  assert _matrix.chunk_bounds(4, 448) == [(0, 1), (1, 2), (2, 4)]  # 1,792 bytes: at least 3 chunks
+  assert _matrix.chunk_bounds(8, 448) == [(0, 2), (2, 4), (4, 6), (6, 8)]  # 3,584 bytes: 4 chunks
+  assert _matrix.chunk_bounds(4, 100) == [(0, 4)]  # within 1,000 bytes: whole
   txs = {name: OPTIMIZERS[name]() for name in ("soap", "shampoo")}
   params = layers(4)
   results = {}
@@ -198,9 +200,9 @@ def test_lapack_calls_take_one_matrix_each_on_cpu(name):
 def test_a_group_is_split_into_contiguous_chunks_one_per_core(monkeypatch):
   """On a CPU device a group is split into one chunk per core (XLA runs independent operations on
   the cores side by side, and one batched product on one core); the order of the indices is kept."""
-  monkeypatch.setattr(_matrix, "_chunks_per_group", lambda: 3)
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 3)
   keys = ["a", "b", "a", "a", None, "a", "b", "a", "a"]
   assert _matrix.shape_groups(keys) == [[0, 2], [3, 5], [7, 8], [1], [6]]
   assert _matrix.shape_groups(keys, grouping=False) == [[0], [1], [2], [3], [5], [6], [7], [8]]
-  monkeypatch.setattr(_matrix, "_chunks_per_group", lambda: 1)
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 0)  # an accelerator, or several CPU devices
   assert _matrix.shape_groups(keys) == [[0, 2, 3, 5, 7, 8], [1, 6]]

@@ -162,41 +162,43 @@ def layout_key(x: Any) -> Any:
 _GROUPING = True
 
 
-def _chunks_per_group() -> int:
-  """How many independent computations a shape group is split into: the cores XLA's CPU backend
-  runs a program's operations on (at most 8), with one CPU device; 1 elsewhere.
+def _cpu_cores() -> int:
+  """The cores XLA's CPU backend runs a program's operations on (at most ``_MAX_CHUNKS``), with one
+  CPU device; 0 elsewhere (accelerators run a batch as one kernel, and several CPU devices divide a
+  group among themselves: the owner layout).
 
   XLA's CPU backend runs independent operations of a program at the same time, one per core, and
   runs one batched matrix product (a group's) on one core. Per parameter, a 2-core machine
   computed the matrices of a deep model two at a time; as one group, one at a time: Muon's step at
-  8 layers took 1.25x and SOAP's at 32 layers 1.6x the per-parameter time. Split into as many
-  chunks as cores, the chunks run side by side; their shapes are equal (or differ by one member), so
-  XLA still compiles each kernel once or twice, and the program grows with the cores, not the depth.
-  Accelerators run a batch as one kernel, and several CPU devices divide a group among themselves
-  (the owner layout).
+  8 layers took 1.25x the per-parameter time. Split into as many chunks as cores, the chunks run
+  side by side; their shapes are equal (or differ by one member), so XLA still compiles each
+  kernel once or twice, and the program grows with the cores, not the depth.
   """
   if jax.default_backend() != "cpu" or jax.local_device_count() > 1:
-    return 1
+    return 0
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
   return max(1, min(cores, _MAX_CHUNKS))
 
 
 _MAX_CHUNKS = 8
 
-
-# On one CPU device, the state bytes of a chunk of a shape group that ``leafwise_with_matrices``
-# aims at: a chunk's stacked arrays stay in a core's cache across the step's passes over them.
+# On one CPU device, the bytes of a chunk of a shape group (its members' arrays) that
+# ``leafwise_with_matrices`` aims at: SOAP's step passes over seven state arrays per matrix, and
+# stacked beyond a core's cache (128 matrices of 64x64: 2 MiB per array) the grouped step took 1.5x
+# the per-parameter one. A group within this size is not split (nothing to gain on tiny matrices).
 _CHUNK_BYTES = 512 * 1024
 
 
 def chunk_bounds(n: int, member_bytes: int = 0) -> list[tuple[int, int]]:
-  """``(start, stop)`` of the contiguous chunks a group of ``n`` members is split into, of nearly
-  equal size: ``_chunks_per_group()`` of them, and on one CPU device enough more that a chunk holds
-  about ``_CHUNK_BYTES`` of the members' arrays (``member_bytes`` each; 0: by cores only)."""
-  k = _chunks_per_group()
-  if k > 1 and member_bytes:
-    k = max(k, -(-n * member_bytes // _CHUNK_BYTES))
-  k = min(k, n)
+  """``(start, stop)`` of the contiguous chunks, of nearly equal size, a group of ``n`` members is
+  split into on one CPU device: one per core (``_cpu_cores``) or, given the bytes of a member's
+  arrays, none for a group within ``_CHUNK_BYTES`` and otherwise enough that a chunk holds about
+  ``_CHUNK_BYTES`` (and at least one per core). Elsewhere the whole group."""
+  k = cores = _cpu_cores()
+  if cores and member_bytes:
+    total = n * member_bytes
+    k = 1 if total <= _CHUNK_BYTES else max(cores, -(-total // _CHUNK_BYTES))
+  k = max(1, min(k, n))
   bounds = [n * j // k for j in range(k + 1)]
   return list(zip(bounds, bounds[1:]))
 
