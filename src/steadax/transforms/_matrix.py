@@ -449,9 +449,10 @@ def _one_at_a_time() -> bool:
 
 
 def _one_matrix_per_call(fn: Callable[..., Any]) -> Callable[..., Any]:
-  """``fn`` of one matrix per argument (each argument's last two axes), applied to batches (leading
-  axes, or a ``jax.vmap`` around it, as shape groups and sweeps add) one matrix per call
-  (``lax.map``): see ``_one_at_a_time``. The arguments share their leading axes."""
+  """``fn`` of one matrix per argument (each argument's last two axes), batched over leading axes:
+  on a CPU backend applied to a batch (leading axes, or a ``jax.vmap`` around it, as shape groups
+  and sweeps add) one matrix per call (``lax.map``; see ``_one_at_a_time``), elsewhere ``fn``
+  itself. The arguments share their leading axes."""
 
   @jax.custom_batching.custom_vmap
   def per_matrix(*xs: jax.Array) -> Any:
@@ -468,38 +469,34 @@ def _one_matrix_per_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     out = per_matrix(*xs)
     return out, jax.tree.map(lambda _: True, out)
 
-  return per_matrix
+  def call(*xs: jax.Array) -> Any:
+    return per_matrix(*xs) if _one_at_a_time() else fn(*xs)
+
+  return call
 
 
-_eigh_per_matrix = _one_matrix_per_call(lambda s: tuple(jnp.linalg.eigh(s)))
-_solve_h_per_matrix = _one_matrix_per_call(
-    lambda q, b: jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False))
-_svd_per_matrix = _one_matrix_per_call(lambda x: tuple(jnp.linalg.svd(x, full_matrices=False)))
+_eigh = _one_matrix_per_call(lambda s: tuple(jnp.linalg.eigh(s)))
+_solve_h = _one_matrix_per_call(lambda q, b: jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False))
+_svd = _one_matrix_per_call(lambda x: tuple(jnp.linalg.svd(x, full_matrices=False)))
 
 
 def upper_solve_h(q: jax.Array, b: jax.Array) -> jax.Array:
   """``Q^{-H} B`` for an upper-triangular ``q`` (``solve_triangular(q, b, trans="C")``), one
   matrix per LAPACK call on a CPU backend (see ``_one_at_a_time``)."""
-  if _one_at_a_time():
-    return _solve_h_per_matrix(q, b)
-  return jax.scipy.linalg.solve_triangular(q, b, trans="C", lower=False)
+  return _solve_h(q, b)
 
 
 def hermitian_eigh(s: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``jnp.linalg.eigh`` of the Hermitian ``s`` (batched over leading axes), one matrix per LAPACK
   call on a CPU backend (see ``_one_at_a_time``)."""
-  if _one_at_a_time():
-    return _eigh_per_matrix(s)
-  values, vectors = jnp.linalg.eigh(s)
+  values, vectors = _eigh(s)
   return values, vectors
 
 
 def thin_svd(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """``jnp.linalg.svd(x, full_matrices=False)`` (batched over leading axes), one matrix per LAPACK
   call on a CPU backend (see ``_one_at_a_time``)."""
-  if _one_at_a_time():
-    return _svd_per_matrix(x)
-  u, s, vh = jnp.linalg.svd(x, full_matrices=False)
+  u, s, vh = _svd(x)
   return u, s, vh
 
 
