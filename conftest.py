@@ -1,11 +1,17 @@
-"""Strict test configuration: contract strict mode, strict dtype promotion, x64 from the env."""
+"""Strict test configuration: contract strict mode, strict dtype promotion, x64 from the env, and
+XLA's cheapest CPU code generation (tests/compile_flags.py says why and what keeps the defaults)."""
 
 import os
 
-import jax
-import pytest
+from tests.compile_flags import with_flags
 
-import steadax
+# Before JAX starts its backend (XLA reads the variable once); child processes inherit it.
+os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""))
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+import steadax  # noqa: E402
 
 X64 = os.environ.get("JAX_ENABLE_X64", "0").lower() in ("1", "true")
 jax.config.update("jax_enable_x64", X64)

@@ -3,8 +3,9 @@
 Each block is run by ``python -c <block>`` in a new interpreter (one subprocess per block), in an
 empty temporary directory, with nothing injected: no imports, no ``params``, no names from the
 page's earlier blocks, and none of the suite's configuration (conftest.py's strict dtype promotion,
-rank promotion and strict contract mode live in the pytest process only; the JAX_ENABLE_X64
-variable is removed, so the block sees JAX's defaults). A block that uses a name it does not
+rank promotion and strict contract mode live in the pytest process only; the JAX_ENABLE_X64 and
+XLA_FLAGS variables are removed, so the block sees JAX's and XLA's defaults, not the suite's cheap
+code generation of tests/compile_flags.py). A block that uses a name it does not
 define or import fails with the NameError the reader would see. Blocks whose first line says
 ``# not run`` are sketches (the page says why); there is one, docs/internals.md's outline of a
 transformation written with the private core's names.
@@ -23,13 +24,14 @@ A block's warnings are failures too: a reader's copy should not print one.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
+
+from tests.compile_flags import defaults_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -46,7 +48,7 @@ CASES = [(p, i, b) for p in DOCS for i, b in _blocks(p)]
 
 def run_alone(code, cwd):
   """Runs ``code`` as ``python -c code`` in a fresh interpreter; returns the CompletedProcess."""
-  env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+  env = defaults_env()
   return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
                         text=True, timeout=900, check=False)  # a hang, not a slow machine
 
@@ -66,8 +68,8 @@ def test_a_block_gets_nothing_injected(tmp_path):
   # the suite's strict dtype promotion does not reach it (JAX's default promotion applies).
   missing = run_alone("x = jnp.ones(2)\n", tmp_path)
   assert missing.returncode != 0 and "NameError: name 'jnp' is not defined" in missing.stderr
-  mixed = run_alone("import jax, jax.numpy as jnp\n"
-                    "assert not jax.config.jax_enable_x64\n"
+  mixed = run_alone("import os, jax, jax.numpy as jnp\n"
+                    "assert not jax.config.jax_enable_x64 and 'XLA_FLAGS' not in os.environ\n"
                     "jnp.ones(2, jnp.int32) + jnp.ones(2, jnp.bfloat16)\n", tmp_path)
   assert mixed.returncode == 0, mixed.stderr
 

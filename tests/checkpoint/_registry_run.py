@@ -37,10 +37,6 @@ NESTED = [
 ]
 LOOKAHEAD = {e.name for e in NESTED if e.name.startswith("lookahead(")}
 ENTRIES = all_entries() + NESTED
-# step_all's: bit-identity of two runs of one program on tiny arrays, so XLA's cheapest compilation
-# (its MLIR fusion emitters compile each of the step's hundreds of fusions through a pass pipeline).
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
-                    "xla_cpu_use_fusion_emitters": False}
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,7 +57,7 @@ def init_all(params):
   return {name: txs[name].init(params[name]) for name in txs}
 
 
-@functools.partial(jax.jit, compiler_options=COMPILER_OPTIONS)
+@jax.jit
 def step_all(params, states):
   """One step of every entry on its own problem (with the extras it needs)."""
   txs = transformations()

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.compile_flags import device_env
 
 WORKER = Path(__file__).with_name("_sharded_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +31,7 @@ def _free_port() -> int:
 
 
 def _run_pair(directory: Path) -> tuple[list[int | None], list[str]]:
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
+  env = device_env(2)
   env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
   port = _free_port()
   procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(port), str(directory)], env=env,

@@ -252,7 +252,7 @@ _SHARDING_SCRIPT = textwrap.dedent("""
 
 @functools.lru_cache(maxsize=1)
 def _sharding_results() -> dict:
-  return run_for_result(["-c", _SHARDING_SCRIPT], devices=2, fusion_emitters=False)
+  return run_for_result(["-c", _SHARDING_SCRIPT], devices=2)
 
 
 @pytest.mark.slow

@@ -1,6 +1,5 @@
 """FlatParams: parameters held as flat buffers give the per-leaf results with a few arrays."""
 
-import functools
 import re
 
 import equinox as eqx
@@ -16,8 +15,6 @@ from tests.conformance import _harness
 from tests.conformance.registry import all_entries
 
 MAX = 16  # leaves above this many elements stay leaves in these tests
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
-                    "xla_cpu_use_fusion_emitters": False}
 
 
 def _params():
@@ -83,8 +80,7 @@ def _run_both(entry, steps=3):
   step_plain = _harness.make_step(entry, _loss, _harness.matrix_grads)
   step_flat = _harness.make_step(entry, lambda f: _loss(f.tree()), _harness.matrix_grads)
 
-  # Values of tiny arrays: XLA's cheapest compilation (most of this test's time is compiling).
-  @functools.partial(jax.jit, compiler_options=COMPILER_OPTIONS)
+  @jax.jit
   def run(params, flat):
     def body(carry, _):
       (params, state, _), (flat, fstate, _) = carry

@@ -36,8 +36,6 @@ STEPS = 3
 # a 6e4 gradient moves a float16 parameter by 2.4e4 a step): that is the learning rate's doing,
 # so there the updates and the state are held finite, not the parameters.
 PARAMS_CHECKED = {"tiny", "clipped", "zero"}
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
-                    "xla_cpu_use_fusion_emitters": False}
 
 
 def _params() -> dict:
@@ -75,7 +73,7 @@ def _step(entry, tx, params, state, scales):
 def _group_step(entries):
   def step(txs, params, states, scales):
     return [_step(e, tx, p, s, scales) for e, tx, p, s in zip(entries, txs, params, states)]
-  return jax.jit(step, compiler_options=COMPILER_OPTIONS)
+  return jax.jit(step)
 
 
 def _non_finite(tree, mask=None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from flax import linen, nnx
 from flax.training import train_state
 
 import steadax
+from tests.compile_flags import device_env
 
 _X = jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float32).reshape(4, 3)
 _Y = jnp.asarray([[0.5], [-0.25], [1.0], [0.0]], jnp.float32)
@@ -207,8 +207,7 @@ _SHARDING_SCRIPT = textwrap.dedent("""
 
 @functools.lru_cache(maxsize=1)
 def _sharding_results() -> dict:
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
+  env = device_env(4)
   proc = subprocess.run([sys.executable, "-c", _SHARDING_SCRIPT], capture_output=True, text=True,
                         env=env, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]

@@ -21,8 +21,8 @@ same values, read through its own containers: a difference is the client's handl
 transformation and its state.
 
 Time (XLA compilation is the cost): one compiled program per entry. The reference and every client
-run inside one ``jax.jit`` with cheap compiler options, each client in its own ``nnx.jit`` /
-``jax.jit`` / ``eqx.filter_jit`` step called twice; they start from the same traced arrays, so
+run inside one ``jax.jit`` (compiled with the suite's cheap flags, tests/compile_flags.py), each
+client in its own ``nnx.jit`` / ``jax.jit`` / ``eqx.filter_jit`` step called twice; they start from the same traced arrays, so
 XLA's common-subexpression pass compiles the arithmetic they share once. One program also keeps the
 comparison exact: Shampoo's inverse roots of singular statistics and SOAP's second step (Adam's
 first, on rotated gradients) turn the rounding differences between two compilations into
@@ -56,9 +56,6 @@ pytestmark = pytest.mark.x32_only  # the clients' handling of containers does no
 WIDTH = 64  # 64 * 64 = adam8bit's default min_8bit_size: the kernel is quantized blockwise
 BATCH = 4
 STEPS = 2
-# XLA's cheapest compilation for the shared program (tiny arrays; compiling is the cost).
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
-                    "xla_cpu_use_fusion_emitters": False}
 
 _RNG = np.random.default_rng(0)
 _KERNEL = (_RNG.normal(size=(WIDTH, WIDTH)) / WIDTH).astype(np.float32)
@@ -317,7 +314,7 @@ def _clients_program(entry: Entry, traces: list, errors: dict, retraced: set) ->
 
 
 def _run_clients(entry: Entry, traces: list, errors: dict, retraced: set) -> dict:
-  program = jax.jit(_clients_program(entry, traces, errors, retraced), compiler_options=COMPILER_OPTIONS)
+  program = jax.jit(_clients_program(entry, traces, errors, retraced))
   return program(_initial(entry))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -10,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.compile_flags import defaults_env
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fsdp.py"
 
 
 @pytest.mark.slow
 @pytest.mark.x32_only  # a subprocess with x64 off whatever the pass
 def test_fsdp_example_trains_with_sharded_state():
-  env = dict(os.environ)
-  env.pop("JAX_ENABLE_X64", None)
-  env.pop("XLA_FLAGS", None)  # the example sets its own device count
+  env = defaults_env()  # as a user runs it (the example sets its own device count)
   proc = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "10"], capture_output=True, text=True,
                         env=env, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]

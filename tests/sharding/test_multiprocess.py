@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.compile_flags import device_env
 
 WORKER = Path(__file__).with_name("_multiprocess_worker.py")
 LIMIT_S = 55
@@ -41,8 +42,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _run_pair() -> tuple[list[int | None], list[str]]:
   """Both processes' return codes (None: killed at the limit) and outputs."""
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
+  env = device_env(2)
   port = _free_port()
   procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(port)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True) for i in range(2)]

@@ -21,7 +21,7 @@ KNOWN: dict = {}
 
 @functools.lru_cache(maxsize=1)
 def _results() -> dict:
-  return run_for_result([str(SCRIPT)], devices=8, fusion_emitters=False, timeout=900)
+  return run_for_result([str(SCRIPT)], devices=8, timeout=900)
 
 
 @pytest.mark.slow

@@ -4,34 +4,30 @@ is fixed when jax starts, so a test of layouts and collectives on a mesh needs a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
+from tests.compile_flags import device_env
 
-def run_for_result(args: list[str], devices: int, *, fusion_emitters: bool = True, timeout: int = 600) -> dict:
+
+def run_for_result(args: list[str], devices: int, *, fusion_emitters: bool = False, timeout: int = 600) -> dict:
   """The JSON a child ``python *args`` prints after ``RESULT`` on a line of its own.
 
   The child sees ``devices`` virtual CPU devices, x64 off (layouts and collectives do not depend on
-  it) and XLA's cheapest code generation: layouts and collectives are decided before code is
-  generated, and both sides of every comparison are compiled alike.
+  it) and XLA's cheapest code generation (``tests/compile_flags.py``): layouts and collectives are
+  decided before code is generated, and both sides of every comparison are compiled alike.
 
   Args:
     args: the interpreter's arguments (a script's path, or ``-c`` and a program).
     devices: the number of virtual CPU devices.
-    fusion_emitters: False uses XLA's older CPU fusion emitters (the MLIR ones run a pass pipeline
-      per fusion: half the time of a program with hundreds of fusions).
+    fusion_emitters: True keeps XLA's MLIR fusion emitters (off by default with the other cheap
+      flags: they run a pass pipeline per fusion).
     timeout: seconds before the child is stopped and the test fails.
 
   Returns:
     The parsed JSON.
   """
-  flags = (f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0 "
-           "--xla_llvm_disable_expensive_passes=true")
-  if not fusion_emitters:
-    flags += " --xla_cpu_use_fusion_emitters=false"
-  env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
+  env = device_env(devices, fusion_emitters=fusion_emitters)
   proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
   assert proc.returncode == 0, proc.stderr[-4000:]
   line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))

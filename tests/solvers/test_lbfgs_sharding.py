@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from tests.compile_flags import device_env
 
 _EIGHT_DEVICES = textwrap.dedent("""
     import jax, jax.numpy as jnp
@@ -46,8 +46,7 @@ _EIGHT_DEVICES = textwrap.dedent("""
 
 @pytest.mark.x32_only  # a subprocess on an 8-device host mesh; sharding does not depend on x64
 def test_lbfgs_memory_takes_the_parameters_shardings():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-  env.pop("JAX_ENABLE_X64", None)
+  env = device_env(8)
   result = subprocess.run([sys.executable, "-c", _EIGHT_DEVICES], env=env, capture_output=True,
                           text=True, timeout=300)
   assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import optax
 import pytest
 
 import steadax
+from tests.compile_flags import device_env
 
 X64 = bool(jax.config.jax_enable_x64)
 
@@ -345,7 +345,7 @@ _TWO_DEVICES = textwrap.dedent("""
 
 @pytest.mark.x32_only  # a subprocess on a 2-device host mesh; sharding does not depend on x64
 def test_inside_shard_map_on_two_devices_with_sharded_params_and_a_local_nan():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  env = device_env(2)
   result = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True,
                           timeout=300)
   assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]

@@ -1,6 +1,5 @@
 """fuse: the fused multi-tensor path gives the unfused results with a few flat state buffers."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ import pytest
 
 import steadax
 from steadax._fusion._flat import FusedLayout
+from tests.compile_flags import device_env
 
 
 def _params(wide=False):
@@ -248,7 +248,7 @@ _TWO_DEVICES = textwrap.dedent("""
 
 @pytest.mark.x32_only  # a subprocess on a 2-device host mesh; sharding does not depend on x64
 def test_sharded_leaves_stay_out_of_buffers_and_are_never_gathered():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  env = device_env(2)
   result = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True,
                           text=True, timeout=300)
   assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
