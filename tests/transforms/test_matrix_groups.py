@@ -120,7 +120,11 @@ def test_byte_sized_chunks_equal_the_per_parameter_path(monkeypatch):
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_the_traced_update_does_not_grow_with_depth(name):
+def test_the_traced_update_does_not_grow_with_depth(name, monkeypatch):
+  # Whole groups, as on an accelerator or a mesh: on one CPU device a group is split into a
+  # bounded number of chunks (``chunk_bounds``: at most 4 per core), so there the trace grows with
+  # depth until every group has that many members (test_a_group_is_split_into_contiguous_chunks...).
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 0)
   tx = OPTIMIZERS[name]()
 
   def count(depth):
@@ -204,5 +208,24 @@ def test_a_group_is_split_into_contiguous_chunks_one_per_core(monkeypatch):
   keys = ["a", "b", "a", "a", None, "a", "b", "a", "a"]
   assert _matrix.shape_groups(keys) == [[0, 2], [3, 5], [7, 8], [1], [6]]
   assert _matrix.shape_groups(keys, grouping=False) == [[0], [1], [2], [3], [5], [6], [7], [8]]
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 1)
+  assert _matrix.shape_groups(keys, per_core=2) == [[0, 2, 3], [5, 7, 8], [1], [6]]
   monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 0)  # an accelerator, or several CPU devices
   assert _matrix.shape_groups(keys) == [[0, 2, 3, 5, 7, 8], [1, 6]]
+  assert _matrix.shape_groups(keys, per_core=4) == [[0, 2, 3, 5, 7, 8], [1, 6]]
+
+
+@pytest.mark.x32_only
+@pytest.mark.parametrize("name", ["muon", "galore"])
+def test_muon_and_galore_split_a_group_into_balanced_chunks_on_one_cpu_core(monkeypatch, name):
+  """Muon's and GaLore's groups take ``BALANCED_CHUNKS_PER_CORE`` chunks per core (their chains of
+  products differ in length between groups): on one core, 8 equal matrices are 4 chunks of 2."""
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 1)
+  tx = (steadax.contrib.muon(0.1) if name == "muon" else steadax.contrib.galore(0.1, rank=2))
+  params = {f"w{i}": jnp.full((8, 8), 0.1 * (i + 1), jnp.float32) for i in range(8)}
+  state = tx.init(params)
+  text = jax.jit(tx.update).lower(params, state, params).as_text()
+  per_chunk = _matrix.BALANCED_CHUNKS_PER_CORE
+  # Stacks of more than one matrix (the members' own 1x8x8 slices left out): the chunks'.
+  stacked = {int(n) for n in re.findall(r"tensor<(\d+)x8x8xf32>", text)} - {1}
+  assert stacked == {8 // per_chunk}, sorted(stacked)

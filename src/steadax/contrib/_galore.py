@@ -32,8 +32,8 @@ from .._core._tree import cond, is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import (conj_t, group_label, layout_key, replicate_whole, shape_groups, stack,
-                                  stacked_struct, thin_svd, unstack)
+from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, conj_t, group_label, layout_key, replicate_whole,
+                                  shape_groups, stack, stacked_struct, thin_svd, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from ._axes import leaf_dims, leaf_paths, matrix_view
 
@@ -161,7 +161,7 @@ class ScaleByGalore(Transformation):
              *((tuple(x.shape), x.dtype, layout_key(x)) for x in (g, p)),
              None if param is None else (param.dtype, layout_key(param)))
             for g, p, param, view in zip(grads, projectors, ps, views)]
-    groups = shape_groups(keys)
+    groups = shape_groups(keys, per_core=BALANCED_CHUNKS_PER_CORE)
     for members in groups:
       i = members[0]
       view, dtype = views[i], projectors[i].dtype

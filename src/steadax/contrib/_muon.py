@@ -41,8 +41,8 @@ from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import (conj_t, distribution, from_owners, group_label, layout_key,
-                                  on_owners, replicate_axes, shape_groups, sharding_of, stack,
+from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, conj_t, distribution, from_owners, group_label,
+                                  layout_key, on_owners, replicate_axes, shape_groups, sharding_of, stack,
                                   stacked_struct, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
@@ -279,7 +279,7 @@ class ScaleByMuon(Transformation):
     # One leafwise call per shape group (issue 22): parameters of one shape, dtype, layout and
     # matrix view are stacked and orthogonalized as one batch, so the program grows with the
     # number of distinct shapes, not with depth. A group of one is the per-parameter path.
-    for members in shape_groups(keys):
+    for members in shape_groups(keys, per_core=BALANCED_CHUNKS_PER_CORE):
       i = members[0]
       # On a mesh with explicit axes, a group of sharded matrices runs in the owner layout (each
       # device orthogonalizes its own share of the group's matrices; docs/sharding.md).
