@@ -184,11 +184,9 @@ _MAX_CHUNKS = 8
 
 # Chunks per core for the steps that are chains of matrix products of different lengths from one
 # group to the next (Muon's Newton-Schulz, GaLore's projections): with one chunk per core, the
-# chunks of a long group and of a short one do not share the cores evenly. Measured on a 2-core
-# CPU, step time against the per-parameter step (p10-median): Muon 1.16-1.34x with one chunk per
-# core, 0.91-0.99x with four, at 8 and 32 layers (compile 2.3 -> 2.7 and 3.1 -> 4.2 CPU-s; per
-# parameter 2.8 and 10.9); GaLore 1.06-1.15x -> 0.97-1.05x at 8. PSGD-Kron keeps one (four: step
-# 0.91 -> 0.97x, compile 9.2 -> 13.6 CPU-s).
+# chunks of a long group and of a short one do not share the cores evenly (Muon's grouped step took
+# up to 1.34x the per-parameter step with one chunk per core; the figures, and why PSGD-Kron keeps
+# one: docs/performance.md, "Step time on a CPU").
 BALANCED_CHUNKS_PER_CORE = 4
 
 # On one CPU device, the bytes of a chunk of a shape group (its members' arrays) that
