@@ -27,21 +27,19 @@ def defaults_wanted() -> bool:
   return os.environ.get("STEADAX_TEST_XLA_DEFAULTS", "0").lower() in ("1", "true")
 
 
-def with_flags(flags: str, *, fusion_emitters: bool = False) -> str:
-  """``flags`` (an ``XLA_FLAGS`` value) with the cheap flags added (none when
-  ``STEADAX_TEST_XLA_DEFAULTS=1``); ``fusion_emitters`` keeps XLA's MLIR fusion emitters."""
+def with_flags(flags: str) -> str:
+  """``flags`` (an ``XLA_FLAGS`` value) with the cheap flags it does not set already added (none
+  when ``STEADAX_TEST_XLA_DEFAULTS=1``)."""
   if defaults_wanted():
     return flags.strip()
-  extra = [f for f in FLAGS if fusion_emitters is False or "fusion_emitters" not in f]
-  return " ".join([flags.strip(), *(f for f in extra if f.split("=")[0] not in flags)]).strip()
+  return " ".join([flags.strip(), *(f for f in FLAGS if f.split("=")[0] not in flags)]).strip()
 
 
-def device_env(devices: int, *, fusion_emitters: bool = False) -> dict[str, str]:
+def device_env(devices: int) -> dict[str, str]:
   """The environment of a child process on ``devices`` virtual CPU devices with x64 off (JAX's
   default) and the cheap flags."""
   env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS=with_flags(f"--xla_force_host_platform_device_count={devices}",
-                                  fusion_emitters=fusion_emitters))
+             XLA_FLAGS=with_flags(f"--xla_force_host_platform_device_count={devices}"))
   env.pop("JAX_ENABLE_X64", None)
   return env
 

@@ -10,7 +10,7 @@ import sys
 from tests.compile_flags import device_env
 
 
-def run_for_result(args: list[str], devices: int, *, fusion_emitters: bool = False, timeout: int = 600) -> dict:
+def run_for_result(args: list[str], devices: int, *, timeout: int = 600) -> dict:
   """The JSON a child ``python *args`` prints after ``RESULT`` on a line of its own.
 
   The child sees ``devices`` virtual CPU devices, x64 off (layouts and collectives do not depend on
@@ -20,14 +20,12 @@ def run_for_result(args: list[str], devices: int, *, fusion_emitters: bool = Fal
   Args:
     args: the interpreter's arguments (a script's path, or ``-c`` and a program).
     devices: the number of virtual CPU devices.
-    fusion_emitters: True keeps XLA's MLIR fusion emitters (off by default with the other cheap
-      flags: they run a pass pipeline per fusion).
     timeout: seconds before the child is stopped and the test fails.
 
   Returns:
     The parsed JSON.
   """
-  env = device_env(devices, fusion_emitters=fusion_emitters)
+  env = device_env(devices)
   proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
   assert proc.returncode == 0, proc.stderr[-4000:]
   line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))

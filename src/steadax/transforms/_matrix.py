@@ -170,9 +170,10 @@ def _cpu_cores() -> int:
   XLA's CPU backend runs independent operations of a program at the same time, one per core, and
   runs one batched matrix product (a group's) on one core. Per parameter, a 2-core machine
   computed the matrices of a deep model two at a time; as one group, one at a time: Muon's step at
-  8 layers took 1.25x the per-parameter time. Split into as many chunks as cores, the chunks run
-  side by side; their shapes are equal (or differ by one member), so XLA still compiles each
-  kernel once or twice, and the program grows with the cores, not the depth.
+  8 layers took 1.25x the per-parameter time. Split into as many chunks as cores (or a multiple:
+  ``BALANCED_CHUNKS_PER_CORE``), the chunks run side by side; their shapes are equal (or differ by
+  one member), so XLA still compiles each kernel once or twice, and the program grows with the
+  cores, not the depth.
   """
   if jax.default_backend() != "cpu" or jax.local_device_count() > 1:
     return 0
