@@ -2,7 +2,8 @@
 test_distributed_statistics.py; prints ``RESULT {json}``).
 
 Sixteen 16x16 weights (one shape group) sharded ``P("fsdp", None)`` on an 8-device mesh with explicit
-axes, updated three times by Muon, SOAP, Shampoo and PSGD-Kron (one jitted update per optimizer).
+axes, updated three times by Muon, SOAP, Shampoo, PSGD-Kron and GaLore (one jitted update per optimizer;
+GaLore's SVDs at every step).
 Reported per optimizer: the bytes of the matrix statistics on the busiest device and in all, the
 layouts of the state and the updates, the collectives of the compiled update, and the largest
 difference from the same steps on one device.
@@ -34,6 +35,8 @@ OPTIMIZERS = {
     "soap": (lambda: steadax.soap(0.02, precondition_frequency=1), ("statistics", "eigenbases")),
     "shampoo": (lambda: steadax.shampoo(0.02, precondition_frequency=1), ("statistics", "preconditioners")),
     "psgd_kron": (lambda: steadax.psgd_kron(0.02, preconditioner_update_probability=1.0), ("preconditioner",)),
+    # Rank 8: the projectors (16x8) and the low-rank moments (8x16) have an axis 8 devices divide.
+    "galore": (lambda: steadax.contrib.galore(0.02, rank=8, update_proj_gap=1), ("projector", "mu", "nu")),
 }
 
 

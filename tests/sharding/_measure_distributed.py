@@ -8,8 +8,8 @@ mesh, the update alone (gradients given) jitted under explicit mesh axes (the ow
 for comparison, automatic ones (every device gathers and computes every matrix). Per optimizer:
 
 * **statistic bytes**: the matrix state (SOAP's statistics and eigenbases, Shampoo's statistics and
-  inverse roots, PSGD's dense factors, Muon's momentum) held by the busiest device, against the
-  total (the arrays' shards after a step);
+  inverse roots, PSGD's dense factors, Muon's momentum, GaLore's projectors and low-rank moments)
+  held by the busiest device, against the total (the arrays' shards after a step);
 * **memory**: ``compiled.memory_analysis()`` of the per-device program (arguments, outputs, temporaries);
 * **FLOPs**: ``compiled.cost_analysis()["flops"]`` of the per-device program against the same update
   compiled for one device (XLA counts no FLOPs for LAPACK custom calls: the eigendecompositions
@@ -38,10 +38,11 @@ OPTIMIZERS = {
     "soap": lambda: steadax.soap(1e-3, precondition_frequency=1),
     "shampoo": lambda: steadax.shampoo(1e-3, precondition_frequency=1),
     "psgd_kron": lambda: steadax.psgd_kron(1e-3, preconditioner_update_probability=1.0),
+    "galore": lambda: steadax.contrib.galore(1e-3, rank=16, update_proj_gap=1),
 }
 # The state fields holding each optimizer's matrix statistics.
 FIELDS = {"muon": ("mu",), "soap": ("statistics", "eigenbases"), "shampoo": ("statistics", "preconditioners"),
-          "psgd_kron": ("preconditioner",)}
+          "psgd_kron": ("preconditioner",), "galore": ("projector", "mu", "nu")}
 
 
 def statistic_leaves(name, state):

@@ -24,7 +24,7 @@ def _results() -> dict:
 
 @pytest.mark.slow
 @pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass
-@pytest.mark.parametrize("name", ["muon", "soap", "shampoo", "psgd_kron"])
+@pytest.mark.parametrize("name", ["muon", "soap", "shampoo", "psgd_kron", "galore"])
 def test_each_device_stores_and_computes_its_share_of_the_statistics(name):
   result = _results()
   assert result["devices"] == 8

@@ -24,16 +24,17 @@ from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._combine import chain
-from .._core._leafwise import Scalars, place_like, saturating_cast
+from .._core._leafwise import Scalars, _record, place_like, saturating_cast, split_record
 from .._core._module import child_field, hyper_field, static_field
-from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
+from .._core._policy import compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import cond, is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, conj_t, group_label, layout_key, replicate_whole,
-                                  shape_groups, stack, stacked_struct, thin_svd, unstack)
+from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, conj_t, distribution, from_owners, group_label,
+                                  layout_key, on_owners, place_statistic, replicate_whole, shape_groups, sharding_of,
+                                  stack, stacked_struct, statistic_sharding, thin_svd, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from ._axes import leaf_dims, leaf_paths, matrix_view
 
@@ -76,6 +77,36 @@ class GaLoreState(NamedTuple):
 def _plan(view, rank: int) -> tuple[int, int, bool, int]:
   m, n = view.fan_in, view.fan_out
   return m, n, m >= n, min(rank, m, n)
+
+
+def _whole(x: jax.Array) -> jax.Array:
+  """A projector or low-rank array stored divided across devices (explicit mesh axes), gathered whole
+  for a matrix computed on every device (a divided factor would make its products collectives);
+  anything else as it is."""
+  return x if distribution(x) is None else replicate_whole(x)[0][0]
+
+
+def _projection(view, left: bool, r: int, dtype, cdt, low_dtype) -> Callable:
+  """``project(refresh, g, p) -> (low, p)`` for a stack of gradients ``g`` (each in its parameter's
+  shape) and their stored projectors ``p``: the projectors recomputed from the gradients' SVD where
+  ``refresh`` holds (one batched SVD under one cond), and the low-rank gradients ``P^H G`` (or
+  ``G P``) in ``low_dtype``, written saturating as ``leafwise`` writes (a projection of 6e4 float16
+  gradients can exceed float16's range)."""
+
+  def project(refresh, g, p):
+    # Cast in once: the SVD has no 16-bit kernels and the projection accumulates in cdt.
+    g2 = jax.vmap(view.to_matrices)(g).astype(cdt)
+    if r > 0:
+      def fresh():
+        u, _, vh = thin_svd(g2)
+        # Projectors are stored in the parameter's dtype, as in Optax.
+        return (u[..., :r] if left else conj_t(vh[..., :r, :])).astype(dtype)
+
+      p = cond(refresh, fresh, lambda: p)
+    pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
+    return saturating_cast(conj_t(pc) @ g2 if left else g2 @ pc, low_dtype), p
+
+  return project
 
 
 def _check_galore(owner: str, rank: Any, update_proj_gap: Any) -> None:
@@ -135,8 +166,10 @@ class ScaleByGalore(Transformation):
         proxies.append(x)
       else:
         m, n, left, r = _plan(view, self.rank)
-        projectors.append(jnp.zeros((m if left else n, r), x.dtype))
-        proxies.append(jnp.zeros((r, n) if left else (m, r), x.dtype))
+        # On a mesh with explicit axes the projector and the low-rank proxy (so the base optimizer's
+        # moments) are stored divided like the parameter (``place_statistic``; docs/sharding.md).
+        projectors.append(place_statistic(x, jnp.zeros((m if left else n, r), x.dtype)))
+        proxies.append(place_statistic(x, jnp.zeros((r, n) if left else (m, r), x.dtype)))
     proxies = treedef.unflatten(proxies)
     return GaLoreState(count=zero_count(), base_optimizer_state=self.base_optimizer.init(proxies),
                        projector=treedef.unflatten(projectors))
@@ -153,7 +186,9 @@ class ScaleByGalore(Transformation):
     # gradient and its projector (at least float32; float64 for float64 parameters).
     # Shape groups (issue 22): matrices of one shape, view, dtypes and layout are projected as one
     # batch (one batched SVD under one cond), so the program grows with the number of distinct
-    # shapes, not with depth; a group of one is the per-parameter path.
+    # shapes, not with depth; a group of one is the per-parameter path. On a mesh with explicit
+    # axes a group of sharded matrices runs in the owner layout (``_matrix.on_owners``): each
+    # device computes the SVDs and projections of its own share of the members.
     lows, new_projectors = list(grads), list(projectors)
     wholes: list[Any] = [None] * len(grads)
     keys = [None if g is None or view is None else
@@ -162,40 +197,38 @@ class ScaleByGalore(Transformation):
              None if param is None else (param.dtype, layout_key(param)))
             for g, p, param, view in zip(grads, projectors, ps, views)]
     groups = shape_groups(keys, per_core=BALANCED_CHUNKS_PER_CORE)
-    for members in groups:
-      i = members[0]
+    owners: dict[int, Any] = {}  # group index -> (its Distribution, its gradients in the owner layout)
+    for index, members in enumerate(groups):
+      i, count = members[0], len(members)
       view, dtype = views[i], projectors[i].dtype
       _, _, left, r = _plan(view, self.rank)
-      cdt = compute_dtype(grads[i].dtype, dtype)
-      for j in members:
-        # The SVD and the products need the whole matrix (sharded axes are gathered once).
-        (whole,), (restore,) = replicate_whole(grads[j])
-        wholes[j] = (whole, restore)
-      # Cast in once: the SVD has no 16-bit kernels and the projection accumulates in cdt.
-      g2 = stack([view.to_matrices(wholes[j][0]).astype(cdt) for j in members])
-      p = stack([projectors[j] for j in members])
-      if r > 0:
-        def fresh(g2=g2, left=left, r=r, dtype=dtype):
-          u, _, vh = thin_svd(g2)
-          # Projectors are stored in the parameter's dtype, as in Optax.
-          return (u[..., :r] if left else conj_t(vh[..., :r, :])).astype(dtype)
-
+      project = _projection(view, left, r, dtype, compute_dtype(grads[i].dtype, dtype), grads[i].dtype)
+      dist = distribution(grads[i]) if count > 1 and r > 0 else None
+      if dist is not None:
+        g = to_owners(stack([grads[j] for j in members]), dist)
+        owners[index] = (dist, g)
+        low, p = on_owners(lambda sh, g, p, project=project: project(sh, g, p), dist, refresh, g,
+                           to_owners(stack([projectors[j] for j in members]), dist))
+        # Back in the layouts the state has: the low-rank gradient in its statistic layout (that of
+        # the proxy the base optimizer's moments were made from), the projector in its own.
+        low = from_owners(low, count, statistic_sharding(dist, low.shape[1:]))
+        p = from_owners(p, count, sharding_of(projectors[i]))
+      else:
+        for j in members:
+          # The SVD and the products need the whole matrix (sharded axes are gathered once).
+          (whole,), (restore,) = replicate_whole(grads[j])
+          wholes[j] = (whole, restore)
+        low, p = project(refresh, stack([wholes[j][0] for j in members]),
+                         stack([_whole(projectors[j]) for j in members]))
+      for j, low_j, p_j in zip(members, unstack(low, count), unstack(p, count)):
         # The projector keeps its layout (under automatic mesh axes the compiler would choose one
-        # for the cond's result).
-        p = stack([place_like(projectors[j], q)
-                   for j, q in zip(members, unstack(cond(refresh, fresh, lambda p=p: p), len(members)))])
-      pc = p.astype(cdt)  # the stored (possibly 16-bit) projector, read in the compute dtype
-      # The base optimizer sees the projected gradient in the gradient's dtype, as its own
-      # parameters (the low-rank proxies built at init) have it; written saturating, as leafwise
-      # writes (a projection of 6e4 float16 gradients can exceed float16's range).
-      low = saturating_cast(conj_t(pc) @ g2 if left else g2 @ pc, grads[i].dtype)
-      for j, low_j, p_j in zip(members, unstack(low, len(members)), unstack(p, len(members))):
-        lows[j], new_projectors[j] = low_j, p_j
+        # for the cond's result), the low-rank gradient the layout of the base optimizer's state.
+        lows[j], new_projectors[j] = place_statistic(grads[j], low_j), place_like(projectors[j], p_j)
 
     low_updates, base_state = self.base_optimizer.update(
         treedef.unflatten(lows), state.base_optimizer_state, None)
-    # The base optimizer's state (moments of the low-rank projections, computed from the gathered
-    # matrices) keeps the layout it was created with.
+    # The base optimizer's state (moments of the low-rank projections) keeps the layout it was
+    # created with.
     base_state = jax.tree_util.tree_map(place_like, state.base_optimizer_state, base_state)
     low_updates = treedef.flatten_up_to(low_updates)
 
@@ -210,24 +243,43 @@ class ScaleByGalore(Transformation):
 
     out = list(low_updates)
     paths = leaf_paths(updates)
-    for members in groups:
+    for index, members in enumerate(groups):
       i, n = members[0], len(members)
       view = views[i]
       back = back_fn(view, _plan(view, self.rank)[2])
-      # Back to the full space, scaled, cast once to the parameter's dtype.
+      label = group_label([paths[j] for j in members])
+
+      def run(record, g, p, low, rows, back=back, label=label, i=i):
+        # Back to the full space, scaled, cast once to the parameter's dtype (a stack of ``rows``).
+        (u,) = self.leafwise(
+            lambda k, *xs: jax.vmap(lambda *ys: back(k, *ys))(*xs), {label: g},
+            params=None if ps[i] is None else {label: stacked_struct(ps[i], rows)},
+            reads=({label: p}, {label: low}), scalars=record)
+        return u[label]
+
+      if index in owners:
+        dist, g = owners[index]
+        p, low = (to_owners(stack(xs), dist) for xs in ([new_projectors[j] for j in members],
+                                                        [low_updates[j] for j in members]))
+        rdt = real_dtype(compute_dtype(*[x.dtype for x in (g, p, low)],
+                                       *(() if ps[i] is None else (ps[i].dtype,))))
+        # The scalars enter the manual region as arguments (see _matrix.on_owners).
+        traced, rebuild = split_record(_record(scalars, rdt))
+        (u,) = on_owners(lambda sh, g, p, low, run=run, rows=g.shape[0] // dist.size: [
+            run(lambda dt: rebuild(sh), g, p, low, rows)], dist, traced, g, p, low)
+        # Each update in its parameter's layout.
+        us = unstack(from_owners(u, n, sharding_of(ps[i] if ps[i] is not None else grads[i])), n)
+        for j, u in zip(members, us):
+          out[j] = u
+        continue
+      # Where the gradient was gathered, so are the factors stored divided (``_whole``).
+      reads = [(_whole(new_projectors[j]), _whole(low_updates[j])) for j in members]
       if n == 1:
-        (u,) = self.leafwise(back, wholes[i][0], params=ps[i], reads=(new_projectors[i], low_updates[i]),
-                             scalars=scalars)
+        (u,) = self.leafwise(back, wholes[i][0], params=ps[i], reads=reads[0], scalars=scalars)
         us = [u]
       else:
-        label = group_label([paths[j] for j in members])
-        column = lambda xs: {label: stack(xs)}  # noqa: E731
-        (u,) = self.leafwise(
-            lambda k, *xs: jax.vmap(lambda *ys: back(k, *ys))(*xs), column([wholes[j][0] for j in members]),
-            params=None if ps[i] is None else {label: stacked_struct(ps[i], n)},
-            reads=(column([new_projectors[j] for j in members]), column([low_updates[j] for j in members])),
-            scalars=scalars)
-        us = unstack(u[label], n)
+        us = unstack(run(scalars, stack([wholes[j][0] for j in members]), stack([x[0] for x in reads]),
+                         stack([x[1] for x in reads]), n), n)
       for j, u in zip(members, us):
         out[j] = wholes[j][1](u)
 
