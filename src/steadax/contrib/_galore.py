@@ -261,27 +261,26 @@ class ScaleByGalore(Transformation):
         dist, g = owners[index]
         p, low = (to_owners(stack(xs), dist) for xs in ([new_projectors[j] for j in members],
                                                         [low_updates[j] for j in members]))
-        rdt = real_dtype(compute_dtype(*[x.dtype for x in (g, p, low)],
-                                       *(() if ps[i] is None else (ps[i].dtype,))))
+        param = ps[i]
+        rdt = real_dtype(compute_dtype(*[x.dtype for x in (g, p, low)], *(() if param is None else (param.dtype,))))
         # The scalars enter the manual region as arguments (see _matrix.on_owners).
         traced, rebuild = split_record(_record(scalars, rdt))
         (u,) = on_owners(lambda sh, g, p, low, run=run, rows=g.shape[0] // dist.size: [
             run(lambda dt: rebuild(sh), g, p, low, rows)], dist, traced, g, p, low)
         # Each update in its parameter's layout.
         us = unstack(from_owners(u, n, sharding_of(ps[i] if ps[i] is not None else grads[i])), n)
-        for j, u in zip(members, us):
-          out[j] = u
-        continue
-      # Where the gradient was gathered, so are the factors stored divided (``_whole``).
-      reads = [(_whole(new_projectors[j]), _whole(low_updates[j])) for j in members]
-      if n == 1:
-        (u,) = self.leafwise(back, wholes[i][0], params=ps[i], reads=reads[0], scalars=scalars)
-        us = [u]
       else:
-        us = unstack(run(scalars, stack([wholes[j][0] for j in members]), stack([x[0] for x in reads]),
-                         stack([x[1] for x in reads]), n), n)
+        # Where the gradient was gathered, so are the factors stored divided (``_whole``).
+        reads = [(_whole(new_projectors[j]), _whole(low_updates[j])) for j in members]
+        if n == 1:
+          (u,) = self.leafwise(back, wholes[i][0], params=ps[i], reads=reads[0], scalars=scalars)
+          us = [u]
+        else:
+          us = unstack(run(scalars, stack([wholes[j][0] for j in members]), stack([x[0] for x in reads]),
+                           stack([x[1] for x in reads]), n), n)
+        us = [wholes[j][1](u) for j, u in zip(members, us)]  # each in its parameter's layout
       for j, u in zip(members, us):
-        out[j] = wholes[j][1](u)
+        out[j] = u
 
     return treedef.unflatten(out), GaLoreState(
         count=safe_increment(state.count), base_optimizer_state=base_state,
