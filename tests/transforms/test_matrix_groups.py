@@ -63,13 +63,19 @@ def both_paths():
   txs = {name: make() for name, make in OPTIMIZERS.items()}
   params = layers(2)
   results = {}
-  for grouping in (True, False):
-    _matrix._GROUPING = grouping
-    try:
+  # Whole groups (the accelerator rule): on one CPU device these groups of two would be split into
+  # chunks of one matrix each, which Muon and GaLore run as the per-parameter path does, and the
+  # comparison would not see the stacked computation at all.
+  cores = _matrix._cpu_cores
+  _matrix._cpu_cores = lambda: 0
+  try:
+    for grouping in (True, False):
+      _matrix._GROUPING = grouping
       # A new function object per path: the trace (where grouping is decided) is not shared.
       results[grouping] = jax.jit(lambda p: _two_steps(txs, p))(params)
-    finally:
-      _matrix._GROUPING = True
+  finally:
+    _matrix._GROUPING = True
+    _matrix._cpu_cores = cores
   return results
 
 
@@ -213,6 +219,25 @@ def test_a_group_is_split_into_contiguous_chunks_one_per_core(monkeypatch):
   monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 0)  # an accelerator, or several CPU devices
   assert _matrix.shape_groups(keys) == [[0, 2, 3, 5, 7, 8], [1, 6]]
   assert _matrix.shape_groups(keys, per_core=4) == [[0, 2, 3, 5, 7, 8], [1, 6]]
+
+
+@pytest.mark.x32_only  # as above: grouping does not read the x64 mode
+def test_muon_and_galore_chunks_equal_the_per_parameter_path(monkeypatch):
+  """On one CPU core a group of Muon and GaLore is split into four chunks: chunks of unequal sizes
+  (6 members: 1, 2, 1, 2; Muon's are the leaves of one leafwise call) and, for a group no larger
+  than the chunk count (3 members), chunks of one matrix (Muon's members are the call's leaves, not
+  stacks of one) give the per-parameter results."""
+  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 1)
+  assert _matrix.chunk_bounds(6, per_core=_matrix.BALANCED_CHUNKS_PER_CORE) == [(0, 1), (1, 3), (3, 4), (4, 6)]
+  txs = {name: OPTIMIZERS[name]() for name in ("muon", "galore")}
+  trees = {"mixed chunks": layers(6), "chunks of one": layers(3)}
+  results = {}
+  for grouping in (True, False):
+    monkeypatch.setattr(_matrix, "_GROUPING", grouping)
+    results[grouping] = jax.jit(lambda ps: {k: _two_steps(txs, p) for k, p in ps.items()})(trees)
+  for kind in trees:
+    for name in txs:
+      _assert_paths_agree(results[True][kind][name], results[False][kind][name], f"{name} ({kind})")
 
 
 @pytest.mark.x32_only

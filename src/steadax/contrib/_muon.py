@@ -41,9 +41,9 @@ from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, conj_t, distribution, from_owners, group_label,
-                                  layout_key, on_owners, replicate_axes, shape_groups, sharding_of, stack,
-                                  stacked_struct, to_owners, unstack)
+from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, chunk_bounds, conj_t, distribution, from_owners,
+                                  group_label, layout_key, on_owners, replicate_axes, shape_groups, sharding_of,
+                                  stack, stacked_struct, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
 from ._axes import leaf_dims, leaf_paths, matrix_view
@@ -278,45 +278,63 @@ class ScaleByMuon(Transformation):
                    layout_key(g), layout_key(m), layout_key(p)))
     # One leafwise call per shape group (issue 22): parameters of one shape, dtype, layout and
     # matrix view are stacked and orthogonalized as one batch, so the program grows with the
-    # number of distinct shapes, not with depth. A group of one is the per-parameter path.
-    for members in shape_groups(keys, per_core=BALANCED_CHUNKS_PER_CORE):
-      i = members[0]
+    # number of distinct shapes, not with depth. A group of one is the per-parameter path. On one
+    # CPU device a group's chunks (``chunk_bounds``, ``BALANCED_CHUNKS_PER_CORE`` per core) are the
+    # leaves of that call, so leafwise traces Newton-Schulz once per group (twice where the chunk
+    # sizes differ by one), not once per chunk.
+    for members in shape_groups(keys, chunked=False):
+      i, n = members[0], len(members)
       # On a mesh with explicit axes, a group of sharded matrices runs in the owner layout (each
       # device orthogonalizes its own share of the group's matrices; docs/sharding.md).
       view = matrix_view(self.owner, paths[i], tuple(grads[i].shape), dims[i])
-      dist = distribution(grads[i]) if len(members) > 1 else None
+      dist = distribution(grads[i]) if n > 1 else None
       if dist is not None and not _sharded_axes(grads[i]) & set(view.matrix_axes):
         dist = None  # only batch axes are sharded: each device has whole matrices already
-      if len(members) == 1:
+      bounds = [(0, n)] if dist is not None else chunk_bounds(n, per_core=BALANCED_CHUNKS_PER_CORE)
+      label = group_label([paths[j] for j in members])
+      if n == 1:
         u, new_m = self.leafwise(leaf_fn(paths[i], dims[i]), grads[i], mus[i], params=ps[i],
                                  reads=(state.ns_coeffs,), scalars=scalars)
         results = [(u, new_m)]
+      elif len(bounds) == n:
+        # Chunks of one matrix (a group no larger than the chunk count): the members themselves are
+        # the leaves of the call (a stack of one compiles to more than the matrix alone).
+        names = [paths[j] for j in members]
+        column = lambda xs, names=names: dict(zip(names, xs))  # noqa: E731
+        u, new_m = self.leafwise(leaf_fn(label, dims[i]), column([grads[j] for j in members]),
+                                 column([mus[j] for j in members]),
+                                 params=None if ps[i] is None else column([ps[j] for j in members]),
+                                 reads=(column([state.ns_coeffs] * n),), scalars=scalars)
+        results = [(u[name], new_m[name]) for name in names]
       else:
         shifted = MuonDimensionNumbers(tuple(a + 1 for a in view.reduction_axes),
                                        tuple(a + 1 for a in view.output_axes))
-        label = group_label([paths[j] for j in members])
-        stacked = [stack([grads[j] for j in members]), stack([mus[j] for j in members])]
+        labels = [label if len(bounds) == 1 else f"{label}[{a}:{b}]" for a, b in bounds]
+        # Each chunk's gradients and momenta stacked (``stacked[c]``: chunk c).
+        stacked = [[stack([grads[j] for j in members[a:b]]), stack([mus[j] for j in members[a:b]])]
+                   for a, b in bounds]
         if dist is not None:
-          stacked = [to_owners(x, dist) for x in stacked]
-        rows = stacked[0].shape[0] // (dist.size if dist is not None else 1)
-        param = None if ps[i] is None else {label: stacked_struct(ps[i], rows)}
+          stacked = [[to_owners(x, dist) for x in stacked[0]]]
+        rows = [xs[0].shape[0] // (dist.size if dist is not None else 1) for xs in stacked]
+        param = None if ps[i] is None else {name: stacked_struct(ps[i], r) for name, r in zip(labels, rows)}
 
-        def run(record, coeffs, g, m, label=label, shifted=shifted, param=param):
-          u, new_m = self.leafwise(leaf_fn(label, shifted, stacked=True), {label: g}, {label: m},
-                                   params=param, reads=({label: coeffs},), scalars=record)
-          return [u[label], new_m[label]]
+        def run(record, coeffs, chunks, label=label, labels=labels, shifted=shifted, param=param):
+          u, new_m = self.leafwise(leaf_fn(label, shifted, stacked=True),
+                                   *(dict(zip(labels, column)) for column in zip(*chunks)), params=param,
+                                   reads=({name: coeffs for name in labels},), scalars=record)
+          return [[u[name], new_m[name]] for name in labels]
 
         if dist is None:
-          outputs = run(scalars, state.ns_coeffs, stacked[0], stacked[1])
+          results = [member for (a, b), outputs in zip(bounds, run(scalars, state.ns_coeffs, stacked))
+                     for member in zip(*(unstack(x, b - a) for x in outputs))]
         else:
           # The scalars enter the manual region as arguments (see _matrix.on_owners).
-          rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked], state.ns_coeffs.dtype))
+          rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked[0]], state.ns_coeffs.dtype))
           traced, rebuild = split_record(_record(scalars, rdt))
-          outputs = on_owners(lambda sh, g, m: run(lambda dt: rebuild(sh[0]), sh[1], g, m), dist,
-                              (traced, state.ns_coeffs), *stacked)
-          outputs = [from_owners(x, len(members), sharding_of(like))
-                     for x, like in zip(outputs, (grads[i], mus[i]))]
-        results = list(zip(*(unstack(x, len(members)) for x in outputs)))
+          outputs = on_owners(lambda sh, g, m: run(lambda dt: rebuild(sh[0]), sh[1], [[g, m]])[0], dist,
+                              (traced, state.ns_coeffs), *stacked[0])
+          outputs = [from_owners(x, n, sharding_of(like)) for x, like in zip(outputs, (grads[i], mus[i]))]
+          results = list(zip(*(unstack(x, n) for x in outputs)))
       for j, (u, new_m) in zip(members, results):
         # The update in its parameter's layout and the momentum in its own: tied to the step's
         # inputs, not to the gathered momentum inside the leaf function (under automatic mesh axes
