@@ -239,19 +239,30 @@ class ScaleByMuon(Transformation):
                      c1_next=one_minus_pow(self.beta, safe_increment(count), dt),
                      eps=hyper(self.eps, dt))
 
-    def leaf_fn(where, dn, stacked=False):
+    def look_ahead(k, g, m):
+      # The new momentum and the (Nesterov) bias-corrected one Newton-Schulz orthogonalizes.
+      m = k.b1 * m + (1 - k.b1) * g
+      return m, debiased_mu(k, m, g, self.nesterov)
+
+    def orthogonal_fn(where, dn, stacked=False):
       # ``stacked``: the inputs are a shape group on a leading axis (``dn`` counts it), whose
       # matrices Newton-Schulz orthogonalizes as one batch.
-      def leaf(k, g, m, coeffs):
-        m = k.b1 * m + (1 - k.b1) * g
-        m_hat = debiased_mu(k, m, g, self.nesterov)
+      def orthogonal(k, m_hat, coeffs):
         out = orthogonalize(self.owner, where, m_hat, dn, coeffs, self.ns_steps, self.preconditioning,
                             k.eps)
         if self.adaptive:
           # Scale by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
           per_matrix = tuple(range(1, out.ndim)) if stacked else None
           out = jnp.sum(jnp.conj(m_hat) * out, axis=per_matrix, keepdims=stacked) * out
-        return out, m
+        return out
+      return orthogonal
+
+    def leaf_fn(where, dn, stacked=False):
+      orthogonal = orthogonal_fn(where, dn, stacked)
+
+      def leaf(k, g, m, coeffs):
+        m, m_hat = look_ahead(k, g, m)
+        return orthogonal(k, m_hat, coeffs), m
       return leaf
 
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
@@ -310,11 +321,24 @@ class ScaleByMuon(Transformation):
         shifted = MuonDimensionNumbers(tuple(a + 1 for a in view.reduction_axes),
                                        tuple(a + 1 for a in view.output_axes))
         labels = [label if len(bounds) == 1 else f"{label}[{a}:{b}]" for a, b in bounds]
-        # Each chunk's gradients and momenta stacked (``stacked[c]``: chunk c).
-        stacked = [[stack([grads[j] for j in members[a:b]]), stack([mus[j] for j in members[a:b]])]
-                   for a, b in bounds]
         if dist is not None:
-          stacked = [[to_owners(x, dist) for x in stacked[0]]]
+          # The owner layout moves only what Newton-Schulz needs: the momentum is updated in the
+          # parameters' layout (elementwise, no communication), its look-ahead goes to the owners
+          # in the compute dtype (as the one-device leaf holds it) and the update comes back.
+          names = [paths[j] for j in members]
+          column = lambda xs, names=names: dict(zip(names, xs))  # noqa: E731
+          first = ps[i]
+          cdt = compute_dtype(grads[i].dtype, mus[i].dtype, state.ns_coeffs.dtype,
+                              *(() if first is None else (first.dtype,)))
+          _, new_m, m_hat = self.leafwise(
+              lambda k, g, m, held: (g, *look_ahead(k, g, m)), column([grads[j] for j in members]),
+              column([mus[j] for j in members]), column([jnp.zeros(grads[j].shape, cdt) for j in members]),
+              params=None if ps[i] is None else column([ps[j] for j in members]), scalars=scalars)
+          stacked = [[to_owners(stack([m_hat[name] for name in names]), dist)]]
+        else:
+          # Each chunk's gradients and momenta stacked (``stacked[c]``: chunk c).
+          stacked = [[stack([grads[j] for j in members[a:b]]), stack([mus[j] for j in members[a:b]])]
+                     for a, b in bounds]
         rows = [xs[0].shape[0] // (dist.size if dist is not None else 1) for xs in stacked]
         param = None if ps[i] is None else {name: stacked_struct(ps[i], r) for name, r in zip(labels, rows)}
 
@@ -329,12 +353,16 @@ class ScaleByMuon(Transformation):
                      for member in zip(*(unstack(x, b - a) for x in outputs))]
         else:
           # The scalars enter the manual region as arguments (see _matrix.on_owners).
-          rdt = real_dtype(compute_dtype(*[x.dtype for x in stacked[0]], state.ns_coeffs.dtype))
-          traced, rebuild = split_record(_record(scalars, rdt))
-          outputs = on_owners(lambda sh, g, m: run(lambda dt: rebuild(sh[0]), sh[1], [[g, m]])[0], dist,
-                              (traced, state.ns_coeffs), *stacked[0])
-          outputs = [from_owners(x, n, sharding_of(like)) for x, like in zip(outputs, (grads[i], mus[i]))]
-          results = list(zip(*(unstack(x, n) for x in outputs)))
+          traced, rebuild = split_record(_record(scalars, real_dtype(cdt)))
+
+          def owned(sh, x, label=label, shifted=shifted, param=param):
+            (u,) = self.leafwise(orthogonal_fn(label, shifted, stacked=True), {label: x}, params=param,
+                                 reads=({label: sh[1]},), scalars=lambda dt: rebuild(sh[0]))
+            return [u[label]]
+
+          (u,) = on_owners(owned, dist, (traced, state.ns_coeffs), *stacked[0])
+          u = from_owners(u, n, sharding_of(ps[i] if ps[i] is not None else grads[i]))
+          results = list(zip(unstack(u, n), (new_m[name] for name in names)))
       for j, (u, new_m) in zip(members, results):
         # The update in its parameter's layout and the momentum in its own: tied to the step's
         # inputs, not to the gathered momentum inside the leaf function (under automatic mesh axes
