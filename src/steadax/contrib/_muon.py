@@ -302,7 +302,9 @@ class ScaleByMuon(Transformation):
       if dist is not None and not _sharded_axes(grads[i]) & set(view.matrix_axes):
         dist = None  # only batch axes are sharded: each device has whole matrices already
       bounds = [(0, n)] if dist is not None else chunk_bounds(n, per_core=BALANCED_CHUNKS_PER_CORE)
-      label = group_label([paths[j] for j in members])
+      names = [paths[j] for j in members]
+      label = group_label(names)
+      column = lambda xs, names=names: dict(zip(names, xs))  # noqa: E731  (the members as leaves)
       if n == 1:
         u, new_m = self.leafwise(leaf_fn(paths[i], dims[i]), grads[i], mus[i], params=ps[i],
                                  reads=(state.ns_coeffs,), scalars=scalars)
@@ -310,8 +312,6 @@ class ScaleByMuon(Transformation):
       elif len(bounds) == n:
         # Chunks of one matrix (a group no larger than the chunk count): the members themselves are
         # the leaves of the call (a stack of one compiles to more than the matrix alone).
-        names = [paths[j] for j in members]
-        column = lambda xs, names=names: dict(zip(names, xs))  # noqa: E731
         u, new_m = self.leafwise(leaf_fn(label, dims[i]), column([grads[j] for j in members]),
                                  column([mus[j] for j in members]),
                                  params=None if ps[i] is None else column([ps[j] for j in members]),
@@ -325,8 +325,6 @@ class ScaleByMuon(Transformation):
           # The owner layout moves only what Newton-Schulz needs: the momentum is updated in the
           # parameters' layout (elementwise, no communication), its look-ahead goes to the owners
           # in the compute dtype (as the one-device leaf holds it) and the update comes back.
-          names = [paths[j] for j in members]
-          column = lambda xs, names=names: dict(zip(names, xs))  # noqa: E731
           first = ps[i]
           cdt = compute_dtype(grads[i].dtype, mus[i].dtype, state.ns_coeffs.dtype,
                               *(() if first is None else (first.dtype,)))
@@ -342,15 +340,13 @@ class ScaleByMuon(Transformation):
         rows = [xs[0].shape[0] // (dist.size if dist is not None else 1) for xs in stacked]
         param = None if ps[i] is None else {name: stacked_struct(ps[i], r) for name, r in zip(labels, rows)}
 
-        def run(record, coeffs, chunks, label=label, labels=labels, shifted=shifted, param=param):
-          u, new_m = self.leafwise(leaf_fn(label, shifted, stacked=True),
-                                   *(dict(zip(labels, column)) for column in zip(*chunks)), params=param,
-                                   reads=({name: coeffs for name in labels},), scalars=record)
-          return [[u[name], new_m[name]] for name in labels]
-
         if dist is None:
-          results = [member for (a, b), outputs in zip(bounds, run(scalars, state.ns_coeffs, stacked))
-                     for member in zip(*(unstack(x, b - a) for x in outputs))]
+          # The chunks are the leaves of one call.
+          u, new_m = self.leafwise(leaf_fn(label, shifted, stacked=True),
+                                   *(dict(zip(labels, xs)) for xs in zip(*stacked)), params=param,
+                                   reads=({name: state.ns_coeffs for name in labels},), scalars=scalars)
+          results = [member for (a, b), name in zip(bounds, labels)
+                     for member in zip(unstack(u[name], b - a), unstack(new_m[name], b - a))]
         else:
           # The scalars enter the manual region as arguments (see _matrix.on_owners).
           traced, rebuild = split_record(_record(scalars, real_dtype(cdt)))
