@@ -24,9 +24,9 @@ Time (XLA compilation is the cost): one compiled program per entry. The referenc
 run inside one ``jax.jit`` (compiled with the suite's cheap flags, tests/compile_flags.py), each
 client in its own ``nnx.jit`` / ``jax.jit`` / ``eqx.filter_jit`` step called twice; they start from
 the same traced arrays, so XLA's common-subexpression pass compiles the arithmetic they share once.
-One program also keeps the comparison exact: Shampoo's inverse roots of singular statistics and SOAP's second step (Adam's
-first, on rotated gradients) turn the rounding differences between two compilations into
-differences of 1e-4..1e-1 in the parameters. The step functions inside see what they see at the top
+One program also keeps the comparison exact: Shampoo's inverse roots of singular statistics and
+SOAP's second step (Adam's first, on rotated gradients) turn the rounding differences between two
+compilations into differences of 1e-4..1e-1 in the parameters. The step functions inside see what they see at the top
 level (the NNX write-back between the calls is the same Python code; run there, the NNX clients
 raise issue 21's errors without its fix). Each step is traced once for its two calls (the state it
 returns has the type of the one it was given), except where NNX rebuilds the containers below a

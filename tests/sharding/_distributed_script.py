@@ -2,11 +2,10 @@
 test_distributed_statistics.py; prints ``RESULT {json}``).
 
 Sixteen 16x16 weights (one shape group) sharded ``P("fsdp", None)`` on an 8-device mesh with explicit
-axes, updated three times by Muon, SOAP, Shampoo, PSGD-Kron and GaLore (one jitted update per optimizer;
-GaLore's SVDs at every step).
-Reported per optimizer: the bytes of the matrix statistics on the busiest device and in all, the
-layouts of the state and the updates, the collectives of the compiled update, and the largest
-difference from the same steps on one device.
+axes, updated three times by Muon, SOAP, Shampoo, PSGD-Kron and GaLore (one jitted update per
+optimizer; GaLore's SVDs at every step). Reported per optimizer: the bytes of the matrix statistics
+on the busiest device and in all, the layouts of the state and the updates, the collectives of the
+compiled update, and the largest difference from the same steps on one device.
 """
 
 from __future__ import annotations

@@ -328,6 +328,8 @@ class ScaleByMuon(Transformation):
           first = ps[i]
           cdt = compute_dtype(grads[i].dtype, mus[i].dtype, state.ns_coeffs.dtype,
                               *(() if first is None else (first.dtype,)))
+          # ``held`` (zeros of the compute dtype, unread) makes leafwise write the look-ahead in
+          # that dtype; the first output (the gradient) is unused and compiled away.
           _, new_m, m_hat = self.leafwise(
               lambda k, g, m, held: (g, *look_ahead(k, g, m)), column([grads[j] for j in members]),
               column([mus[j] for j in members]), column([jnp.zeros(grads[j].shape, cdt) for j in members]),
