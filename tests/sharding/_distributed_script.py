@@ -1,11 +1,12 @@
 """Matrix statistics divided across 8 virtual CPU devices (run as a script by
 test_distributed_statistics.py; prints ``RESULT {json}``).
 
-Sixteen 16x16 weights (one shape group) sharded ``P("fsdp", None)`` on an 8-device mesh with explicit
-axes, updated three times by Muon, SOAP, Shampoo, PSGD-Kron and GaLore (one jitted update per
-optimizer; GaLore's SVDs at every step). Reported per optimizer: the bytes of the matrix statistics
-on the busiest device and in all, the layouts of the state and the updates, the collectives of the
-compiled update, and the largest difference from the same steps on one device.
+Sixteen 16x16 weights (one shape group) sharded ``P("fsdp", None)`` on an 8-device mesh, with
+explicit axes and with automatic ones (set by ``jax.set_mesh``), updated three times by Muon, SOAP,
+Shampoo, PSGD-Kron and GaLore (one jitted update per optimizer; GaLore's SVDs at every step).
+Reported per mesh kind and optimizer: the bytes of the matrix statistics on the busiest device and
+in all, the layouts of the state and the updates, the collectives of the compiled update, and the
+largest difference from the same steps on one device.
 """
 
 from __future__ import annotations
@@ -51,38 +52,66 @@ def run(make, params, grads):
 
 def main() -> None:
   start = time.process_time()
-  mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Explicit,))
   rng = np.random.default_rng(0)
   # Sixteen weights: two per device, so the batched LAPACK calls of a device batch two matrices.
   host = {f"w{i}": rng.normal(size=(16, 16)).astype(np.float32) / 4 for i in range(16)}
   host_grads = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in host.items()} for _ in range(3)]
+  one = jax.devices()[0]
+  results = {kind: measure(kind, host, host_grads) for kind in ("Explicit", "Auto")}
+  references = {name: run(make, jax.device_put(host, one), [jax.device_put(g, one) for g in host_grads])[1:]
+                for name, (make, _) in OPTIMIZERS.items()}
+  for kind, found in results.items():
+    for name, (ref_updates, ref_state) in references.items():
+      updates, state = found[name].pop("values")
+      found[name]["max_diff"] = max(
+          float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+          for a, b in zip(jax.tree.leaves((updates, state)), jax.tree.leaves((ref_updates, ref_state)))
+          if not jnp.issubdtype(a.dtype, jax.dtypes.prng_key) and a.size)
+  print("RESULT " + json.dumps({"devices": jax.device_count(), "kinds": results,
+                                "cpu_s": round(time.process_time() - start, 1)}), flush=True)
+
+
+def measure(kind, host, host_grads):
+  """The steps of every optimizer on the 8-device mesh whose axes are of ``kind``."""
+  mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(getattr(AxisType, kind),))
   fsdp = NamedSharding(mesh, P("fsdp", None))
   params = {k: jax.device_put(v, fsdp) for k, v in host.items()}
   grads = [{k: jax.device_put(v, fsdp) for k, v in g.items()} for g in host_grads]
-  one = jax.devices()[0]
   results = {}
   for name, (make, fields) in OPTIMIZERS.items():
     with jax.set_mesh(mesh):
       compiled, updates, state = run(make, params, grads)
-    _, ref_updates, ref_state = run(make, jax.device_put(host, one), [jax.device_put(g, one) for g in host_grads])
     busiest, total, layouts = {}, 0, set()
     for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
       if {getattr(k, "name", None) for k in path} & set(fields) and leaf.ndim >= 2 and leaf.size:
         total += leaf.nbytes
-        layouts.add(str(leaf.sharding.spec))
+        layouts.add(spec_of(leaf))
         for shard in leaf.addressable_shards:
           busiest[shard.device] = busiest.get(shard.device, 0) + shard.data.nbytes
-    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-               for a, b in zip(jax.tree.leaves((updates, state)), jax.tree.leaves((ref_updates, ref_state)))
-               if not jnp.issubdtype(a.dtype, jax.dtypes.prng_key) and a.size)
+    if name == "muon":
+      # The parameters closed over (concrete) and the gradients batched, as a sweep: the updates still
+      # take the parameters' layout (under automatic axes a traced value cannot be tied to a
+      # concrete one: it is constrained to the parameter's own sharding instead).
+      with jax.set_mesh(mesh):
+        state0 = jax.jit(make().init)(params)
+        swept = jax.jit(jax.vmap(lambda g: make().update(g, state0, params)[0]))(
+            jax.tree.map(lambda x: jnp.stack([x, x]), grads[0]))
     hlo = compiled.as_text()
     results[name] = {
         "busiest_bytes": max(busiest.values()), "total_bytes": total, "statistic_layouts": sorted(layouts),
-        "update_layouts": sorted({str(u.sharding.spec) for u in updates.values()}),
+        "update_layouts": sorted({spec_of(u) for u in updates.values()}),
         "all_gathers": len(re.findall(r" all-gather(-start)?\(", hlo)),
-        "all_to_alls": len(re.findall(r" all-to-all(-start)?\(", hlo)), "max_diff": diff}
-  print("RESULT " + json.dumps({"devices": jax.device_count(), "optimizers": results,
-                                "cpu_s": round(time.process_time() - start, 1)}), flush=True)
+        "all_to_alls": len(re.findall(r" all-to-all(-start)?\(", hlo)), "values": (updates, state)}
+    if name == "muon":
+      results[name]["swept_layouts"] = sorted({spec_of(u) for u in swept.values()})
+  return results
+
+
+def spec_of(x):
+  """The array's PartitionSpec, one entry per axis (a concrete array under automatic axes drops
+  trailing Nones)."""
+  spec = tuple(x.sharding.spec)
+  return str(P(*spec, *(None,) * (x.ndim - len(spec))))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Matrix statistics divided across devices (issue 22 §2): on an 8-device mesh with explicit axes, a
-group of FSDP-sharded matrices runs in the owner layout. Each device stores an eighth of every
+"""Matrix statistics divided across devices (issue 22 §2): on an 8-device mesh, with explicit axes
+and with automatic ones set by ``jax.set_mesh``, a group of FSDP-sharded matrices runs in the owner
+layout. Each device stores an eighth of every
 statistic (the state stays one leaf per parameter, sharded along its first axis) and computes its
 own share of the matrices; the results equal the one-device steps and every update keeps its
 parameter's layout, with all-to-alls and no all-gather. One subprocess (the device count is fixed
@@ -24,16 +25,19 @@ def _results() -> dict:
 
 @pytest.mark.slow
 @pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass
+@pytest.mark.parametrize("kind", ["Explicit", "Auto"])
 @pytest.mark.parametrize("name", ["muon", "soap", "shampoo", "psgd_kron", "galore"])
-def test_each_device_stores_and_computes_its_share_of_the_statistics(name):
+def test_each_device_stores_and_computes_its_share_of_the_statistics(name, kind):
   result = _results()
   assert result["devices"] == 8
-  found = result["optimizers"][name]
+  found = result["kinds"][kind][name]
   # An eighth of the statistics per device (16x16 statistics: two rows each).
   assert found["busiest_bytes"] * 8 == found["total_bytes"], found
   # Along the first axis that divides: a 16x16 statistic's rows, Shampoo's (1, 16, 16) block's rows.
   assert found["statistic_layouts"] in (["P('fsdp', None)"], ["P(None, 'fsdp', None)"]), found
   assert found["update_layouts"] == ["P('fsdp', None)"], found
+  if name == "muon":  # vmapped over the gradients, the parameters closed over: still FSDP
+    assert found["swept_layouts"] == ["P(None, 'fsdp', None)"], found
   # The group moves to the owner layout and back: all-to-alls, never a whole matrix per device.
   assert found["all_gathers"] == 0 and found["all_to_alls"] > 0, found
   assert found["max_diff"] < 1e-5, found

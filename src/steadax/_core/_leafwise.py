@@ -82,7 +82,8 @@ def place_like(reference: Any, value: Any) -> Any:
   * **Explicit mesh axes** (the sharding is in the traced type): ``reshard`` when the types differ;
     nothing is emitted when they agree.
   * **Automatic axes under ``jit``** (the layout is the compiler's choice, unknown while tracing):
-    ``shard_alike`` ties the two values into one sharding group, so the partitioner gives the
+    a sharding constraint to a concrete reference's layout (a parameter closed over by the traced
+    function); for a traced reference ``shard_alike`` ties the two values into one sharding group, so the partitioner gives the
     result the parameter's sharding (a local slice of a replicated result, no collective) and a
     fresh zero, which depends on nothing, is not left replicated or on one device. With one device
     there is no layout to choose and no group is emitted: JAX numbers sharding groups from a
@@ -118,6 +119,11 @@ def place_like(reference: Any, value: Any) -> Any:
       value = jax.sharding.reshard(value, want)
     if (not kinds or "Auto" in kinds) and isinstance(reference, jax.core.Tracer) and jax.device_count() > 1:
       value = shard_alike(reference, value)[1]
+    elif ("Auto" in kinds and isinstance(getattr(reference, "sharding", None), jax.sharding.NamedSharding)
+          and jax.device_count() > 1):
+      # A concrete reference (a parameter closed over by the traced function) has a known layout
+      # (its own sharding: its type leaves automatic axes out).
+      value = jax.lax.with_sharding_constraint(value, reference.sharding)
     return value
   want = getattr(reference, "sharding", None)
   have = getattr(value, "sharding", None)

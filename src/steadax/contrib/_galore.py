@@ -267,8 +267,9 @@ class ScaleByGalore(Transformation):
         traced, rebuild = split_record(_record(scalars, rdt))
         (u,) = on_owners(lambda sh, g, p, low, run=run, rows=g.shape[0] // dist.size: [
             run(lambda dt: rebuild(sh), g, p, low, rows)], dist, traced, g, p, low)
-        # Each update in its parameter's layout.
+        # Each update in its parameter's layout (tied to it under automatic axes).
         us = unstack(from_owners(u, n, sharding_of(ps[i] if ps[i] is not None else grads[i])), n)
+        us = [place_like(grads[j], u) for j, u in zip(members, us)]
       else:
         # Where the gradient was gathered, so are the factors stored divided (``_whole``).
         reads = [(_whole(new_projectors[j]), _whole(low_updates[j])) for j in members]

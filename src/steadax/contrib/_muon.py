@@ -299,7 +299,7 @@ class ScaleByMuon(Transformation):
       # device orthogonalizes its own share of the group's matrices; docs/sharding.md).
       view = matrix_view(self.owner, paths[i], tuple(grads[i].shape), dims[i])
       dist = distribution(grads[i]) if n > 1 else None
-      if dist is not None and not _sharded_axes(grads[i]) & set(view.matrix_axes):
+      if dist is not None and not dist.auto and not _sharded_axes(grads[i]) & set(view.matrix_axes):
         dist = None  # only batch axes are sharded: each device has whole matrices already
       bounds = [(0, n)] if dist is not None else chunk_bounds(n, per_core=BALANCED_CHUNKS_PER_CORE)
       names = [paths[j] for j in members]

@@ -285,11 +285,14 @@ def group_label(paths: Sequence[str]) -> str:
 
 
 class Distribution(NamedTuple):
-  """The mesh axes a parameter is sharded over (explicit axes) and their number of devices."""
+  """The mesh axes a group is divided over and their number of devices: the axes a parameter is
+  sharded over (explicit axes), or every axis of an automatic mesh (``auto``: the parameter's own
+  layout is the compiler's choice, unknown while tracing)."""
 
   mesh: Any
   axes: tuple[str, ...]
   size: int
+  auto: bool = False
 
   def spec_entry(self) -> Any:
     return self.axes[0] if len(self.axes) == 1 else self.axes
@@ -305,24 +308,37 @@ def sharding_of(x: Any) -> Any:
 
 
 def distribution(x: Any) -> Distribution | None:
-  """How ``x`` (a parameter, gradient, tracer or ShapeDtypeStruct) is divided across devices, when its
-  layout is known while tracing: sharded over explicit mesh axes. None otherwise (one device, a
-  replicated value, automatic or manual axes)."""
+  """How the statistics of ``x`` (a parameter, gradient, tracer or ShapeDtypeStruct) are divided
+  across devices. Explicit mesh axes: over the axes ``x`` is sharded over (None when it is
+  replicated). Automatic mesh axes, on a mesh the value's type or sharding names (``jax.set_mesh``
+  under ``jit``; a concrete array's own mesh): over every axis of the mesh, ``x``'s layout being
+  the compiler's choice. None otherwise: one device, manual axes (inside ``shard_map``), or ``jit``
+  with automatic axes and no mesh set."""
   sharding = sharding_of(x)
   if not isinstance(sharding, jax.sharding.NamedSharding):
     return None
   mesh = sharding.mesh
   if getattr(mesh, "empty", True) or mesh.size <= 1:
     return None
+  axis_type = jax.sharding.AxisType
+  types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ())))
+  if types and all(t == axis_type.Auto for t in types.values()):
+    axes = tuple(a for a in mesh.axis_names if mesh.shape[a] > 1)
+    return Distribution(mesh, axes, int(np.prod([mesh.shape[a] for a in axes])), auto=True)
   axes = tuple(a for entry in sharding.spec if entry is not None
                for a in (entry if isinstance(entry, tuple) else (entry,)))
-  if not axes:
-    return None
-  explicit = getattr(jax.sharding.AxisType, "Explicit", None)
-  types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ())))
-  if explicit is None or any(types.get(a) != explicit for a in axes):
+  if not axes or any(types.get(a) != axis_type.Explicit for a in axes):
     return None
   return Distribution(mesh, axes, int(np.prod([mesh.shape[a] for a in axes])))
+
+
+def constrain(x: jax.Array, sharding: jax.sharding.NamedSharding, auto: bool) -> jax.Array:
+  """``x`` in ``sharding``: a sharding constraint under automatic axes, a ``reshard`` under explicit
+  ones (nothing when the type already says so)."""
+  if auto:
+    return jax.lax.with_sharding_constraint(x, sharding)
+  have = getattr(jax.typeof(x), "sharding", None)
+  return x if getattr(have, "spec", None) == sharding.spec else jax.sharding.reshard(x, sharding)
 
 
 def statistic_sharding(dist: Distribution | None, shape: Sequence[int]) -> Any:
@@ -339,12 +355,12 @@ def statistic_sharding(dist: Distribution | None, shape: Sequence[int]) -> Any:
 def place_statistic(param: Any, value: jax.Array) -> jax.Array:
   """``value``, a matrix statistic of ``param``, in ``statistic_sharding``'s layout (unchanged when
   the parameter is not divided across devices, or the statistic has no axis to divide)."""
-  target = statistic_sharding(distribution(param), np.shape(value))
+  dist = distribution(param)
+  target = statistic_sharding(dist, np.shape(value))
   if target is None:
     return value
   if isinstance(value, jax.core.Tracer):
-    have = getattr(jax.typeof(value), "sharding", None)
-    return value if getattr(have, "spec", None) == target.spec else jax.sharding.reshard(value, target)
+    return constrain(value, target, dist.auto)
   return jax.device_put(value, target)
 
 
@@ -356,7 +372,7 @@ def to_owners(x: jax.Array, dist: Distribution) -> jax.Array:
   if pad:
     last = jax.lax.slice_in_dim(x, n - 1, n)
     x = jnp.concatenate([x] + [last] * pad)
-  return jax.sharding.reshard(x, dist.sharding(dist.spec_entry(), *(None,) * (x.ndim - 1)))
+  return constrain(x, dist.sharding(dist.spec_entry(), *(None,) * (x.ndim - 1)), dist.auto)
 
 
 def on_owners(fn: Callable, dist: Distribution, shared: Any, *stacked: jax.Array) -> list[jax.Array]:
@@ -375,7 +391,14 @@ def on_owners(fn: Callable, dist: Distribution, shared: Any, *stacked: jax.Array
 
 def from_owners(x: jax.Array, n: int, member: Any) -> jax.Array:
   """The first ``n`` members of an owner-layout stack, each back in the layout ``member`` (a member's
-  sharding: the stack axis whole, the other axes as the member's)."""
+  sharding: the stack axis whole, the other axes as the member's). Under automatic axes the
+  members' layouts are the compiler's: the caller ties each member to its parameter (``place_like``)."""
+  mesh = getattr(jax.typeof(x).sharding, "mesh", None)
+  if any(t == jax.sharding.AxisType.Auto for t in getattr(mesh, "axis_types", ())):
+    free = jax.sharding.PartitionSpec.UNCONSTRAINED
+    x = jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(None, *(free,) * (x.ndim - 1))))
+    return jax.lax.slice_in_dim(x, 0, n) if x.shape[0] != n else x
   spec = tuple(getattr(member, "spec", ())) if member is not None else ()
   spec = spec + (None,) * (x.ndim - 1 - len(spec))
   x = jax.sharding.reshard(x, jax.sharding.NamedSharding(
@@ -651,6 +674,9 @@ def leafwise_with_matrices(tx: Any, make_leaf: Callable, updates: Any, moments: 
       back = [_identity] * (1 + len(leaf_moments))
       if axes and dist is None:
         (g, *leaf_moments), back = replicate_whole(g, *leaf_moments)
+      elif dist is not None and dist.auto:
+        # Automatic axes: the layouts are the compiler's; each result is tied to its input's.
+        back = [lambda y, x=x: place_like(x, y) for x in (g, *leaf_moments)]
       live = [x for tree in matrix_leaves for x in split_matrices(tree[j])[1]]
       if axes and dist is None and live:
         # Statistics divided across devices (``place_statistic``) are gathered with their

@@ -35,7 +35,7 @@ from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype,
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none, l2_norm
 from ._adam import one_minus_pow
-from ._matrix import (distribution, from_owners, layout_key, on_owners, place_statistic, refresh_cond,
+from ._matrix import (constrain, distribution, from_owners, layout_key, on_owners, place_statistic, refresh_cond,
                       replicate_whole, shape_groups, sharding_of, stack, to_owners, unstack,
                       upper_solve_h)
 from ._moments import abs_sq
@@ -377,7 +377,7 @@ class ScaleByPsgdKron(Transformation):
       def placed(x, dist, axis_sharded):
         """``x`` replicated, or sharded over ``dist`` along its first axis (when it divides)."""
         spec = (dist.spec_entry(),) if axis_sharded and x.shape[0] % dist.size == 0 else ()
-        return jax.sharding.reshard(x, dist.sharding(*spec))
+        return constrain(x, dist.sharding(*spec), dist.auto)
 
       def probes(draws, members):
         """The members' probes, stacked: one slice of their dtype's draw."""
@@ -391,7 +391,8 @@ class ScaleByPsgdKron(Transformation):
           block = placed(block, draw_dist, mine)
           target = draw_dist.sharding(draw_dist.spec_entry()) if mine and n % draw_dist.size == 0 else (
               draw_dist.sharding())
-          block = block.reshape(shape, out_sharding=target)
+          block = constrain(block.reshape(shape), target, True) if draw_dist.auto else (
+              block.reshape(shape, out_sharding=target))
         else:
           block = block.reshape(shape)
         if width == 2:
@@ -441,6 +442,8 @@ class ScaleByPsgdKron(Transformation):
       def fit(all_factors):
         probe_keys = jax.random.split(k_probe, len(probe_sizes)) if len(probe_sizes) > 1 else [k_probe]
         draws = {rdt: jax.random.normal(key, (size,), rdt) if draw_dist is None or size % draw_dist.size else
+                 constrain(jax.random.normal(key, (size,), rdt), draw_dist.sharding(draw_dist.spec_entry()), True)
+                 if draw_dist.auto else
                  jax.random.normal(key, (size,), rdt, out_sharding=draw_dist.sharding(draw_dist.spec_entry()))
                  for key, (rdt, size) in zip(probe_keys, probe_sizes.items())}
         out = list(all_factors)
@@ -471,8 +474,9 @@ class ScaleByPsgdKron(Transformation):
                        momenta, out_like=momenta[members[0]])
         for i, pre in zip(members, pres):
           pre = pre.reshape(np.shape(grads[i]))
-          # Back in the layout of the gradient (a step input; the gathered momentum is not).
-          preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
+          # Back in the layout of the gradient (a step input; the gathered momentum is not, and
+          # under automatic axes the owner layout's result is the compiler's to place).
+          preconditioned[i] = place_like(grads[i], pre) if i in gathered or owners(members) is not None else pre
 
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
     # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,
