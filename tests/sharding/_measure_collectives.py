@@ -1,9 +1,9 @@
 """Collectives per optimizer step, counted in the compiled program (the figures of docs/sharding.md).
 
 Run: ``XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/sharding/_measure_collectives.py``
-(not a test: it prints a Markdown table). Each family updates one 256x128 float32 weight sharded
-``P("data", "model")`` over a 4x2 mesh (each device holds a 64x64 block, 16 KiB of the 128 KiB
-weight) and a 128-vector sharded ``P("model")``; the step is ``update`` alone (gradients given),
+(not a test: it prints a Markdown table). Each family updates one 128x64 float32 weight sharded
+``P("data", "model")`` over a 4x2 mesh (each device holds a 32x32 block, 4 KiB of the 32 KiB
+weight) and a 64-vector sharded ``P("model")``; the step is ``update`` alone (gradients given),
 jitted, under automatic and under explicit mesh axes. Bytes are the sizes of the collectives'
 results per device (an all-gather's result is the gathered array).
 

@@ -1,11 +1,12 @@
 """Statistics divided across devices (issue 22 §2): what each of 8 devices stores, computes and sends.
 
 Run: ``XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/sharding/_measure_distributed.py
-[DEPTH]`` (not a test: it prints a Markdown table; docs/sharding.md quotes it). The parameters are
-``DEPTH`` transformer-like layers of 7 leaves (q, k, v, o 64x64, up 64x256, down 256x64, a
-64-vector; benchmarks/cases/matrix_depth.py), every leaf sharded ``P("fsdp", None)`` over an 8-device
-mesh, the update alone (gradients given) jitted under explicit mesh axes (the owner layout) and,
-for comparison, automatic ones (every device gathers and computes every matrix). Per optimizer:
+[DEPTH [NAMES|all [replicated]]]`` (not a test: it prints a Markdown table; docs/sharding.md quotes
+it). The parameters are ``DEPTH`` transformer-like layers of 7 leaves (q, k, v, o 64x64, up 64x256,
+down 256x64, a 64-vector; benchmarks/cases/matrix_depth.py), every leaf sharded ``P("fsdp", None)``
+over an 8-device mesh (``replicated``: every leaf ``P()``, data parallelism), the update alone
+(gradients given) jitted under explicit mesh axes and under automatic ones set by ``jax.set_mesh``
+(both in the owner layout; automatic axes divide over the whole mesh). Per optimizer:
 
 * **statistic bytes**: the matrix state (SOAP's statistics and eigenbases, Shampoo's statistics and
   inverse roots, PSGD's dense factors, Muon's momentum, GaLore's projectors and low-rank moments)
@@ -95,10 +96,10 @@ def owned(depth: int, devices: int = 8) -> tuple[int, int]:
   return sum(-(-n // devices) for n in groups.values()), sum(groups.values())
 
 
-def measure(name, depth, kind):
+def measure(name, depth, kind, replicated=False):
   mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(getattr(AxisType, kind),))
-  params = jax.tree.map(lambda x: jax.device_put(x, NamedSharding(mesh, P("fsdp", *(None,) * (x.ndim - 1)))),
-                        layers(depth))
+  spec = (lambda x: P()) if replicated else (lambda x: P("fsdp", *(None,) * (x.ndim - 1)))
+  params = jax.tree.map(lambda x: jax.device_put(x, NamedSharding(mesh, spec(x))), layers(depth))
   rng = np.random.default_rng(0)
   grads = jax.tree.map(lambda p: jax.device_put(rng.normal(size=p.shape).astype(np.float32), p.sharding), params)
   with jax.set_mesh(mesh):
@@ -132,18 +133,22 @@ def kib(b):
 def main() -> None:
   assert jax.device_count() == 8, "set XLA_FLAGS=--xla_force_host_platform_device_count=8"
   depth = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-  names = sys.argv[2].split(",") if len(sys.argv) > 2 else list(OPTIMIZERS)
-  print(f"{depth} layers of 7 leaves, every leaf P('fsdp', None) over 8 devices; per device / total.")
+  names = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] != "all" else list(OPTIMIZERS)
+  replicated = sys.argv[3:] == ["replicated"]  # data parallelism: every leaf whole on every device
+  layout = "P()" if replicated else "P('fsdp', None)"
+  print(f"{depth} layers of 7 leaves, every leaf {layout} over 8 devices; per device / total.")
   print("| optimizer | mesh axes | statistic bytes (busiest device / total) | FLOPs per device / one-device total "
         "| matrices per device / total | collectives per step (per device) | memory per device: args, out, temp |")
   print("|---|---|---|---|---|---|---|")
   for name in names:
     one = single(name, depth)
     for kind in ("Explicit", "Auto"):
-      r = measure(name, depth, kind)
+      r = measure(name, depth, kind, replicated)
       busiest, total = r["bytes"]
       coll = ", ".join(f"{n} {op} ({b / 1024:.0f} KiB)" for op, (n, b) in sorted(r["collectives"].items())) or "none"
-      mine, total_matrices = owned(depth) if kind == "Explicit" else owned(depth, 1)
+      # Explicit axes divide over the parameters' axes (none when replicated), automatic ones over
+      # the whole mesh.
+      mine, total_matrices = owned(depth, 1) if replicated and kind == "Explicit" else owned(depth)
       eigh = f"{mine} / {total_matrices}"
       print(f"| {name} | {kind} | {kib(busiest)} / {kib(total)} ({busiest / total:.3f}) | "
             f"{r['flops'] / 1e6:.1f}M / {one['flops'] / 1e6:.1f}M ({r['flops'] / one['flops']:.3f}) | {eigh} | {coll} | "

@@ -280,8 +280,10 @@ def group_label(paths: Sequence[str]) -> str:
 # matrices). The state stays one leaf per parameter: a matrix statistic (SOAP's and Shampoo's
 # statistics and eigenbases or inverse roots, PSGD's dense factors) is stored sharded over the same
 # mesh axes along its first axis that divides (``statistic_sharding``), so each device stores a
-# share of every statistic. Automatic mesh axes (the layout is the compiler's, unknown while
-# tracing) keep the gather-once path: every device computes every matrix.
+# share of every statistic. Under automatic mesh axes the parameters' layout is the compiler's,
+# unknown while tracing: on a mesh the step can see (``jax.set_mesh``, or concrete arrays on an
+# automatic mesh) a group is divided over every axis of the mesh, with sharding constraints where
+# explicit axes reshard; under ``jit`` with no mesh set it keeps the gather-once path.
 
 
 class Distribution(NamedTuple):
