@@ -83,9 +83,10 @@ def place_like(reference: Any, value: Any) -> Any:
     nothing is emitted when they agree.
   * **Automatic axes under ``jit``** (the layout is the compiler's choice, unknown while tracing):
     a sharding constraint to a concrete reference's layout (a parameter closed over by the traced
-    function); for a traced reference ``shard_alike`` ties the two values into one sharding group, so the partitioner gives the
-    result the parameter's sharding (a local slice of a replicated result, no collective) and a
-    fresh zero, which depends on nothing, is not left replicated or on one device. With one device
+    function); for a traced reference ``shard_alike`` ties the two values into one sharding
+    group, so the partitioner gives the result the parameter's sharding (a local slice of a
+    replicated result, no collective) and a fresh zero, which depends on nothing, is not left
+    replicated or on one device. With one device
     there is no layout to choose and no group is emitted: JAX numbers sharding groups from a
     process-wide counter, so a group would make the program's text depend on what the process
     lowered before, and miss the persistent compilation cache in every other process.

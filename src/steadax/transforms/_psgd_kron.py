@@ -439,13 +439,18 @@ class ScaleByPsgdKron(Transformation):
         damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
         return _fit_factors(fs, dense, damped, probe, k.lr, k.tiny)
 
+      def draw(key, size, rdt):
+        """One normal draw, generated divided across ``draw_dist``'s devices when it is set."""
+        if draw_dist is None or size % draw_dist.size:
+          return jax.random.normal(key, (size,), rdt)
+        target = draw_dist.sharding(draw_dist.spec_entry())
+        if draw_dist.auto:  # a constraint: the partitioner divides the draw itself
+          return constrain(jax.random.normal(key, (size,), rdt), target, True)
+        return jax.random.normal(key, (size,), rdt, out_sharding=target)
+
       def fit(all_factors):
         probe_keys = jax.random.split(k_probe, len(probe_sizes)) if len(probe_sizes) > 1 else [k_probe]
-        draws = {rdt: jax.random.normal(key, (size,), rdt) if draw_dist is None or size % draw_dist.size else
-                 constrain(jax.random.normal(key, (size,), rdt), draw_dist.sharding(draw_dist.spec_entry()), True)
-                 if draw_dist.auto else
-                 jax.random.normal(key, (size,), rdt, out_sharding=draw_dist.sharding(draw_dist.spec_entry()))
-                 for key, (rdt, size) in zip(probe_keys, probe_sizes.items())}
+        draws = {rdt: draw(key, size, rdt) for key, (rdt, size) in zip(probe_keys, probe_sizes.items())}
         out = list(all_factors)
         for members in groups:
           dense = self._dense(np.shape(grads[members[0]]))
