@@ -359,7 +359,7 @@ def place_statistic(param: Any, value: jax.Array) -> jax.Array:
   the parameter is not divided across devices, or the statistic has no axis to divide)."""
   dist = distribution(param)
   target = statistic_sharding(dist, np.shape(value))
-  if target is None:
+  if target is None or dist is None:
     return value
   if isinstance(value, jax.core.Tracer):
     return constrain(value, target, dist.auto)
@@ -395,8 +395,8 @@ def from_owners(x: jax.Array, n: int, member: Any) -> jax.Array:
   """The first ``n`` members of an owner-layout stack, each back in the layout ``member`` (a member's
   sharding: the stack axis whole, the other axes as the member's). Under automatic axes the
   members' layouts are the compiler's: the caller ties each member to its parameter (``place_like``)."""
-  mesh = getattr(jax.typeof(x).sharding, "mesh", None)
-  if any(t == jax.sharding.AxisType.Auto for t in getattr(mesh, "axis_types", ())):
+  mesh: Any = getattr(jax.typeof(x).sharding, "mesh", None)
+  if mesh is not None and any(t == jax.sharding.AxisType.Auto for t in mesh.axis_types):
     free = jax.sharding.PartitionSpec.UNCONSTRAINED
     x = jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec(None, *(free,) * (x.ndim - 1))))
