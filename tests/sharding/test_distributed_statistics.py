@@ -54,12 +54,7 @@ def _nnx_results() -> dict:
 
 @pytest.mark.slow
 @pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass
-@pytest.mark.parametrize("name", [
-    "muon", "soap", pytest.param("shampoo", marks=pytest.mark.xfail(strict=True, reason=(
-        "nnx.Optimizer gives each state leaf built from a parameter that parameter's sharding "
-        "annotation: Shampoo's (blocks, b, b) statistics get P('fsdp', None) and init fails "
-        "(IndivisibleError); see the closing note of 2026-11-28"))),
-    "psgd_kron", "galore"])
+@pytest.mark.parametrize("name", ["muon", "soap", "shampoo", "psgd_kron", "galore"])
 def test_nnx_optimizer_on_an_automatic_mesh_trains_like_one_device(name):
   # The user's setup: kernels annotated ("fsdp", None), the model made under jax.set_mesh with
   # automatic axes, nnx.Optimizer and nnx.jit, three steps (the update in the owner layout); the
@@ -69,11 +64,16 @@ def test_nnx_optimizer_on_an_automatic_mesh_trains_like_one_device(name):
   found = _nnx_results()["optimizers"][name]
   assert "error" not in found, found
   assert found["kernel_layout"] in ("P('fsdp',)", "P('fsdp', None)"), found
-  assert found["statistic_layout"] in ("P('fsdp',)", "P('fsdp', None)") and found["statistic_share"] == 0.125, found
+  # Along the first axis 8 divides (Shampoo's (1, 16, 16) block statistics: the rows).
+  assert found["statistic_layout"] in ("P('fsdp',)", "P('fsdp', None)", "P(None, 'fsdp')"), found
+  assert found["statistic_share"] == 0.125, found
   # The first two steps equal one device's. SOAP's third step does not, with the owner layout or
   # without it (its eigenbases of the first statistics are ill-determined here: the same difference,
   # 0.04-0.05 in the parameters, came from the gather-once path before automatic axes divided it).
   assert np.allclose(found["losses"][:2], found["reference_losses"][:2], rtol=1e-5), found
   if name != "soap":
     assert np.allclose(found["losses"], found["reference_losses"], rtol=1e-5), found
-    assert found["max_param_diff"] < 1e-5, found
+    # Shampoo's inverse fourth roots of the first, ill-conditioned statistics magnify rounding
+    # (2.6e-4 in the parameters after three steps, 1.6e-4 with the gather-once path; its losses
+    # agree to 1e-6).
+    assert found["max_param_diff"] < (1e-3 if name == "shampoo" else 1e-5), found

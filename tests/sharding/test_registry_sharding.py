@@ -46,3 +46,18 @@ def test_elementwise_entries_compile_without_all_gather():
     assert name in names, name
   assert len(names) > 60, len(names)
   assert result["elementwise_all_gathers"] == 0, result["failures"].get("Auto/elementwise all-gathers")
+
+
+NNX_SCRIPT = Path(__file__).with_name("_nnx_registry_script.py")
+
+
+@pytest.mark.slow
+@pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass
+def test_every_entry_in_nnx_optimizer_with_annotated_parameters():
+  # nnx.Optimizer gives each state entry its parameter's sharding annotation: an entry whose state
+  # has another shape (Shampoo's block statistics, Adafactor's factors, a per-parameter scalar)
+  # failed at nnx.Optimizer(...) with an IndivisibleError or a mismatched constraint (16 entries).
+  result = run_for_result([str(NNX_SCRIPT)], devices=8, timeout=900)
+  assert result["devices"] == 8 and result["entries"] == len(all_entries())
+  assert not result["failures"], "\n".join(f"{k}: {v}" for k, v in sorted(result["failures"].items()))
+  assert result["trained"] == sum(e.extra_args is None for e in all_entries()) > 100, result

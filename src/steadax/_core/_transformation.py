@@ -17,7 +17,7 @@ from ._interface import EmptyState, GradientTransformationExtraArgs
 from ._leafwise import leafwise
 from ._policy import check_float_params, key_path_str
 from ._roles import check_roles, init_from_roles, roles_of
-from ._tree import PYTHON_NUMBERS, number_as_array, param_array, tree_map
+from ._tree import PYTHON_NUMBERS, number_as_array, param_array, tree_map, unwrap_unlike_variables
 from ._types import OptState, Params, Updates
 
 __all__ = ["Transformation", "register_parameter_check"]
@@ -94,7 +94,7 @@ class Transformation(GradientTransformationExtraArgs):
     state = self.init_fn(params)
     if type(state) is getattr(type(self), "State", None):
       check_roles(self.owner, self, state, params)
-    return conform_init(self.owner, state)
+    return conform_init(self.owner, unwrap_unlike_variables(params, state))
 
   def leafwise(self, fn, updates, *states, params=None, reads=(), scalars=None):
     """The per-leaf primitive (``steadax._core._leafwise.leafwise``) under this transformation's name.

@@ -15,6 +15,7 @@ from ._types import Updates
 
 __all__ = [
     "tree_map",
+    "unwrap_unlike_variables",
     "array_leaf",
     "zeros_mirroring",
     "zeros_like",
@@ -96,6 +97,42 @@ def param_array(x: Any) -> Any:
   (Optax accepts ``{"w": 1.0}``)."""
   x = array_leaf(x)
   return number_as_array(x) if isinstance(x, PYTHON_NUMBERS) else x
+
+
+def unwrap_unlike_variables(params: Any, state: Any) -> Any:
+  """``state`` with every variable wrapper node (``is_variable``) that does not hold an array
+  shaped like the parameter it mirrors replaced by its value.
+
+  A state built by mapping over parameters held in Flax NNX Variables keeps those Variables, and
+  their metadata, around each parameter's entry: a moment is rightly a Variable with its
+  parameter's sharding annotation, but ``nnx.Optimizer`` also gives that annotation to a statistic
+  of another shape (Shampoo's ``(blocks, b, b)`` statistics, Adafactor's factors, a
+  per-parameter scalar), where it does not fit (``IndivisibleError`` at ``nnx.Optimizer(...)``).
+  Such entries are left as plain values: ``nnx.Optimizer`` holds them without metadata. A state
+  node mirrors the parameter whose key path ends its own key path.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> unwrap_unlike_variables({"w": jnp.ones(2)}, {"w": jnp.zeros(())})["w"].shape
+    ()
+  """
+  shapes = {tuple(path): np.shape(node.get_value())
+            for path, node in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_variable)[0]
+            if is_variable(node)}
+  if not shapes:
+    return state
+
+  def unwrap(path, node):
+    if not is_variable(node):
+      return node
+    value = node.get_value()
+    path = tuple(path)
+    mirrored = next((shapes[path[i:]] for i in range(len(path)) if path[i:] in shapes), None)
+    if mirrored is not None and hasattr(value, "shape") and np.shape(value) == mirrored:
+      return node
+    return value
+
+  return jax.tree_util.tree_map_with_path(unwrap, state, is_leaf=is_variable)
 
 
 def is_variable(x: Any) -> bool:
