@@ -17,11 +17,13 @@ import pytest
 from tests.sharding.virtual_devices import run_for_result
 
 SCRIPT = Path(__file__).with_name("_distributed_script.py")
+NNX_SCRIPT = Path(__file__).with_name("_nnx_auto_script.py")
 
 
-@functools.lru_cache(maxsize=1)
-def _results() -> dict:
-  return run_for_result([str(SCRIPT)], devices=8)
+@functools.lru_cache(maxsize=2)
+def _results(script: Path = SCRIPT) -> dict:
+  """The script's result, run once per pytest process (on 8 virtual devices)."""
+  return run_for_result([str(script)], devices=8)
 
 
 @pytest.mark.slow
@@ -44,13 +46,6 @@ def test_each_device_stores_and_computes_its_share_of_the_statistics(name, kind)
   assert found["max_diff"] < 1e-5, found
 
 
-NNX_SCRIPT = Path(__file__).with_name("_nnx_auto_script.py")
-
-
-@functools.lru_cache(maxsize=1)
-def _nnx_results() -> dict:
-  return run_for_result([str(NNX_SCRIPT)], devices=8)
-
 
 @pytest.mark.slow
 @pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass
@@ -61,7 +56,7 @@ def test_nnx_optimizer_on_an_automatic_mesh_trains_like_one_device(name):
   # same code on a one-device mesh. The layouts below hold with the gather-once path too (Flax
   # places each state leaf by its parameter's annotation): what this adds to the test above is the
   # framework's loop and the equality with one device.
-  found = _nnx_results()["optimizers"][name]
+  found = _results(NNX_SCRIPT)["optimizers"][name]
   assert "error" not in found, found
   assert found["kernel_layout"] in ("P('fsdp',)", "P('fsdp', None)"), found
   # Along the first axis 8 divides (Shampoo's (1, 16, 16) block statistics: the rows).
