@@ -477,11 +477,12 @@ class ScaleByPsgdKron(Transformation):
         dense = self._dense(np.shape(grads[members[0]]))
         pres = batched(lambda sh, fs, h: _precondition(in_compute(fs, h), dense, h), members, factors,
                        momenta, out_like=momenta[members[0]])
+        # Back in the layout of the gradient (a step input; the gathered momentum is not, and under
+        # automatic axes the owner layout's result is the compiler's to place). Decided per group.
+        back = members[0] in gathered or owners(members) is not None
         for i, pre in zip(members, pres):
           pre = pre.reshape(np.shape(grads[i]))
-          # Back in the layout of the gradient (a step input; the gathered momentum is not, and
-          # under automatic axes the owner layout's result is the compiler's to place).
-          preconditioned[i] = place_like(grads[i], pre) if i in gathered or owners(members) is not None else pre
+          preconditioned[i] = place_like(grads[i], pre) if back else pre
 
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
     # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,
