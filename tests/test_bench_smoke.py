@@ -122,3 +122,17 @@ def test_lm_summary_counts_steps_to_adamws_best_final_loss():
   assert muon["steps_to_target"] == 20 and muon["steps_ratio"] == 0.5 and muon["meets_goal"]
   assert soap["steps_to_target"] is None and not soap["meets_goal"]
   assert summary["goal_met_by"] == ["muon"]
+
+
+def test_matrix_depth_can_measure_one_batch_per_group():
+  # --no-cpu-chunks: the program an accelerator compiles (docs/performance.md, "Where the growth
+  # stops"); the switch is undone afterwards.
+  from benchmarks.cases import matrix_depth
+  from steadax.transforms import _matrix
+  chunked = _matrix.chunk_bounds(64, per_core=4)
+  with matrix_depth.one_batch_per_group():
+    assert _matrix.chunk_bounds(64, per_core=4) == [(0, 64)]
+    assert _matrix.chunk_bounds(64, member_bytes=1 << 16) == [(0, 64)]
+  assert _matrix.chunk_bounds(64, per_core=4) == chunked
+  with matrix_depth.one_batch_per_group(False):
+    assert _matrix.chunk_bounds(64, per_core=4) == chunked

@@ -11,11 +11,16 @@ absolute seconds move, the ratios much less.
 
   python -m benchmarks.run --cases matrix_depth
   python -m benchmarks.cases.matrix_depth --depths 2,8,32 --repetitions 3 --optimizers muon,soap
+  python -m benchmarks.cases.matrix_depth --depths 2,32 --per-leaf-depths '' --no-cpu-chunks
+
+``--no-cpu-chunks`` measures the program an accelerator (or a mesh of CPU devices) compiles: each
+shape group one batched computation, not the chunks one CPU device splits it into to use its cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -95,6 +100,20 @@ def _per_leaf(grouping: bool):
   from steadax.transforms import _matrix
   previous, _matrix._GROUPING = _matrix._GROUPING, grouping
   return previous
+
+
+@contextlib.contextmanager
+def one_batch_per_group(on: bool = True):
+  """Inside: one CPU device computes each shape group as one batch, as an accelerator does, not
+  in the chunks it uses to occupy its cores (``_matrix.chunk_bounds``); read at trace time."""
+  from steadax.transforms import _matrix
+  previous = _matrix._cpu_cores
+  if on:
+    _matrix._cpu_cores = lambda: 0
+  try:
+    yield
+  finally:
+    _matrix._cpu_cores = previous
 
 
 def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=None,
@@ -233,6 +252,9 @@ def main(argv=None) -> None:
   parser.add_argument("--json", default=None, help="write the result here")
   parser.add_argument("--per-leaf-depths", default=None,
                       help="depths at which the per-parameter path is also measured (default: all)")
+  parser.add_argument("--no-cpu-chunks", action="store_true",
+                      help="compute each shape group as one batch, as on an accelerator or several "
+                           "devices, instead of the chunks (per core, or by bytes) one CPU device uses")
   args = parser.parse_args(argv)
   jax.config.update("jax_numpy_dtype_promotion", "standard")
   labels = list(optimizers())
@@ -240,9 +262,10 @@ def main(argv=None) -> None:
     wanted = args.optimizers.split(",")
     labels = [l for l in labels if any(w in l for w in wanted)]
   depths = [int(d) for d in args.depths.split(",")]
-  result = measure(depths, args.repetitions, labels, rounds=args.rounds,
-                   per_leaf_depths=None if args.per_leaf_depths is None else
-                   [int(d) for d in args.per_leaf_depths.split(",") if d])
+  with one_batch_per_group(args.no_cpu_chunks):
+    result = measure(depths, args.repetitions, labels, rounds=args.rounds,
+                     per_leaf_depths=None if args.per_leaf_depths is None else
+                     [int(d) for d in args.per_leaf_depths.split(",") if d])
   print("\n".join(table(result)))
   if args.json:
     with open(args.json, "w") as f:
