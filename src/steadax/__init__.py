@@ -185,6 +185,7 @@ if _TYPE_CHECKING:
       scale_by_novograd as scale_by_novograd,
       scale_by_sm3 as scale_by_sm3,
   )
+  from .transforms._axes import WeightDimensionNumbers as WeightDimensionNumbers
   from .transforms._centralize import centralize as centralize
   from .transforms._clipping import (
       ClipState as ClipState,

@@ -14,7 +14,7 @@ drops the imaginary part before its SVD).
 """
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -36,25 +36,14 @@ from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, conj_t, distribution
                                   layout_key, on_owners, place_statistic, replicate_whole, shape_groups, sharding_of,
                                   stack, stacked_struct, statistic_sharding, thin_svd, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
-from ._axes import leaf_dims, leaf_paths, matrix_view
+from ..transforms._axes import WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 
 __all__ = ["GaLoreDimensionNumbers", "GaLoreState", "scale_by_galore", "galore"]
 
 
-class GaLoreDimensionNumbers(NamedTuple):
-  """Which axes of a weight form the matrix GaLore projects.
-
-  Every axis must be named: the reduction (input) axes are flattened into the matrix's rows and the
-  output axes into its columns (e.g. an attention projection ``(embed, heads, head_dim)`` with
-  ``reduction_axis=0, output_axis=(1, 2)``).
-
-  Attributes:
-    reduction_axis: the input axis or axes.
-    output_axis: the output axis or axes.
-  """
-
-  reduction_axis: Sequence[int] | int = 0
-  output_axis: Sequence[int] | int = 1
+# GaLore's name for the one dimension-numbers type (``steadax.WeightDimensionNumbers``). GaLore
+# names every axis: a batch axis is not supported yet.
+GaLoreDimensionNumbers = WeightDimensionNumbers
 
 
 @state_roles(count=COUNTER, base_optimizer_state=INNER, projector=OTHER)

@@ -20,7 +20,7 @@ update cast once to the parameter's dtype.
 """
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -46,7 +46,7 @@ from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, chunk_bounds, conj_t
                                   stack, stacked_struct, to_owners, unstack)
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
-from ._axes import leaf_dims, leaf_paths, matrix_view
+from ..transforms._axes import WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
 
@@ -63,21 +63,8 @@ _DION_COEFFS = (
 _PRESETS = {"standard": _STANDARD_COEFFS[0], "dion": _DION_COEFFS}
 
 
-class MuonDimensionNumbers(NamedTuple):
-  """Which axes of a weight form the matrix Muon orthogonalizes.
-
-  A weight used as ``y = x @ W`` has its reduction (input) axis first and its output axis second,
-  the default. Axes named in neither field are batch axes: each slice along them is a separate
-  matrix (a stack of heads, experts or layers). Several axes in one field are flattened together
-  (an attention projection ``(embed, heads, head_dim)`` with ``output_axis=(1, 2)``).
-
-  Attributes:
-    reduction_axis: the input axis or axes.
-    output_axis: the output axis or axes.
-  """
-
-  reduction_axis: Sequence[int] | int = 0
-  output_axis: Sequence[int] | int = 1
+# Optax's name for the one dimension-numbers type (``steadax.WeightDimensionNumbers``).
+MuonDimensionNumbers = WeightDimensionNumbers
 
 
 @state_roles(count=COUNTER, mu=accumulator("mu_dtype"), ns_coeffs=OTHER)

@@ -86,6 +86,7 @@ if _TYPE_CHECKING:
       scale_by_novograd as scale_by_novograd,
       scale_by_sm3 as scale_by_sm3,
   )
+  from ._axes import WeightDimensionNumbers as WeightDimensionNumbers
   from ._centralize import centralize as centralize
   from ._noise import AddNoiseState as AddNoiseState, add_noise as add_noise
   from ._optimistic import (
@@ -180,7 +181,8 @@ __all__ = [
     "ScaleByRStdDevState", "ScaleByRStdDevWithCountState", "ScaleByRmsState", "ScaleByRmsWithCountState",
     "ScaleByRpropState", "ScaleByRssState", "ScaleBySM3State", "ScaleByScheduleState",
     "ScaleByShampooState", "ScaleBySoapState", "ScaleByTrustRatioState", "ScaleState",
-    "ShouldSkipUpdateFunction", "SnapshotState", "TraceState", "WeightDecaySchedule", "ZeroNansState",
+    "ShouldSkipUpdateFunction", "SnapshotState", "TraceState", "WeightDecaySchedule", "WeightDimensionNumbers",
+    "ZeroNansState",
     "adaptive_grad_clip", "add_decayed_weights", "add_noise", "apply_if_finite", "bias_correction",
     "centralize", "chain", "clip", "clip_by_block_rms", "clip_by_global_norm", "conditionally_mask",
     "conditionally_transform", "dynamic_quantization_map", "ema", "flatten", "freeze",

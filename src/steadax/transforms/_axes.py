@@ -1,20 +1,44 @@
-"""Which axes of a parameter form a matrix: shared by Muon's and GaLore's dimension numbers (private).
+"""Which axes of a parameter form a matrix: the one dimension-numbers type of the matrix optimizers.
 
-A dimension-number record has ``reduction_axis`` and ``output_axis`` (an int or a sequence of
-ints each); the remaining axes are batch axes. A parameter viewed this way is a stack of
-``(prod(reduction), prod(output))`` matrices.
+A ``WeightDimensionNumbers`` record has ``reduction_axis`` and ``output_axis`` (an int or a
+sequence of ints each); the remaining axes are batch axes. A parameter viewed this way is a stack
+of ``(prod(reduction), prod(output))`` matrices.
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 
 from .._core._policy import key_path_str
-from ..transforms._masked import align_prefix
+from ._masked import align_prefix
 
-__all__: list[str] = []
+__all__ = ["WeightDimensionNumbers"]
+
+
+class WeightDimensionNumbers(NamedTuple):
+  """Which axes of a weight form the matrix a matrix optimizer works on.
+
+  A weight used as ``y = x @ W`` has its reduction (input) axis first and its output axis second,
+  the default. Axes named in neither field are batch axes: each slice along them is a separate
+  matrix (a stack of layers, heads or experts), with its own statistics. Several axes in one field
+  are flattened together (an attention projection ``(embed, heads, head_dim)`` with
+  ``output_axis=(1, 2)``). Optax's ``MuonDimensionNumbers`` is this type
+  (``steadax.contrib.MuonDimensionNumbers`` and ``GaLoreDimensionNumbers`` are aliases).
+
+  Attributes:
+    reduction_axis: the input axis or axes.
+    output_axis: the output axis or axes.
+
+  Example:
+    >>> import steadax
+    >>> steadax.WeightDimensionNumbers(reduction_axis=1, output_axis=2)  # (layers, d_in, d_out)
+    WeightDimensionNumbers(reduction_axis=1, output_axis=2)
+  """
+
+  reduction_axis: Sequence[int] | int = 0
+  output_axis: Sequence[int] | int = 1
 
 
 class MatrixView(NamedTuple):
