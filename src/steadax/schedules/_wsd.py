@@ -100,6 +100,9 @@ class WarmupStableDecay(Module):
     rising = _blend(peak, start_value, _fraction_of(t, warmup))
     cooling = _blend(peak, end_value,
                      _cooldown(self.decay_shape, _fraction_of(t - decay_start, end - decay_start)))
+    # The peak and the end value exactly (XLA may divide by multiplying with the reciprocal, and a
+    # fractional length's progress may round a hair below 1 at the end).
+    cooling = jnp.where(t < end, cooling, end_value)
     return jnp.where(t < warmup, rising, jnp.where(t <= decay_start, peak, cooling))
 
   def __call__(self, count: Any) -> jax.Array:
