@@ -2,12 +2,12 @@
 
 A schedule's value has the type Optax's schedule gives: Optax computes with the arguments as the
 user passed them (Python numbers are weakly typed, arrays keep their dtype) under JAX's standard
-promotion. steadax keeps the arguments as given (``hyper_field(as_given=True)``, the ``leaf``
-fields below) and runs the same arithmetic under ``standard_promotion``, so the value's type and
+promotion. steadax keeps the arguments as given (``hyper_field(as_given=True)``: ``0.5``,
+``np.float32(0.5)`` and ``jnp.float32(0.5)`` give Optax's different value types, a weak float and
+a strong float32) and runs the same arithmetic under ``standard_promotion``, so the value's type and
 bits are Optax's, also when the user's code runs under ``jax_numpy_dtype_promotion="strict"``.
 """
 
-import dataclasses
 import math
 from typing import Any
 
@@ -16,20 +16,10 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._module import hyper_field
 from .._core._policy import COUNTER_DTYPE, hyperparam_dtype
 
-__all__ = ["cast", "declared_dtype", "leaf", "standard_promotion", "as_count", "concrete_number",
+__all__ = ["cast", "declared_dtype", "standard_promotion", "as_count", "concrete_number",
            "static_steps"]
-
-
-def leaf(default: Any = dataclasses.MISSING) -> Any:
-  """A schedule's numeric field: a pytree leaf kept exactly as the user gave it.
-
-  Not canonicalized (``hyper_field(as_given=True)``): ``0.5``, ``np.float32(0.5)`` and
-  ``jnp.float32(0.5)`` give Optax's three different value types (a weak float, a strong float32).
-  """
-  return hyper_field(default, as_given=True)
 
 
 def standard_promotion() -> Any:

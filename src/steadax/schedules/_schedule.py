@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._module import Module, static_field
+from .._core._module import Module, hyper_field, static_field
 from .._core._types import Schedule
-from ._common import as_count, concrete_number, leaf, standard_promotion, static_steps
+from ._common import as_count, concrete_number, standard_promotion, static_steps
 
 __all__ = [
     "constant_schedule",
@@ -35,7 +35,7 @@ __all__ = [
 class ConstantSchedule(Module):
   """``count -> value``: the value itself, as Optax returns it."""
 
-  value: Any = leaf()
+  value: Any = hyper_field(as_given=True)
 
   def __call__(self, count: Any) -> Any:
     del count
@@ -63,9 +63,9 @@ def constant_schedule(value: ArrayLike) -> ConstantSchedule:
 class PolynomialSchedule(Module):
   """``(init - end) * (1 - t / T) ** power + end`` with ``t`` the clipped steps since the start."""
 
-  init_value: Any = leaf()
-  end_value: Any = leaf()
-  power: Any = leaf()
+  init_value: Any = hyper_field(as_given=True)
+  end_value: Any = hyper_field(as_given=True)
+  power: Any = hyper_field(as_given=True)
   transition_steps: Any = static_field()
   transition_begin: Any = static_field(default=0)
 
@@ -151,9 +151,9 @@ def linear_schedule(
 class ExponentialDecay(Module):
   """``init * rate ** ((count - begin) / T)``, optionally floored exponent and bounded by ``end``."""
 
-  init_value: Any = leaf()
-  decay_rate: Any = leaf()
-  end_value: Any = leaf(None)
+  init_value: Any = hyper_field(as_given=True)
+  decay_rate: Any = hyper_field(as_given=True)
+  end_value: Any = hyper_field(None, as_given=True)
   transition_steps: Any = static_field(default=1)
   transition_begin: Any = static_field(default=0)
   staircase: bool = static_field(default=False)
@@ -169,8 +169,9 @@ class ExponentialDecay(Module):
       if end is not None:
         # end_value bounds the decay from below when decaying, from above when growing (Optax
         # picks the bound from the Python rate; a traced rate picks it in the program).
-        if concrete_number(rate) is not None:
-          value = (jnp.maximum if concrete_number(rate) < 1 else jnp.minimum)(value, end)
+        concrete_rate = concrete_number(rate)
+        if concrete_rate is not None:
+          value = (jnp.maximum if concrete_rate < 1 else jnp.minimum)(value, end)
         else:
           value = jnp.where(rate < 1, jnp.maximum(value, end), jnp.minimum(value, end))
       if concrete_number(rate) is None:
@@ -239,9 +240,9 @@ def exponential_decay(
 class CosineDecay(Module):
   """``init * ((1 - alpha) * (0.5 * (1 + cos(pi * t / T))) ** exponent + alpha)``, ``t <= T``."""
 
-  init_value: Any = leaf()
-  alpha: Any = leaf(0.0)
-  exponent: Any = leaf(1.0)
+  init_value: Any = hyper_field(as_given=True)
+  alpha: Any = hyper_field(0.0, as_given=True)
+  exponent: Any = hyper_field(1.0, as_given=True)
   decay_steps: Any = static_field(default=1)
 
   def __call__(self, count: Any) -> jax.Array:
@@ -322,8 +323,8 @@ def _boundaries_and_scales(owner: str, boundaries_and_scales: Any) -> tuple[tupl
 class PiecewiseConstant(Module):
   """``init_value`` times every scale whose boundary the count has reached."""
 
-  init_value: Any = leaf()
-  scales: tuple = leaf(())
+  init_value: Any = hyper_field(as_given=True)
+  scales: tuple = hyper_field((), as_given=True)
   boundaries: tuple = static_field(default=())
 
   def __call__(self, count: Any) -> jax.Array:
@@ -375,8 +376,8 @@ def _interpolate(kind: str, start: jax.Array, end: jax.Array, pct: jax.Array) ->
 class PiecewiseInterpolate(Module):
   """Linear or cosine interpolation between the cumulative products of the scales."""
 
-  init_value: Any = leaf()
-  scales: tuple = leaf(())
+  init_value: Any = hyper_field(as_given=True)
+  scales: tuple = hyper_field((), as_given=True)
   boundaries: tuple = static_field(default=())
   interpolate_type: str = static_field(default="linear")
 

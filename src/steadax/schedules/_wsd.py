@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._module import Module, static_field
-from ._common import as_count, concrete_number, leaf, standard_promotion
+from .._core._module import Module, hyper_field, static_field
+from ._common import as_count, concrete_number, standard_promotion
 
 __all__ = ["warmup_stable_decay_schedule"]
 
@@ -51,26 +51,26 @@ class WarmupStableDecayCycle(Module):
   ``peak_value`` and ``end_value`` of None take the schedule's.
   """
 
-  rewarmup_steps: Any = leaf()
-  stable_steps: Any = leaf()
-  decay_steps: Any = leaf()
-  peak_value: Any = leaf(None)
-  end_value: Any = leaf(None)
+  rewarmup_steps: Any = hyper_field(as_given=True)
+  stable_steps: Any = hyper_field(as_given=True)
+  decay_steps: Any = hyper_field(as_given=True)
+  peak_value: Any = hyper_field(None, as_given=True)
+  end_value: Any = hyper_field(None, as_given=True)
 
 
 class WarmupStableDecay(Module):
   """Warmup from ``init_value`` to ``peak_value``, hold, cool down to ``end_value``; then cycles."""
 
-  peak_value: Any = leaf()
-  init_value: Any = leaf(0.0)
-  end_value: Any = leaf(0.0)
-  total_steps: Any = leaf(None)
-  warmup_steps: Any = leaf(None)
-  warmup_fraction: Any = leaf(None)
-  stable_steps: Any = leaf(None)
-  decay_steps: Any = leaf(None)
-  decay_fraction: Any = leaf(None)
-  cycles: tuple = leaf(())
+  peak_value: Any = hyper_field(as_given=True)
+  init_value: Any = hyper_field(0.0, as_given=True)
+  end_value: Any = hyper_field(0.0, as_given=True)
+  total_steps: Any = hyper_field(None, as_given=True)
+  warmup_steps: Any = hyper_field(None, as_given=True)
+  warmup_fraction: Any = hyper_field(None, as_given=True)
+  stable_steps: Any = hyper_field(None, as_given=True)
+  decay_steps: Any = hyper_field(None, as_given=True)
+  decay_fraction: Any = hyper_field(None, as_given=True)
+  cycles: tuple = hyper_field((), as_given=True)
   decay_shape: str = static_field(default="linear")
 
   def phases(self) -> tuple[Any, Any, Any]:
@@ -295,9 +295,9 @@ def warmup_stable_decay_schedule(
       peak_value, init_value, end_value, total_steps, warmup_steps, warmup_fraction, stable_steps,
       decay_steps, decay_fraction, _cycles(owner, cycles), decay_shape)
   if total_steps is not None:
-    warmup, decay_start, _ = (concrete_number(x) for x in schedule.phases())
-    if warmup is not None and decay_start is not None and warmup > decay_start:
+    warmup, decay_start, total = (concrete_number(x) for x in schedule.phases())
+    if warmup is not None and decay_start is not None and total is not None and warmup > decay_start:
       raise ValueError(
-          f"{owner}: the warmup ({warmup:g} steps) and the cooldown ({concrete_number(total_steps) - decay_start:g}"
-          f" steps) together exceed total_steps ({concrete_number(total_steps):g}).")
+          f"{owner}: the warmup ({warmup:g} steps) and the cooldown ({total - decay_start:g} steps) "
+          f"together exceed total_steps ({total:g}).")
   return schedule
