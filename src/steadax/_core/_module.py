@@ -277,7 +277,8 @@ def _as_python_number(leaf: Any) -> Any:
 
 def _canonical_hyper(value: Any) -> Any:
   """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
-  (schedules) are left alone: they canonicalize their own fields when built."""
+  (schedules) are left alone: their own fields are handled when they are built (schedules keep
+  theirs as given)."""
   if value is None or isinstance(value, Module):
     return value
   if isinstance(value, (tuple, list, dict)):
@@ -292,7 +293,7 @@ def _is_concrete(value: Any) -> bool:
 def _finish(obj: Any) -> None:
   """What every built Module gets, whoever wrote its ``__init__``: every field's check run on its
   (concrete) value as given, then plain callables in dynamic fields wrapped in ``Fn`` and concrete
-  scalar hyperparameters made one kind of leaf (``_canonical_hyper``)."""
+  scalar hyperparameters made one kind of leaf (``_canonical_hyper``; not in ``as_given`` fields)."""
   cls = type(obj)
   d = obj.__dict__
   owner = getattr(obj, "owner", cls.__name__)
