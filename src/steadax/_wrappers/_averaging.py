@@ -30,7 +30,7 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._adapters import as_inner
 from .._core._checks import check_decay, check_nonnegative, check_positive, check_range
 from .._core._interface import GradientTransformation
-from .._core._leafwise import Scalars, leafwise, place_like
+from .._core._leafwise import Scalars, place_like
 from .._core._module import child_field, hyper_field, static_field
 from .._core._policy import (
     COUNTER_DTYPE,
@@ -45,7 +45,7 @@ from .._core._state_tree import tree_get_all_with_path
 from .._core._transformation import Transformation
 from .._core._tree import array_leaf, is_none, tree_map, unwrap_variables
 from .._core._types import OptState, Params
-from .._core._updates import apply_updates
+from ._low_precision import by_param_dtype
 
 __all__ = ["ParamAveragingState", "ema_params", "swa_params", "averaged_params"]
 
@@ -135,9 +135,6 @@ class _ParamAveraging(Transformation):
           f"{self.owner}: update needs the parameters (`update(grads, state, params)`): the average "
           "is taken of `params + updates`.")
     new_updates, inner_state = self.inner.update(updates, state.inner_state, params, **extra_args)
-    # The parameters as the caller will have them after this step, rounded as apply_updates (and
-    # optax.apply_updates) rounds them to each parameter's dtype.
-    new_params = apply_updates(params, new_updates)
     has_updated = getattr(self.inner, "has_updated", None)
     # A MultiSteps inner emits zero updates on k - 1 mini-steps out of k: only the steps that move
     # the parameters (the real optimizer steps) count and are averaged.
@@ -145,11 +142,17 @@ class _ParamAveraging(Transformation):
     t = safe_increment(state.count)
     leaf, folds, scalars = self._fold(t, state.num_averaged)
 
-    # Boolean decisions are closed over (a Scalars record holds numbers, cast to each dtype).
-    def gated(k, x, average):
-      return x, jnp.where(stepped, leaf(k, x, average), average)
+    def make_leaf(dtype):
+      def gated(k, u, average, p):
+        # The parameters as the caller will have them after this step: apply_updates's sum,
+        # rounded to the parameter's dtype by an explicit cast (by_param_dtype says why).
+        x = (p + u).astype(dtype).astype(p.dtype)
+        # Boolean decisions are closed over (a Scalars record holds numbers, cast to each dtype).
+        return u, jnp.where(stepped, leaf(k, x, average), average)
+      return gated
 
-    _, average = leafwise(self.owner, gated, new_params, state.average, scalars=scalars)
+    _, average = by_param_dtype(self, make_leaf, new_updates, state.average, params=params,
+                                reads=(params,), scalars=scalars)
     averaged = jnp.logical_and(stepped, folds)
     return new_updates, ParamAveragingState(
         count=jnp.where(stepped, t, state.count),

@@ -53,10 +53,16 @@ def _narrower(param_dtype: np.dtype, compute: np.dtype) -> bool:
               and jnp.finfo(param_dtype).nmant < jnp.finfo(compute).nmant)
 
 
-def _by_param_dtype(tx: Transformation, make_leaf: Callable[[np.dtype], Callable], updates: Any,
-                    *states: Any, params: Any, reads: tuple = ()) -> tuple[Any, ...]:
+def by_param_dtype(tx: Transformation, make_leaf: Callable[[np.dtype], Callable], updates: Any,
+                   *states: Any, params: Any, reads: tuple = (), scalars: Any = None) -> tuple[Any, ...]:
   """``tx.leafwise`` once per parameter dtype, with the leaf function ``make_leaf(dtype)``: a
-  leaf function sees compute-dtype values only and must be told the dtype it rounds to."""
+  leaf function sees compute-dtype values only and must be told the dtype it rounds to.
+
+  A leaf function rounds with an explicit cast (``x.astype(dtype).astype(x.dtype)``), never by
+  computing in the narrow dtype and widening the result: XLA (``xla_allow_excess_precision``, on
+  by default) may skip the rounding of a bfloat16 addition whose result is widened, but keeps
+  explicit conversions.
+  """
   treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
   grads, leaves = treedef.flatten_up_to(updates), treedef.flatten_up_to(params)
   groups: dict = {}
@@ -67,7 +73,8 @@ def _by_param_dtype(tx: Transformation, make_leaf: Callable[[np.dtype], Callable
   for dtype, members in groups.items():
     chosen = set(members)
     only = treedef.unflatten([g if i in chosen else None for i, g in enumerate(grads)])
-    trees = tx.leafwise(make_leaf(dtype), only, *states, params=params, reads=reads)
+    trees = tx.leafwise(make_leaf(dtype), only, *states, params=params, reads=reads,
+                        scalars=scalars)
     for result, tree in zip(results, trees):
       out = treedef.flatten_up_to(tree)
       for i in members:
@@ -124,7 +131,7 @@ class _StochasticRounding(Transformation):
         return new - p
       return leaf
 
-    (new_updates,) = _by_param_dtype(self, make_leaf, updates, params=params, reads=(params, salts))
+    (new_updates,) = by_param_dtype(self, make_leaf, updates, params=params, reads=(params, salts))
     return new_updates, StochasticRoundingState(count=count)
 
 
@@ -217,7 +224,7 @@ class _KahanSummation(Transformation):
         return new - p, e
       return leaf
 
-    new_updates, compensation = _by_param_dtype(
+    new_updates, compensation = by_param_dtype(
         self, make_leaf, updates, state.compensation, params=params, reads=(params,))
     return new_updates, KahanSummationState(compensation=compensation)
 
