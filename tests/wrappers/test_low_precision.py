@@ -244,6 +244,6 @@ def test_bfloat16_regression_learns_in_nnx_optimizer_and_train_state_loops():
     assert client(None) == pytest.approx(initial, rel=1e-6), client.__name__  # stalled
     # Kahan's pair follows the float32 run closely; stochastic rounding follows it on average, each
     # weight a random walk of about a spacing (2^-8 here) times sqrt(steps * f (1 - f)).
-    for stage, tolerance in ((steadax.stochastic_rounding(), 0.25), (steadax.kahan_summation(), 0.02)):
+    for stage, tolerance in ((steadax.stochastic_rounding(), 0.25), (steadax.kahan_summation(), 1e-3)):
       got = client(stage)
       assert abs(got - reference) < tolerance * (initial - reference), (client.__name__, stage, got)

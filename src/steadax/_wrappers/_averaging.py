@@ -68,8 +68,10 @@ class _AverageRole(Role):
     return accumulator_dtype(promote_types(param_dtype, jnp.float32))
 
 
-@state_roles(count=COUNTER, num_averaged=COUNTER, average=_AverageRole("accumulator"),
-             inner_state=INNER)
+_AVERAGE = _AverageRole("accumulator")
+
+
+@state_roles(count=COUNTER, num_averaged=COUNTER, average=_AVERAGE, inner_state=INNER)
 class ParamAveragingState(NamedTuple):
   """State of ``ema_params`` and ``swa_params``.
 
@@ -112,13 +114,11 @@ class _ParamAveraging(Transformation):
   average_dtype: Any = static_field(default=None, check=_check_average_dtype)
 
   def init_fn(self, params):
-    role = ParamAveragingState.__state_roles__["average"]
-
     def copy(x):
       x = array_leaf(x)
       # A copy (distinct buffers, so params and state can both be donated), in the parameter's
       # layout: under jit with automatic axes the copy is tied to the parameter's sharding.
-      return place_like(x, jnp.array(x, dtype=role.leaf_dtype(x.dtype, self), copy=True))
+      return place_like(x, jnp.array(x, dtype=_AVERAGE.leaf_dtype(x.dtype, self), copy=True))
 
     return ParamAveragingState(count=zero_count(), num_averaged=zero_count(),
                                average=tree_map(copy, params), inner_state=self.inner.init(params))
@@ -138,7 +138,7 @@ class _ParamAveraging(Transformation):
     has_updated = getattr(self.inner, "has_updated", None)
     # A MultiSteps inner emits zero updates on k - 1 mini-steps out of k: only the steps that move
     # the parameters (the real optimizer steps) count and are averaged.
-    stepped = has_updated(inner_state) if callable(has_updated) else jnp.asarray(True)
+    stepped = jnp.asarray(has_updated(inner_state) if callable(has_updated) else True)
     t = safe_increment(state.count)
     leaf, folds, scalars = self._fold(t, state.num_averaged)
 
@@ -164,11 +164,11 @@ class _ParamAveraging(Transformation):
 
 class _EmaParams(_ParamAveraging):
   name = "ema_params"
-  decay: Any = hyper_field(0.9999, check=check_decay)
+  decay: Any = hyper_field(default=0.9999, check=check_decay)
   warmup: str | None = static_field(default=None, check=_check_warmup)
-  warmup_gamma: Any = hyper_field(1.0, check=check_positive)
-  warmup_power: Any = hyper_field(2.0 / 3.0, check=check_positive)
-  start_step: Any = hyper_field(0, check=_check_steps)
+  warmup_gamma: Any = hyper_field(default=1.0, check=check_positive)
+  warmup_power: Any = hyper_field(default=2.0 / 3.0, check=check_positive)
+  start_step: Any = hyper_field(default=0, check=_check_steps)
 
   def decay_at(self, t: jax.Array, dtype: Any) -> jax.Array:
     """The decay applied at step ``t`` (1-based, an int32 scalar), in ``dtype``."""
@@ -193,8 +193,8 @@ class _EmaParams(_ParamAveraging):
 
 class _SwaParams(_ParamAveraging):
   name = "swa_params"
-  start_step: Any = hyper_field(0, check=_check_steps)
-  every_k_steps: Any = hyper_field(1, check=lambda owner, name, value: check_range(
+  start_step: Any = hyper_field(default=0, check=_check_steps)
+  every_k_steps: Any = hyper_field(default=1, check=lambda owner, name, value: check_range(
       owner, name, value, 1, np.inf))
 
   def _fold(self, t, n):
