@@ -33,7 +33,7 @@ from typing import Any
 
 from ._optax_private import PRIVATE_NAMES
 
-__all__ = ["OptaxPrivateModule", "find_spec", "private_module_error", "unbind"]
+__all__ = ["OptaxPrivateModule", "find_spec", "is_private_module", "private_module_error", "unbind"]
 
 _SWITCH = "optax resolves to steadax: steadax.as_optax"
 
@@ -174,4 +174,5 @@ def unbind() -> None:
 
 
 def is_private_module(module: object) -> bool:
+  """Whether ``module`` is one of these modules (``restore()`` removes them with the others)."""
   return isinstance(module, OptaxPrivateModule)
