@@ -36,7 +36,7 @@ from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._transformation import Transformation
 from .._core._tree import is_none
 from .._core._types import Updates
-from ..transforms._lowmem import _salt, dither_bits, rounded_stochastically
+from ..transforms._lowmem import dither_bits, rounded_stochastically, stream_salt
 
 __all__ = [
     "StochasticRoundingState",
@@ -118,7 +118,7 @@ class _StochasticRounding(Transformation):
     _needs_params(self.owner, params)
     count = safe_increment(state.count)
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
-    salts = treedef.unflatten([jnp.asarray([_salt(self.seed, i, _SALT_STREAM)], jnp.uint32)
+    salts = treedef.unflatten([jnp.asarray([stream_salt(self.seed, i, _SALT_STREAM)], jnp.uint32)
                                for i in range(treedef.num_leaves)])
 
     def make_leaf(dtype):
