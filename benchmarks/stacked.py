@@ -136,12 +136,19 @@ def _compiled(lib: Any, tx: Any, params: Any) -> tuple[harness.Contender, float]
 
 
 def measure(depths: tuple, width: int, sizes: harness.Sizes, names: list[str] | None = None,
-            deadline: float | None = None, on_row: Callable[[dict], None] | None = None) -> dict:
+            deadline: float | None = None, on_row: Callable[[dict], None] | None = None,
+            warm_up: bool = True) -> dict:
   """Compile and step times at every depth; rows in the order measured (``on_row`` hears each).
 
-  ``deadline`` (a ``time.perf_counter()`` value): no new depth is started after it.
+  ``deadline`` (a ``time.perf_counter()`` value): no new depth is started after it. ``warm_up``:
+  every step is first compiled once on one tiny layer, so that the first depth measured does not
+  pay the process's one-time costs (imports, caches) in its compile time.
   """
   names = supported(names)
+  if warm_up:
+    tiny = stacked_layers(1, 4)
+    for lib, tx in contenders(stacked_dims(tiny), names).values():
+      _compiled(lib, tx, jax.tree_util.tree_map(jnp.copy, tiny))
   rows = []
   for depth in depths:
     if deadline is not None and time.perf_counter() > deadline:

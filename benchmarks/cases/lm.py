@@ -419,7 +419,10 @@ def compare(steadax_row: dict, optax_row: dict) -> dict:
           "train_max_rel_diff": float(np.max(rel))}
 
 
-def measure(config: Config, progress: harness.Progress | None = None) -> dict:
+def measure(config: Config, progress: harness.Progress | None = None,
+            on_optimizer: Callable[[dict, dict], None] | None = None) -> dict:
+  """The case's result; ``on_optimizer(rows, optax_rows)`` hears the curves after each optimizer's
+  sweep (``benchmarks/device.py`` keeps them should a time cap stop the run)."""
   progress = progress or harness.Progress(enabled=False)
   names = list(config.optimizers or OPTIMIZERS)
   twins = [n for n in names if OPTIMIZERS[n].optax_too]
@@ -452,6 +455,8 @@ def measure(config: Config, progress: harness.Progress | None = None) -> dict:
       optax_rows[name].update(compare(rows[name], optax_rows[name]))
       optax_state = jax.eval_shape(spec.make(optax, lrs[0], dims[optax]).init, params)
       optax_rows[name]["state_bytes"] = state_bytes(optax_state)
+    if on_optimizer is not None:
+      on_optimizer(rows, optax_rows)
   summary = summarize(rows, eval_steps)
 
   # One configuration's step (the best learning rate), timed in alternating rounds.
