@@ -27,6 +27,7 @@ import importlib.util
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -83,9 +84,11 @@ def _relative_gap(a: list, b: list) -> float:
 
 
 def compare_layouts(config: lm.Config, names: list[str] | None = None,
-                    progress: harness.Progress | None = None, deadline: float | None = None) -> dict:
+                    progress: harness.Progress | None = None, deadline: float | None = None,
+                    on_row: Callable[[dict], None] | None = None) -> dict:
   """Trains each optimizer on both layouts; ``names`` default: AdamW and every matrix optimizer
-  that takes stacked dimension numbers. No new optimizer is started after ``deadline``."""
+  that takes stacked dimension numbers. No new optimizer is started after ``deadline``;
+  ``on_row(rows)`` hears the rows after each optimizer."""
   progress = progress or harness.Progress(enabled=False)
   names = ["adamw", *stacked.supported()] if names is None else names
   text = lm.corpus()
@@ -126,6 +129,8 @@ def compare_layouts(config: lm.Config, names: list[str] | None = None,
     row["compile scanned/per-layer"] = a["compile_s"] / b["compile_s"]
     row["step scanned/per-layer"] = a["step_s"] / b["step_s"]
     rows[name] = row
+    if on_row is not None:
+      on_row(rows)
   return {"kind": "lm_layouts", "config": dataclasses.asdict(config),
           "parameters": sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(per_layer)),
           "left_out": {n: stacked.stacked_support(n) for n in stacked.MATRIX_OPTIMIZERS
