@@ -144,7 +144,9 @@ def dimension_numbers_from(
     override: ``{path pattern: WeightDimensionNumbers or None}``, applied last: the dimension
       numbers of every matching parameter (axes counted over its full shape, batch axes included),
       or None to keep it out of the matrices (``{"embed*|head*": None}``: Muon's authors give the
-      embedding and the output layer to AdamW).
+      embedding and the output layer to AdamW). Negative axes count from the end, whatever the
+      stack: Equinox's ``Linear`` keeps its weight as ``(out, in)``, so
+      ``{"*.weight": WeightDimensionNumbers(reduction_axis=-1, output_axis=-2)}``.
 
   Returns:
     A tree with ``params``' structure down to each parameter (a ``Variable`` or box counts as one),
