@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -356,6 +357,13 @@ def child(sections: list[str], plan: Plan, part: str, cap: float) -> None:
 
 # -- the parent ------------------------------------------------------------------------------------
 
+class Stopped(Exception):
+  """SIGTERM reached the parent (``timeout`` in device.sh): the child is stopped, results written."""
+
+
+def _stop(signum, frame):
+  raise Stopped()
+
 def _run_group(group: tuple, plan: Plan, cap: float, out_dir: str, index: int) -> tuple[dict, dict]:
   """One child process for ``group``; its sections (with a status for those it did not finish)."""
   part = os.path.join(out_dir, f".device-part-{index}.json")
@@ -373,10 +381,11 @@ def _run_group(group: tuple, plan: Plan, cap: float, out_dir: str, index: int) -
   try:
     log, _ = process.communicate(timeout=cap)
     ended = None if process.returncode == 0 else f"the child exited with {process.returncode}"
-  except subprocess.TimeoutExpired:
-    os.killpg(process.pid, 9)
+  except (subprocess.TimeoutExpired, Stopped) as why:
+    os.killpg(process.pid, 9)  # its own session: nothing else would stop it
     log, _ = process.communicate()
-    ended = f"stopped at its cap of {cap:.0f} s"
+    ended = (f"stopped at its cap of {cap:.0f} s" if isinstance(why, subprocess.TimeoutExpired)
+             else "stopped by SIGTERM (device.sh's 8-minute backstop)")
   wall = time.perf_counter() - t0
   found: dict = {"machine": {}, "sections": {}}
   if os.path.exists(part):
@@ -417,8 +426,11 @@ def main(argv=None) -> dict:
   if unknown:
     parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
   t0 = time.perf_counter()
+  signal.signal(signal.SIGTERM, _stop)
   result: dict = {"mode": plan.mode, "plan": dataclasses.asdict(plan), "machine": {}, "sections": {}}
   for index, group in enumerate(plan.groups):
+    if any("SIGTERM" in e["status"] for e in result["sections"].values()):
+      break
     group = tuple(s for s in group if s in wanted)
     if not group:
       continue
@@ -467,4 +479,6 @@ def write(out_dir: str, result: dict) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  done = main()
+  # The files are written either way; a section that did not finish makes the exit status 1.
+  sys.exit(0 if all(e["status"] == "ok" for e in done.get("sections", {}).values()) else 1)
