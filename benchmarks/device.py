@@ -219,7 +219,8 @@ def lm_layouts(plan: Plan, deadline: float, record: Callable) -> dict:
   config = _lm_config(plan.lm_config, plan.layouts_overrides)
   names = None if plan.layouts_optimizers is None else list(plan.layouts_optimizers)
   return lm_scanned.compare_layouts(config, names, deadline=deadline,
-                                   on_row=lambda rows: record({"rows": rows}))
+                                   on_row=lambda rows: record({"rows": rows}),
+                                   warm_up=plan.mode != "dry")
 
 
 def lm(plan: Plan, deadline: float, record: Callable) -> dict:
