@@ -430,16 +430,16 @@ def main(argv=None) -> dict:
   signal.signal(signal.SIGTERM, _stop)
   result: dict = {"mode": plan.mode, "plan": dataclasses.asdict(plan), "machine": {}, "sections": {}}
   for index, group in enumerate(plan.groups):
-    if any("SIGTERM" in e["status"] for e in result["sections"].values()):
-      break
     group = tuple(s for s in group if s in wanted)
     if not group:
       continue
     left = plan.total_s - (time.perf_counter() - t0)
     cap = min(sum(plan.caps[s] for s in group), left)
-    if cap < 20:
+    stopped = any("SIGTERM" in e["status"] for e in result["sections"].values())
+    if cap < 20 or stopped:
+      why = "the run was stopped by SIGTERM" if stopped else f"{left:.0f} s of the budget left"
       for name in group:
-        result["sections"][name] = {"status": f"not run: {left:.0f} s of the budget left"}
+        result["sections"][name] = {"status": f"not run: {why}"}
       continue
     machine, sections = _run_group(group, plan, cap, out_dir, index)
     result["machine"] = result["machine"] or machine
