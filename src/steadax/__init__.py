@@ -283,6 +283,7 @@ if _TYPE_CHECKING:
       ZeroNansState as ZeroNansState,
       zero_nans as zero_nans,
   )
+  from ._wrappers._axis_names import dimension_numbers_from as dimension_numbers_from
   from ._wrappers._flatten import flatten as flatten
   from ._fusion._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
   from ._fusion._flat import (
