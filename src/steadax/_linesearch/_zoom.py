@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
@@ -336,6 +337,7 @@ class ScaleByZoomLinesearch(Transformation):
     return scale_tree(self.owner, stepsize, updates), new_state
 
 
+@shared_args
 def scale_by_zoom_linesearch(
     max_linesearch_steps: ArrayLike,
     max_learning_rate: ArrayLike | None = None,

@@ -6,6 +6,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from .._core._policy import promote_types
 from ._common import as_count, cast, declared_dtype, static_steps
@@ -33,6 +34,7 @@ class JoinedSchedule(Module):
     return value
 
 
+@shared_args
 def join_schedules(schedules: Sequence[Schedule],
                    boundaries: Sequence[int | float]) -> JoinedSchedule:
   """Runs ``schedules`` in sequence, switching at ``boundaries``.

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from .._core._types import Schedule
 from ._common import as_count, cast, concrete_number, declared_dtype, static_steps, value_dtype
@@ -40,6 +41,7 @@ class ConstantSchedule(Module):
     return cast(self.value, declared_dtype(self.value))
 
 
+@shared_args
 def constant_schedule(value: ArrayLike) -> ConstantSchedule:
   """A schedule that always returns ``value``.
 
@@ -78,6 +80,7 @@ class PolynomialSchedule(Module):
     return (init - end) * frac ** cast(self.power, dtype) + end
 
 
+@shared_args
 def polynomial_schedule(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -118,6 +121,7 @@ def polynomial_schedule(
   )
 
 
+@shared_args
 def linear_schedule(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -169,6 +173,7 @@ class ExponentialDecay(Module):
     return jnp.where(rate == 0, init, value)
 
 
+@shared_args
 def exponential_decay(
     init_value: ArrayLike,
     transition_steps: int | float,
@@ -242,6 +247,7 @@ class CosineDecay(Module):
     return cast(self.init_value, dtype) * decayed
 
 
+@shared_args
 def cosine_decay_schedule(
     init_value: ArrayLike,
     decay_steps: int | float,
@@ -316,6 +322,7 @@ class PiecewiseConstant(Module):
     return value
 
 
+@shared_args
 def piecewise_constant_schedule(
     init_value: ArrayLike,
     boundaries_and_scales: dict[int, float] | None = None,
@@ -374,6 +381,7 @@ class PiecewiseInterpolate(Module):
     return value
 
 
+@shared_args
 def piecewise_interpolate_schedule(
     interpolate_type: str,
     init_value: ArrayLike,
