@@ -58,7 +58,7 @@ import numpy as np
 from jax.experimental.shard_alike import shard_alike
 
 from ._config import is_strict
-from ._contract import ContractError
+from ._contract import ContractError, InputMismatchError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
 
 __all__ = ["Scalars", "leafwise", "place_kept_axes", "place_like", "split_record", "tree_reduce"]
@@ -322,6 +322,13 @@ def leafwise(
       continue
     leaf_states = [s[i] for s in state_leaves]
     p = param_leaves[i]
+    if p is not None and getattr(p, "shape", None) not in (None, g.shape):
+      # Before the leaf function: a gradient that broadcasts against its parameter is the caller's
+      # mismatch, not a leaf function returning the wrong shape (``Transformation.update`` also
+      # compares the state's accumulators, which only their declared roles say mirror the params).
+      raise InputMismatchError(
+          f"{owner}: at {_path(treedef, i)}, the updates (gradients) have shape {tuple(g.shape)}, "
+          f"the params {tuple(p.shape)}.")
     out_dtype = p.dtype if p is not None and hasattr(p, "dtype") else g.dtype
     inputs = [g, *leaf_states, *[r[i] for r in read_leaves]]
     signature = (out_dtype, *[None if x is None else x.dtype for x in inputs])
@@ -514,7 +521,7 @@ def _path(treedef: Any, index: int) -> str:
 
 
 def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
-                scalars: Any = None) -> jax.Array:
+                scalars: Any = None, owner: str = "tree_reduce") -> jax.Array:
   """``Σ_leaves fn(k, *leaves)``: a whole-tree reduction summed in the statistics dtype.
 
   Each leaf's term is computed in the compute dtype of its inputs (their promotion, at least
@@ -527,9 +534,11 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
     dtype: the dtype of the sum.
     tree: the first tree (gradients or updates); None leaves and non-floating leaves (integer
       parameters' gradients, float0) are skipped.
-    *rest: trees with the structure of ``tree``.
+    *rest: trees with the structure and the leaf shapes of ``tree`` (a leaf of another shape
+      raises an ``InputMismatchError`` naming its path before ``fn`` runs).
     scalars: as ``leafwise``'s: a ``Scalars`` record, or ``scalars(real compute dtype) ->
       Scalars`` built once per dtype.
+    owner: the name errors give (the transformation's).
 
   Returns:
     A scalar of ``dtype`` (0 for a tree without leaves).
@@ -545,8 +554,15 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
   columns = [treedef.flatten_up_to(tree)] + [treedef.flatten_up_to(r) for r in rest]
   records: dict = {}
   total = jnp.zeros([], dtype)
-  for leaves in zip(*columns):
-    if leaves[0] is None or not jnp.issubdtype(leaves[0].dtype, jnp.inexact):
+  for i, leaves in enumerate(zip(*columns)):
+    if leaves[0] is None:
+      continue
+    if any(x is not None and getattr(x, "shape", None) not in (None, leaves[0].shape) for x in leaves[1:]):
+      # A leaf that broadcasts against the first tree's would be summed over the broadcast shape.
+      raise InputMismatchError(
+          f"{owner}: at {_path(treedef, i)}, the trees summed have shapes "
+          f"{', '.join(str(tuple(np.shape(x))) for x in leaves)}.")
+    if not jnp.issubdtype(leaves[0].dtype, jnp.inexact):
       # As in leafwise: an integer, boolean or float0 leaf (an integer parameter) is not
       # optimised, so it adds nothing to a statistic of the optimisation.
       continue
