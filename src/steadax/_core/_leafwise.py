@@ -33,7 +33,8 @@ per-dtype scalars computed once, and returns the update and its new state leaves
   real parameter always raises.
 * **Traced once per leaf type.** Under tracing, the first leaf of each combination of input
   shapes and dtypes runs the leaf function; every later leaf of that combination is a ``jit`` call
-  of that trace (see ``_Once``). A model repeats a few shapes over its layers, so tracing no longer
+  of that trace (``_reuse.py``), unless the leaf function could read per-leaf data from its
+  closure (a counter it advances, an iterator): it then runs for every leaf. A model repeats a few shapes over its layers, so tracing no longer
   grows with depth at the cost of every operation of the leaf function, and XLA inlines the calls:
   the compiled program is the same.
 
@@ -60,6 +61,7 @@ from jax.experimental.shard_alike import shard_alike
 from ._config import is_strict
 from ._contract import ContractError, InputMismatchError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
+from ._reuse import Captures, Once
 
 __all__ = ["Scalars", "leafwise", "place_kept_axes", "place_like", "split_record", "tree_reduce"]
 
@@ -351,19 +353,29 @@ def leafwise(
   # dtype the policy did not expect.
   results = []
   calls: dict = {}
+  captures: Captures | None = None  # what ``fn`` captures, read at its first traced leaf
   with jax.numpy_dtype_promotion("standard"):
     for i, plan, k, cast_in in jobs:
       if isinstance(cast_in[0], jax.core.Tracer):
         # Traced: a leaf whose inputs have the types of an earlier leaf's reuses that leaf's trace
-        # (a call of the traced function, see _Once), so a model's repeated shapes are traced once.
+        # (a call of the traced function, see _reuse.py), so a model's repeated shapes are traced
+        # once; unless ``fn`` could read per-leaf data from its closure (``Captures``).
         types = (plan, *[None if x is None else x.shape for x in cast_in])
         call = calls.get(types)
         if call is None:
           calls[types] = False  # met once: traced directly
-          results.append(fn(k, *cast_in))
+          if captures is None:
+            captures = Captures(fn, records=(Scalars,))
+            results.append(fn(k, *cast_in))
+            captures.called()
+          else:
+            results.append(fn(k, *cast_in))
           continue
         if call is False:
-          call = calls[types] = _Once(fn, k)
+          if not (captures is not None and captures.reusable):
+            results.append(fn(k, *cast_in))
+            continue
+          call = calls[types] = Once(fn, *split_record(k))
         results.append(call(cast_in))
       else:
         results.append(fn(k, *cast_in))
@@ -453,33 +465,6 @@ def _checked_output(owner: str, plan: _Plan, j: int, value: Any, shape: tuple, s
         f"{owner}: the leaf function returned shape {np.shape(value)} at {path()}, expected "
         f"{shape}.")
   return value
-
-
-class _Once:
-  """A leaf function traced once for the input types of a leaf and called for every later leaf of
-  those types.
-
-  Tracing a leaf function binds each of its operations through ``jax.numpy``'s dispatch (a
-  fraction of a millisecond each); a model repeats a few parameter shapes many times (the layers
-  of an MLP or a transformer), so leafwise traces the leaf function again only where the types
-  differ: the later leaves' updates are one ``jit`` call each of the first trace (``jax.jit``
-  caches the trace by input types; XLA inlines the calls, so the compiled program is the same).
-  The scalars record ``k`` is split: its Python numbers stay in the function (folded as
-  constants), its traced values (bias corrections, injected hyperparameters) are arguments.
-  A type met once is traced directly: a call costs more than tracing a leaf once.
-  """
-
-  def __init__(self, fn: Callable[..., Any], k: Any):
-    self.traced, rebuild = split_record(k)
-
-    def leaf(traced: dict, *inputs: Any) -> Any:
-      return fn(rebuild(traced), *inputs)
-
-    leaf.__name__ = leaf.__qualname__ = getattr(fn, "__name__", "leaf")
-    self.jitted = jax.jit(leaf)
-
-  def __call__(self, inputs: list) -> Any:
-    return self.jitted(self.traced, *inputs)
 
 
 def saturating_cast(value: jax.Array, store: Any) -> jax.Array:

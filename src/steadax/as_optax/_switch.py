@@ -5,7 +5,9 @@ A finder at the front of ``sys.meta_path`` answers every import of ``optax`` or 
   ``steadax.<path>``: the same module objects, so ``optax.adam is steadax.adam`` and a library's
   ``isinstance(tx, optax.GradientTransformation)`` sees steadax's class;
 - a path with a private part (``optax._src.base``, ``optax.contrib._muon``) raises
-  ``ModuleNotFoundError`` naming the public steadax names for what that Optax module defines;
+  ``ModuleNotFoundError`` naming the public steadax names for what that Optax module defines; a
+  package of such modules (``optax._src``) is an empty stand-in (``_PrivatePackage``), so the
+  import of a module in it reaches the finder under the module's own name;
 - a public path steadax does not have raises ``ModuleNotFoundError`` too. The finder never answers
   ``None`` for an ``optax`` name: the path finder would then look in ``steadax.__path__`` and load
   a second copy of a steadax module under an ``optax`` name, or fall through to the real Optax.
@@ -54,21 +56,44 @@ def _private_module_error(fullname: str) -> ModuleNotFoundError:
   return ModuleNotFoundError(head + hint, name=fullname)
 
 
-def _requested(fullname: str) -> str:
-  """The module the running import statement asked for, where ``fullname`` is its parent.
+def _is_private_package(fullname: str) -> bool:
+  """Whether ``fullname`` is a package of Optax-private modules (``optax._src``)."""
+  prefix = fullname + "."
+  return any(name.startswith(prefix) for name in PRIVATE_NAMES)
 
-  ``import optax._src.base`` first imports the parent ``optax._src``, and that import fails; the
-  error should name ``optax._src.base``, whose names it lists. importlib's ``_find_and_load``
-  frames hold the names being imported (CPython; elsewhere the error names ``fullname``).
+
+class _PrivatePackage(types.ModuleType):
+  """Stands for a package of Optax-private modules (``optax._src``), so that importing one of them
+  reaches the finder under its own full name.
+
+  ``import optax._src.base`` imports the parent ``optax._src`` first; were that import to fail, the
+  error could only name ``optax._src`` (the finder is asked for the parent alone, and reading the
+  name being imported from importlib's frames depends on CPython's import internals). The parent
+  is this empty package instead: the import system then asks for ``optax._src.base``, whose error
+  lists the public names of what it defines. Reading a name from the package itself raises (the
+  same error for one of its modules: ``from optax._src import base``).
   """
-  frame, asked = sys._getframe(1), fullname
-  while frame is not None:
-    if frame.f_code.co_name == "_find_and_load_unlocked":
-      name = frame.f_locals.get("name")
-      if isinstance(name, str) and name.startswith(asked + "."):
-        asked = name
-    frame = frame.f_back
-  return asked
+
+  def __getattr__(self, name: str) -> Any:
+    if name.startswith("__"):
+      raise AttributeError(name)
+    submodule = f"{self.__name__}.{name}"
+    if submodule in PRIVATE_NAMES:
+      # ``from optax._src import base`` reads the attribute before importing the submodule, and
+      # importlib would replace the submodule's error by a bare "cannot import name": say it here.
+      raise _private_module_error(submodule)
+    raise AttributeError(
+        f"module {self.__name__!r} has no attribute {name!r}: optax resolves to steadax "
+        f"(steadax.as_optax), and {self.__name__} is a package of Optax's private modules; import "
+        f"the public name (optax.<name>, the same object as steadax.<name>) instead.")
+
+
+class _PrivatePackageLoader(importlib.abc.Loader):
+  def create_module(self, spec):
+    return _PrivatePackage(spec.name)
+
+  def exec_module(self, module):
+    pass
 
 
 class _SteadaxLoader(importlib.abc.Loader):
@@ -96,7 +121,9 @@ class _OptaxFinder(importlib.abc.MetaPathFinder):
       return None
     parts = fullname.split(".")[1:]
     if any(part.startswith("_") for part in parts):
-      raise _private_module_error(_requested(fullname))
+      if _is_private_package(fullname):
+        return importlib.machinery.ModuleSpec(fullname, _PrivatePackageLoader(), is_package=True)
+      raise _private_module_error(fullname)
     steadax_name = ".".join(["steadax", *parts])
     try:
       found = importlib.util.find_spec(steadax_name)
@@ -230,7 +257,7 @@ def restore() -> None:
     sys.meta_path.remove(finder)
     finder = _finder()
   for name, module in list(sys.modules.items()):
-    if _is_optax_name(name) and _is_steadax_module(module):
+    if _is_optax_name(name) and (_is_steadax_module(module) or isinstance(module, _PrivatePackage)):
       del sys.modules[name]
 
 
