@@ -1,5 +1,6 @@
-"""leafwise traces a leaf function once per leaf type (_Once): the calls it saves, and that a reused
-trace still computes each leaf from its own inputs and the current (traced) hyperparameters."""
+"""leafwise traces a leaf function once per leaf type (``Once``, ``_core/_reuse.py``): the calls it
+saves, that a reused trace still computes each leaf from its own inputs and the current (traced)
+hyperparameters, and that a leaf function reading per-leaf data from its closure is never reused."""
 
 import jax
 import jax.numpy as jnp
