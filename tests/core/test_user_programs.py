@@ -13,6 +13,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 _PROGRAM = r"""
 import json
 import jax, jax.numpy as jnp
@@ -24,14 +26,14 @@ after = jax.jit(lambda x: jnp.cos(x) * 2)
 after(jnp.ones(3))                                  # jitted after the import, before any steadax object
 
 params = {"w": jnp.ones(3), "b": jnp.zeros(2)}
+state = steadax.adam(1e-3).init(params)
+updates, _ = steadax.adam(1e-3).update(params, state, params)   # un-jitted
+steadax.apply_updates(params, updates)
 steps = []
 for tx in (steadax.adam(1e-3), steadax.adamw(1e-3, mask=lambda p: {"w": True, "b": False}),
-           steadax.chain(steadax.clip_by_global_norm(1.0), steadax.sgd(0.1, momentum=0.9)),
            steadax.inject_hyperparams(steadax.lion)(learning_rate=1e-4)):
   state = tx.init(params)
   jax.eval_shape(tx.init, params)
-  updates, state = tx.update(params, state, params)
-  steadax.apply_updates(params, updates)
   traces = []
   def step(tx, state, params):
     traces.append(steadax.is_strict())
@@ -51,6 +53,7 @@ print(json.dumps({"sizes": sizes, "strict_traces": traces, "before_after_strict"
 """
 
 
+@pytest.mark.x32_only  # JAX's cache keys, not dtypes: the x64 pass would repeat the same
 def test_importing_building_initialising_updating_recompiles_nothing_of_the_users():
   run = subprocess.run([sys.executable, "-c", _PROGRAM], capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr
