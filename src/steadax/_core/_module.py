@@ -312,7 +312,7 @@ def _finish(obj: Any) -> None:
 
 def _named(owner: str, field: str, factory: tuple[str, frozenset[str]] | None) -> str:
   """The name a failed check of ``owner``'s ``field`` gives: the public factory the user called
-  (``docs.called_factory``) when it takes an argument of that name, the path from it to ``owner``
+  (``_docs.called_factory``) when it takes an argument of that name, the path from it to ``owner``
   when it does not, ``owner`` itself outside any factory or inside its own."""
   if factory is None or factory[0] == owner:
     return owner

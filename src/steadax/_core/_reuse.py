@@ -23,8 +23,10 @@ __all__ = ["Captures", "Once"]
 
 
 # Values a leaf function may close over and still have its trace reused: they cannot change
-# between two leaves. Anything else (a list, a dict, an iterator, an object of unknown kind) could be
-# read differently for each leaf, and a reused trace would give every later leaf the first's.
+# between two leaves (a numpy array is taken as a constant table). Lists and dicts are read
+# through (and watched for changes, see Captures); anything else (an iterator, an object of
+# unknown kind) could be read differently for each leaf, and a reused trace would give every
+# later leaf the first's.
 _FROZEN_ATOMS: tuple[type, ...] = (
     type(None), bool, int, float, complex, str, bytes, type, range, slice, type(Ellipsis),
     enum.Enum, np.dtype, np.generic, np.ndarray, jax.Array, jax.tree_util.PyTreeDef,
@@ -146,7 +148,6 @@ def _module_level(fn: types.FunctionType) -> bool:
   """A function its module holds under its name (a decorated factory included)."""
   module = sys.modules.get(fn.__module__) if isinstance(fn.__module__, str) else None
   return module is not None and getattr(module, fn.__name__, None) is fn
-
 
 
 class Once:
