@@ -61,7 +61,7 @@ def test_the_message_for_the_issues_example():
       "chain > scale_by_adam: at ['w'], the updates (gradients) have shape (4, 2), state.mu (2,).")):
     jax.eval_shape(tx.update, {"w": jnp.ones((4, 2))}, state)
   with pytest.raises(steadax.InputMismatchError, match=re.escape(
-      "chain: at ['w'], the updates (gradients) have shape (4, 2), the params (2,).")):
+      "chain > scale_by_adam: at ['w'], the updates (gradients) have shape (4, 2), the params (2,).")):
     jax.eval_shape(tx.update, {"w": jnp.ones((4, 2))}, state, {"w": jnp.ones(2)})
 
 

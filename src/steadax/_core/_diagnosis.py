@@ -145,7 +145,10 @@ def _first_shape_difference(owner: str, updates: Any, other_name: str,
 def input_shape_mismatch(owner: str, updates: Any, state: Any, params: Any) -> str | None:
   """Where the gradients' shapes differ from the parameters' or the state's accumulators', or None.
 
-  Run by ``update`` before the transformation's maths, at trace time (shapes only): one flatten
+  For a transformation whose state has accumulators (fields whose declared role mirrors the
+  parameters): the gradients must have the parameters' shapes, and the accumulators' (named as
+  ``the params`` when they are given, else as the state's field). Run by ``update`` before the
+  transformation's maths, at trace time (shapes only): one flatten
   of each tree and a comparison of lists of shapes (about 0.3 ms for 200 leaves, params and two
   moments; 1% of tracing ``adamw``). Trees of another structure are left to the
   diagnosis of the failing call (``diagnose_update``); each leaf without a shape is skipped.
@@ -168,8 +171,11 @@ def input_shape_mismatch(owner: str, updates: Any, state: Any, params: Any) -> s
     was made by init for other parameters: call init with these parameters.
   """
   accumulators = _accumulator_fields(type(state))
-  if params is None and not accumulators:
-    return None  # nothing to compare with (a chain, a stateless transformation without params)
+  if not accumulators:
+    # No state mirrors the parameters: nothing says the updates must have their shapes here (a
+    # stateless transformation may pass per-example gradients, ``aggregating.process``); leafwise
+    # still compares each gradient with its parameter where the maths runs.
+    return None
   leaves, treedef = jax.tree_util.tree_flatten(updates)
   shapes = _shapes(leaves)
   if params is not None:

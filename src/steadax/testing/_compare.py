@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._policy import key_path_str
-from .._core._types import Params, Updates
+from .._core._types import ArrayTree, Params, Updates
 
 __all__ = ["non_finite", "type_differences", "type_signature", "update_type_differences", "weak_leaves"]
 
@@ -56,7 +56,7 @@ def _describe(shape: tuple, dtype: Any, weak: bool) -> str:
   return f"{_dtype_name(dtype)}{list(shape)}" + (" (weak)" if weak else "")
 
 
-def type_differences(expected: Any, got: Any, what: str = "the tree") -> list[tuple[str, str]]:
+def type_differences(expected: ArrayTree, got: ArrayTree, what: str = "the tree") -> list[tuple[str, str]]:
   """Every leaf of ``got`` whose type differs from ``expected``'s: the type-stability check.
 
   The two trees must have the same structure and, leaf by leaf, the same shape, the same dtype, and
