@@ -38,7 +38,6 @@ a Module can be a dictionary key or a ``static_argnums`` argument.
 
 import dataclasses
 import inspect
-import sys
 from collections.abc import Callable
 
 import jax
@@ -46,6 +45,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import numpy as np
 from typing import Any, ClassVar, Self, cast, dataclass_transform, get_origin
 
+from ._docs import called_factory
 from ._policy import hyperparam_dtype
 
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
@@ -296,22 +296,16 @@ def _finish(obj: Any) -> None:
   scalar hyperparameters made one kind of leaf (``_canonical_hyper``; not in ``as_given`` fields)."""
   cls = type(obj)
   d = obj.__dict__
-  owner = getattr(obj, "owner", cls.__name__)
-  for name, check in cls._field_checks:
-    value = d[name]
-    if _is_concrete(value):
-      try:
-        check(owner, name, value)
-      except (ValueError, TypeError):
+  if cls._field_checks:
+    owner = getattr(obj, "owner", cls.__name__)
+    factory = called_factory()
+    for name, check in cls._field_checks:
+      value = d[name]
+      if _is_concrete(value):
         # The field's check is the one check of the value; the error names what the user called:
         # ``adam: b1 must lie in [0.0, 1.0)`` for ``adam(b1=1.0)``, and ``sm3 > scale_by_sm3: b1``
         # for ``sm3(momentum=1.0)``, whose argument has another name than the field.
-        factory = _factory_called()
-        if factory is None or factory[0] == owner:
-          raise
-        name_of_factory, parameters = factory
-        check(name_of_factory if name in parameters else f"{name_of_factory} > {owner}", name, value)
-        raise
+        check(_named(owner, name, factory), name, value)
   for name in cls._dynamic_fields:
     value = d[name]
     frozen = _freeze_callables(value)
@@ -324,22 +318,14 @@ def _finish(obj: Any) -> None:
       object.__setattr__(obj, name, canonical)
 
 
-def _factory_called() -> tuple[str, frozenset[str]] | None:
-  """The public steadax function the user called and its parameter names, found on the stack: the
-  outermost frame of a steadax module whose function is in that module's ``__all__`` (``adam`` when
-  ``adam`` called ``scale_by_adam``; a wrapper's inner closure, not being public, is passed over).
-  Read only when a check fails, so building a Module never walks the stack."""
-  found = None
-  frame = sys._getframe(1)  # pylint: disable=protected-access
-  while frame is not None:
-    module_globals = frame.f_globals
-    if str(module_globals.get("__name__", "")).startswith("steadax."):
-      code = frame.f_code
-      if code.co_name in module_globals.get("__all__", ()):
-        parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-        found = (code.co_name, frozenset(parameters))
-    frame = frame.f_back
-  return found
+def _named(owner: str, field: str, factory: tuple[str, frozenset[str]] | None) -> str:
+  """The name a failed check of ``owner``'s ``field`` gives: the public factory the user called
+  (``_docs.called_factory``) when it takes an argument of that name, the path from it to ``owner``
+  when it does not, ``owner`` itself outside any factory or inside its own."""
+  if factory is None or factory[0] == owner:
+    return owner
+  name, parameters = factory
+  return name if field in parameters else f"{name} > {owner}"
 
 
 class _ModuleMeta(type):

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._checks import check_positive
+from .._core._docs import shared_args
 from .._core._types import Schedule
 from ._common import concrete_number, standard_promotion, static_steps
 from ._join import JoinedSchedule, join_schedules
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 
+@shared_args
 def warmup_constant_schedule(init_value: ArrayLike, peak_value: ArrayLike, warmup_steps: int) -> Schedule:
   """Linear warmup from ``init_value`` to ``peak_value``, then constant at ``peak_value``.
 
@@ -58,6 +60,7 @@ def _end_over_peak(end_value: Any, peak_value: Any) -> Any:
     return jnp.where(zero, 0.0, end_value / jnp.where(zero, 1.0, peak_value))
 
 
+@shared_args
 def warmup_cosine_decay_schedule(
     init_value: ArrayLike,
     peak_value: ArrayLike,
@@ -110,6 +113,7 @@ def warmup_cosine_decay_schedule(
   )
 
 
+@shared_args
 def warmup_exponential_decay_schedule(
     init_value: ArrayLike,
     peak_value: ArrayLike,
@@ -163,6 +167,7 @@ def _check_onecycle(owner: str, transition_steps: Any, div_factor: Any, final_di
   return transition_steps
 
 
+@shared_args
 def linear_onecycle_schedule(
     transition_steps: int,
     peak_value: ArrayLike,
@@ -213,6 +218,7 @@ def linear_onecycle_schedule(
   )
 
 
+@shared_args
 def cosine_onecycle_schedule(
     transition_steps: int,
     peak_value: ArrayLike,
@@ -260,6 +266,7 @@ def cosine_onecycle_schedule(
   )
 
 
+@shared_args
 def sgdr_schedule(cosine_kwargs: Iterable[dict[str, float]]) -> JoinedSchedule:
   """SGD with warm restarts: ``warmup_cosine_decay_schedule`` cycles one after another.
 

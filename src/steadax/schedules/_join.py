@@ -6,6 +6,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from ._common import as_count, standard_promotion, static_steps
 from .._core._types import Schedule
@@ -29,6 +30,7 @@ class JoinedSchedule(Module):
     return value
 
 
+@shared_args
 def join_schedules(schedules: Sequence[Schedule],
                    boundaries: Sequence[int | float]) -> JoinedSchedule:
   """Runs ``schedules`` in sequence, switching at ``boundaries``.

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from .._core._types import Schedule
 from ._common import as_count, concrete_number, standard_promotion, static_steps
@@ -42,6 +43,7 @@ class ConstantSchedule(Module):
     return self.value
 
 
+@shared_args
 def constant_schedule(value: ArrayLike) -> ConstantSchedule:
   """A schedule that always returns ``value``.
 
@@ -79,6 +81,7 @@ class PolynomialSchedule(Module):
       return (self.init_value - self.end_value) * frac ** self.power + self.end_value
 
 
+@shared_args
 def polynomial_schedule(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -121,6 +124,7 @@ def polynomial_schedule(
   )
 
 
+@shared_args
 def linear_schedule(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -181,6 +185,7 @@ class ExponentialDecay(Module):
       return value
 
 
+@shared_args
 def exponential_decay(
     init_value: ArrayLike,
     transition_steps: int | float,
@@ -260,6 +265,7 @@ class CosineDecay(Module):
       return self.init_value * decayed
 
 
+@shared_args
 def cosine_decay_schedule(
     init_value: ArrayLike,
     decay_steps: int | float,
@@ -338,6 +344,7 @@ class PiecewiseConstant(Module):
     return value
 
 
+@shared_args
 def piecewise_constant_schedule(
     init_value: ArrayLike,
     boundaries_and_scales: dict[int, float] | None = None,
@@ -395,6 +402,7 @@ class PiecewiseInterpolate(Module):
       return inside.dot(between) + (bounds[-1] <= count) * values[-1]
 
 
+@shared_args
 def piecewise_interpolate_schedule(
     interpolate_type: str,
     init_value: ArrayLike,

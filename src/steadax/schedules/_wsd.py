@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._module import Module, hyper_field, static_field
+from .._core._docs import shared_args
 from ._common import as_count, concrete_number, standard_promotion
 
 __all__ = ["warmup_stable_decay_schedule"]
@@ -177,6 +178,7 @@ def _cycles(owner: str, cycles: Any) -> tuple:
   return tuple(built)
 
 
+@shared_args
 def warmup_stable_decay_schedule(
     peak_value: ArrayLike,
     total_steps: ArrayLike | None = None,
