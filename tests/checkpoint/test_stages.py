@@ -81,7 +81,7 @@ def test_a_removed_stage_is_dropped_and_a_renamed_one_carried_on_request():
      "adam: adam/mu/b: dtype float32 in the checkpoint, bfloat16 expected; adam/mu/w: dtype float32"),
     (steadax.trace(0.9), "adam: adam/trace/b not in the checkpoint; adam/trace/w not in the checkpoint; "
                          "adam/count in the checkpoint only"),
-])
+], ids=["dtype", "structure"])
 def test_a_stage_whose_state_changed_is_refused_or_started_fresh_never_half_restored(saved, changed, expected):
   new = steadax.named_chain(CLIP, ("adam", changed), ("noise", steadax.add_noise(0.01, 0.55, key=jax.random.key(3))), LR)
   fresh = new.init(PARAMS)
@@ -174,3 +174,26 @@ def test_nnx_optimizer_gains_a_stage():
   assert _same(jax.tree_util.tree_map(lambda v: v[...], new.opt_state["adam"].mu),
                jax.tree_util.tree_map(lambda v: v[...], old.opt_state["adam"].mu))
   assert int(new.step[...]) == 1
+
+
+@pytest.mark.x32_only
+def test_a_file_of_the_previous_format_is_read_too():
+  # No named_chain in it: every path must match, as restore's.
+  from tests.checkpoint.test_checkpoint import FORMAT_1, _bits, _format_1_state
+
+  tx, state = _format_1_state()
+  template = jax.eval_shape(lambda: state)
+  restored, report = checkpoint.restore_state(FORMAT_1, template, tx)
+  assert report == checkpoint.StageReport()
+  assert _bits(restored) == _bits(checkpoint.restore(FORMAT_1, template))
+
+
+def test_bad_arguments_are_named(saved):
+  with pytest.raises(ValueError, match="mismatched must be 'raise' or 'fresh'"):
+    checkpoint.restore_state(saved, OLD.init(PARAMS), OLD, mismatched="keep")
+  swapped = steadax.named_chain(CLIP, ("adam", steadax.scale_by_adam()), ("opt", steadax.scale_by_adam()), LR)
+  with pytest.raises(ValueError, match="two of the checkpoint's arrays the path 'adam/count'"):
+    checkpoint.restore_state({**saved, "opt": saved["adam"]}, swapped.init(PARAMS), swapped,
+                             renames={"opt": "adam"})
+  with pytest.raises(checkpoint.CheckpointError, match="template leaf at adam/count is a str"):
+    checkpoint.restore_state(saved, {**OLD.init(PARAMS), "adam": {"count": "zero"}}, OLD)

@@ -248,13 +248,21 @@ def restore_state(saved: Any, like: Template, tx: Any, *, renames: Mapping[str, 
     old = max((o for o in renames if _within(path, o)), key=len, default=None)
     return path if old is None else renames[old] + path[len(old):]
   source = {renamed(p): p for p in found}  # the template's path -> the checkpoint's
+  if len(source) != len(found):
+    twice = sorted({renamed(p) for p in found if renamed(p) != p} & set(found))
+    raise ValueError(f"restore_state: renames gives two of the checkpoint's arrays the path "
+                     f"{twice[0]!r}: a stage renamed to a name the checkpoint also has (rename that "
+                     "one too).")
   found = {p: found[q] for p, q in source.items()}
 
-  template = _flatten(like)
+  template = [(path, leaf, *_owner(path, stages, containers)) for path, leaf in _flatten(like)]
   own: dict[str, list[tuple[str, Any]]] = {}
-  frame_template, problems = [], []
-  for path, leaf in template:
-    kind, stage = _owner(path, stages, containers)
+  frame_template = []
+  for path, leaf, kind, stage in template:
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+      raise CheckpointError(f"restore_state: the template leaf at {path} is a {type(leaf).__name__}, "
+                            "not an array or ShapeDtypeStruct; build the template with "
+                            "tx.init(params) or jax.eval_shape(tx.init, params).")
     (own.setdefault(stage, []) if kind == "stage" else frame_template).append((path, leaf))
   saved_in: dict[str, set[str]] = {}
   dropped: dict[str, None] = {}
@@ -311,8 +319,7 @@ def restore_state(saved: Any, like: Template, tx: Any, *, renames: Mapping[str, 
                           f"checkpoint, or another wrapper around it?):\n{report}")
   restored = set(carried)
   plan, to_read = [], []
-  for path, leaf in template:
-    kind, stage = _owner(path, stages, containers)
+  for path, leaf, kind, stage in template:
     empty = int(np.prod(leaf.shape)) == 0
     if kind == "frame" or stage in restored:
       plan.append((path, leaf, "empty" if empty else "read"))
@@ -320,7 +327,7 @@ def restore_state(saved: Any, like: Template, tx: Any, *, renames: Mapping[str, 
         to_read.append((path, leaf))
     elif empty:
       plan.append((path, leaf, "empty"))
-    elif not isinstance(leaf, jax.Array):
+    elif not isinstance(leaf, (jax.Array, np.ndarray)):
       raise CheckpointError(
           f"restore_state: stage {stage!r} is {'new' if stage in new else 'mismatched'}: it starts "
           f"from the template's state, but the template leaf at {path} is a {type(leaf).__name__}; "
