@@ -154,6 +154,7 @@ if _TYPE_CHECKING:
       piecewise_constant_schedule as piecewise_constant_schedule,
       piecewise_interpolate_schedule as piecewise_interpolate_schedule,
   )
+  from .schedules._wsd import warmup_stable_decay_schedule as warmup_stable_decay_schedule
   from . import contrib as contrib
   from . import transforms as transforms
   from .transforms._adam import (
@@ -283,6 +284,7 @@ if _TYPE_CHECKING:
       ZeroNansState as ZeroNansState,
       zero_nans as zero_nans,
   )
+  from ._wrappers._axis_names import dimension_numbers_from as dimension_numbers_from
   from ._wrappers._flatten import flatten as flatten
   from ._fusion._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
   from ._fusion._flat import (
@@ -321,6 +323,18 @@ if _TYPE_CHECKING:
       selective_transform as selective_transform,
   )
   from ._wrappers._spikes import SkipSpikesState as SkipSpikesState, skip_spikes as skip_spikes
+  from ._wrappers._averaging import (
+      ParamAveragingState as ParamAveragingState,
+      averaged_params as averaged_params,
+      ema_params as ema_params,
+      swa_params as swa_params,
+  )
+  from ._wrappers._low_precision import (
+      KahanSummationState as KahanSummationState,
+      StochasticRoundingState as StochasticRoundingState,
+      kahan_summation as kahan_summation,
+      stochastic_rounding as stochastic_rounding,
+  )
   from ._wrappers._sweep import sweep as sweep
   from ._wrappers._surgery import (
       reset_partition_state as reset_partition_state,

@@ -52,6 +52,7 @@ __all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
 
 _KIND = "steadax_kind"
 _CHECK = "steadax_check"
+_AS_GIVEN = "steadax_as_given"
 _HYPER, _CHILD, _STATIC = "hyper", "child", "static"
 
 
@@ -68,7 +69,7 @@ def _declare(kind: str, default: Any, default_factory: Any, check: Any, kwargs: 
 
 
 def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = None,
-          default_factory: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+          default_factory: Any = dataclasses.MISSING, as_given: bool = False, **kwargs: Any) -> Any:
   """Declare a hyperparameter field: always a pytree child (a leaf when it holds a number).
 
   Args:
@@ -76,6 +77,10 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     check: ``check(owner, name, value)`` run on the value when the object is built; it should
       ignore tracers and non-numeric values (the helpers of ``_core._checks`` do).
     default_factory: as in ``dataclasses.field``.
+    as_given: keep a concrete scalar exactly as given (a Python number, a numpy scalar, a strong
+      or weakly typed jax array) instead of storing it as one canonical kind of leaf: for a value
+      whose type is part of what the object returns, as a schedule's arguments are (Optax's
+      schedules return the type of their arguments' arithmetic).
     **kwargs: passed to ``dataclasses.field``.
 
   Returns:
@@ -88,6 +93,8 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     >>> jax.tree_util.tree_leaves(Scale(0.5))
     [0.5]
   """
+  if as_given:
+    kwargs["metadata"] = {**(kwargs.get("metadata") or {}), _AS_GIVEN: True}
   return _declare(_HYPER, default, default_factory, check, kwargs)
 
 
@@ -270,7 +277,8 @@ def _as_python_number(leaf: Any) -> Any:
 
 def _canonical_hyper(value: Any) -> Any:
   """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
-  (schedules) are left alone: they canonicalize their own fields when built."""
+  (schedules) are left alone: their own fields are handled when they are built (schedules keep
+  theirs as given)."""
   if value is None or isinstance(value, Module):
     return value
   if isinstance(value, (tuple, list, dict)):
@@ -285,7 +293,7 @@ def _is_concrete(value: Any) -> bool:
 def _finish(obj: Any) -> None:
   """What every built Module gets, whoever wrote its ``__init__``: every field's check run on its
   (concrete) value as given, then plain callables in dynamic fields wrapped in ``Fn`` and concrete
-  scalar hyperparameters made one kind of leaf (``_canonical_hyper``)."""
+  scalar hyperparameters made one kind of leaf (``_canonical_hyper``; not in ``as_given`` fields)."""
   cls = type(obj)
   d = obj.__dict__
   owner = getattr(obj, "owner", cls.__name__)
@@ -398,7 +406,9 @@ class Module(metaclass=_ModuleMeta):
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
-    hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
+    # The hyperparameter fields whose concrete scalars ``_finish`` canonicalizes.
+    hypers = tuple(f.name for f in fields
+                   if f.metadata[_KIND] == _HYPER and not f.metadata.get(_AS_GIVEN, False))
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
