@@ -207,7 +207,7 @@ def surface():
     for name, member in sorted(module.members.items()):
       if name.startswith("_") or not member.is_public:
         continue
-      target = member.final_target if member.is_alias else member
+      target = member.final_target if isinstance(member, griffe.Alias) else member
       if target.is_module:
         continue  # a namespace: it has its own page
       names[namespace].append(name)
