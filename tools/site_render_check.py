@@ -113,7 +113,7 @@ class Browser:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
   parser.add_argument("site")
   parser.add_argument("pages", nargs="*")
   parser.add_argument("--shots")
@@ -136,7 +136,7 @@ def main() -> None:
         print(json.dumps(result), flush=True)
       for query in args.search:
         browser.load(f"{base}?q={query}")
-        links = []
+        links = "[]"
         for _ in range(100):
           links = browser.evaluate("JSON.stringify([...document.querySelectorAll('.md-search-result__item a')]"
                                    ".slice(0, 5).map(a => a.getAttribute('href').replace(location.origin, '')))")
