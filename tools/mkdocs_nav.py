@@ -19,10 +19,12 @@ with no entry gets a page of its own, a private one fails the build with a messa
 add it. So a new optimizer module lands on Optimizers without anyone listing it.
 
 Its heading (and anchor) is the path in the namespace of the package that defines it
-(``steadax.adamw``, ``steadax.transforms.scale_by_adam``, ``steadax.losses.l2_loss``,
-``steadax.tree.add``); every other public path of the same object (``steadax.scale_by_adam``,
-``steadax.tree_utils.tree_add``) is an anchor on the same page (``[](){#...}``, read by autorefs), so
-``api/transformations/#steadax.scale_by_adam`` and ``[steadax.scale_by_adam][]`` in any page work.
+(``steadax.adamw``, ``steadax.losses.l2_loss``, ``steadax.tree.add``), except that the building
+blocks the top level exports too are headed by their top-level name (``steadax.scale_by_adam``, as
+Optax's reference shows ``optax.scale_by_adam``); every other public path of the same object
+(``steadax.transforms.scale_by_adam``, ``steadax.tree_utils.tree_add``) is an anchor on the same page
+(``[](){#...}``, read by autorefs), so ``api/transformations/#steadax.transforms.scale_by_adam`` and
+``[steadax.transforms.scale_by_adam][]`` in any page work.
 The namespace pages (``api/steadax/``, ``api/steadax.transforms/``, the URLs of the former
 one-page-per-namespace reference) list each name with a link to its topic page, and a link to an old
 anchor (``api/steadax/#steadax.adamw``) is forwarded to the name's new place.
@@ -170,11 +172,14 @@ class Entry:
   @property
   def heading(self):
     """The path the object is documented under: in the public namespace of its module (under its
-    own name) when that namespace exports it, else in the shallowest namespace that does."""
+    own name) when that namespace exports it, else in the shallowest namespace that does. The
+    building blocks of ``steadax.transforms`` that the top level exports too are documented under
+    their top-level name (``steadax.scale_by_adam``), as Optax's reference shows them."""
     home, own = _home(self.module), self.target.rsplit(".", 1)[1]
     def rank(path):
       namespace, name = path.rsplit(".", 1)
-      return (namespace != home, namespace in SECONDARY_NAMESPACES, name != own, namespace.count("."),
+      at_home = namespace == home or (home == "steadax.transforms" and namespace == "steadax")
+      return (not at_home, namespace in SECONDARY_NAMESPACES, name != own, namespace.count("."),
               path)
     return min(self.paths, key=rank)
 
