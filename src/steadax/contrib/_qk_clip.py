@@ -28,6 +28,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import compute_dtype, hyper
 from .._core._prefix import align_prefix
 from .._core._transformation import Transformation
+from .._core._updates import apply_updates
 from .._core._tree import is_none
 from .._core._types import Params
 from ..transforms._axes import leaf_dims, leaf_paths
@@ -126,16 +127,22 @@ class QKClip(Transformation):
   spec: Any = static_field(default=None)
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    if "max_logits" not in extra_args:
-      raise ValueError(f"{self.owner}: update needs `max_logits=`, the per-head maximum attention "
-                       "logits the model computed this step (a prefix tree of the parameters "
-                       "with one array per attention layer), as in "
-                       "`tx.update(grads, state, params, max_logits=...)`.")
     if params is None:
       raise ValueError(f"{self.owner}: update needs `params`: the clipped weights are the updated "
                        "parameters rescaled.")
+    if extra_args.get("max_logits_fn") is not None:
+      # The logits the updated weights give (on the batch the function closes over).
+      max_logits = extra_args["max_logits_fn"](apply_updates(params, updates))
+    elif "max_logits" in extra_args:
+      max_logits = extra_args["max_logits"]
+    else:
+      raise ValueError(f"{self.owner}: update needs `max_logits=`, the per-head maximum attention "
+                       "logits the model computed this step (a prefix tree of the parameters "
+                       "with one array per attention layer), as in "
+                       "`tx.update(grads, state, params, max_logits=...)`, or "
+                       "`max_logits_fn=`, a function of the parameters returning them.")
     specs = leaf_dims(self.owner, "spec", self.spec, updates, QKClipSpec, lambda x: None)
-    logits = _logits_per_leaf(self.owner, extra_args["max_logits"], updates)
+    logits = _logits_per_leaf(self.owner, max_logits, updates)
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     us, ps = treedef.flatten_up_to(updates), treedef.flatten_up_to(params)
     scales = [None if u is None or spec is None else
@@ -151,7 +158,8 @@ def qk_clip(spec: QKClipSpec | Params | Callable[[Params], Params | None], tau: 
 
   The last stage of an optimizer (MuonClip is ``chain(muon(...), qk_clip(...))``). Its ``update``
   takes the model's per-head maximum logits of the step as ``max_logits=`` (as line searches take
-  ``value=``; ``chain`` and the wrappers pass it on). For a head ``h`` with ``S_h > tau``,
+  ``value=``; ``chain`` and the wrappers pass it on), or ``max_logits_fn=``, a function of the
+  parameters returning them (as line searches take ``value_fn=``). For a head ``h`` with ``S_h > tau``,
   ``gamma_h = tau / S_h``; the new weights ``W = p + u`` of its query and key are multiplied by
   ``sqrt(gamma_h)`` (MLA's per-head rotary query by ``gamma_h``), so the head's largest logit
   becomes ``tau``; the update returned is ``W * s - p``, so ``apply_updates`` gives the clipped
@@ -161,6 +169,13 @@ def qk_clip(spec: QKClipSpec | Params | Callable[[Params], Params | None], tau: 
   holding its query and key projections, or the projection itself), an array of per-head maxima
   with one axis per ``head_axis`` of the spec; the logits are those the model applies softmax to
   (with its ``1 / sqrt(head_dim)`` scale), maxima over the batch and positions.
+
+  Which logits: Kimi K2 passes those of the step's forward pass, computed with the weights before
+  the update, so a head whose logits the update raises ends the step above ``tau`` by that rise
+  (the cap holds to one step's growth; measured in ``tests/contrib/test_qk_clip.py``: up to
+  1.24 tau with a learning rate that takes unclipped logits to 30-100 tau). ``max_logits_fn``
+  evaluates them at the updated parameters ``p + u`` (one more attention forward pass on the batch
+  it closes over): the clipped weights' largest logit on that batch is then at most ``tau``.
 
   Args:
     spec: which leaves are queries and keys and where their heads are: one ``QKClipSpec``, a
