@@ -235,12 +235,12 @@ def lm_table(result: dict) -> list[str]:
 
 # -- Gram Newton-Schulz by shape -----------------------------------------------------------------
 
-def gram_timings(shapes: list[tuple[int, int]], steps: int = 5, rounds: int = 5,
+def gram_timings(shapes: list[tuple[int, ...]], steps: int = 5, rounds: int = 5,
                  coeffs: Any = (3.4445, -4.7750, 2.0315)) -> list[dict]:
   """Standard against Gram Newton-Schulz (float32, default restarts) per shape: seconds per call
   (median of alternating rounds), the ratio, the FLOP model's ratio and the relative difference."""
   coeffs = jnp.asarray(coeffs, jnp.float32)
-  eps = 1e-7
+  eps = jnp.asarray(1e-7, jnp.float32)
   fns = {"standard": jax.jit(lambda x: _muon.newton_schulz(x, coeffs, steps, "frobenius", eps)),
          "gram": jax.jit(lambda x: _gram_newton_schulz.gram_newton_schulz(x, coeffs, steps, "frobenius", eps))}
   out = []
@@ -255,9 +255,11 @@ def gram_timings(shapes: list[tuple[int, int]], steps: int = 5, rounds: int = 5,
         times[k].append(time.perf_counter() - t0)
     s, g = (np.asarray(results[k], np.float64) for k in ("standard", "gram"))
     standard_s, gram_s = statistics.median(times["standard"]), statistics.median(times["gram"])
+    n, m = shape
     out.append({"shape": list(shape), "standard_s": standard_s, "gram_s": gram_s,
                 "ratio": gram_s / standard_s,
-                "flop_ratio": _gram_newton_schulz.gram_flops(shape, steps) / _gram_newton_schulz.standard_flops(shape, steps),
+                "flop_ratio": (_gram_newton_schulz.gram_flops((n, m), steps)
+                               / _gram_newton_schulz.standard_flops((n, m), steps)),
                 "rel_diff": float(np.linalg.norm(g - s) / np.linalg.norm(s)),
                 "max_abs_diff": float(np.max(np.abs(g - s)))})
   return out

@@ -145,6 +145,22 @@ def test_muon_runs_the_schedule_as_ns_coeffs():
   assert lo < 0.8, (lo, hi)
 
 
+def test_muon_with_the_schedule_agrees_with_optax_step_by_step():
+  # Optax's scale_by_muon takes the same per-step coefficients (ns_coeffs of shape (5, 3)).
+  import optax
+
+  coeffs = polar_express_coefficients(5)
+  ours = steadax.contrib.scale_by_muon(ns_coeffs=coeffs, eps=1e-7)
+  theirs = optax.contrib.scale_by_muon(ns_coeffs=coeffs, eps=1e-7)
+  g = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)), jnp.float32)
+  s1, s2 = ours.init(g), theirs.init(g)
+  for i in range(3):
+    u1, s1 = ours.update(g * (i + 1), s1)
+    with jax.numpy_dtype_promotion("standard"):  # Optax's code is not written for strict promotion
+      u2, s2 = theirs.update(g * (i + 1), s2)
+    np.testing.assert_allclose(np.asarray(u1), np.asarray(u2), rtol=0, atol=2e-5)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"steps": 0}, "steps must be a positive int"),
     ({"steps": 2.0}, "steps must be a positive int"),

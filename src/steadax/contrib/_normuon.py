@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_range
@@ -29,8 +28,8 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype
 from .._core._roles import OTHER, state_roles
 from .._core._transformation import Transformation
-from .._core._tree import is_none, tree_map
-from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
+from .._core._tree import is_none
+from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from .._wrappers._partition import partition
@@ -38,7 +37,8 @@ from ..transforms._axes import leaf_dims, leaf_paths, matrix_view
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import scale_by_learning_rate
-from ._muon import MuonDimensionNumbers, ScaleByShape, _MuonLabels, scale_by_muon
+from ._muon import (MuonDimensionNumbers, ScaleByShape, _check_ns_steps, _coefficients, _MuonLabels,
+                    scale_by_muon)
 
 __all__ = ["NorMuonState", "scale_by_normuon", "normuon"]
 
@@ -142,7 +142,7 @@ class ScaleByNeuronNorm(Transformation):
 
 @shared_args
 def scale_by_normuon(
-    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str = _STANDARD_COEFFS,
+    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] = _STANDARD_COEFFS,
     ns_steps: int = 5,
     beta: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
@@ -281,11 +281,13 @@ def normuon(
     >>> updates["w"].shape, updates["b"].shape
     ((3, 2), (2,))
   """
+  _check_ns_steps("normuon", ns_steps)
+  coeffs = _coefficients("normuon", ns_coeffs, ns_steps)
   if adam_learning_rate is None:
     adam_learning_rate = learning_rate
   dims = MuonDimensionNumbers() if muon_weight_dimension_numbers is None else muon_weight_dimension_numbers
   matrix_part = chain(
-      scale_by_normuon(ns_coeffs, ns_steps, beta, eps, mu_dtype, beta2=beta2,
+      scale_by_normuon(coeffs, ns_steps, beta, eps, mu_dtype, beta2=beta2,
                        normalization_eps=normalization_eps, nu_dtype=nu_dtype, nesterov=nesterov,
                        adaptive=adaptive, preconditioning=preconditioning, weight_dimension_numbers=dims),
       ScaleByShape(consistent_rms, weight_dimension_numbers=dims),

@@ -179,4 +179,4 @@ def polar_express_coefficients(
     design = composition(float(lower), int(steps), float(cushion))
   out = [p if _converged(p) else _safe(p, safety) for p in design]
   out[0] = _safe(out[0], normalization_safety)
-  return tuple(tuple(float(c) for c in p) for p in out)
+  return tuple((float(a), float(b), float(c)) for a, b, c in out)
