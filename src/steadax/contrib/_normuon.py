@@ -127,16 +127,24 @@ class ScaleByNeuronNorm(Transformation):
     ps = treedef.flatten_up_to(params) if params is not None else [None] * len(us)
     out, new_nu = list(us), list(nus)
     scalars = Scalars(b2=self.beta2, eps=self.eps)
+    # One leafwise call per matrix view: its leaves of equal shapes and dtypes share one trace (a
+    # model's layers repeat a few shapes), so tracing does not grow with depth.
+    groups: dict = {}
     for i, (u, where, dn) in enumerate(zip(us, leaf_paths(updates), dims)):
       if u is None:
         continue
       if dn is None:
         raise _not_a_matrix(self.owner, where, tuple(u.shape))
-      view = matrix_view(self.owner, where, tuple(u.shape), dn)
+      groups.setdefault(matrix_view(self.owner, where, tuple(u.shape), dn), []).append(i)
+    for view, members in groups.items():
+      column = lambda xs, members=members: {str(i): x for i, x in zip(members, xs)}  # noqa: E731
       leaf = lambda k, u, nu, view=view: neuron_normalize(u, nu, view, k.b2, k.eps)  # noqa: E731
-      out[i], new_nu[i] = self.leafwise(leaf, u, nus[i], params=ps[i], scalars=scalars)
-      # The statistic keeps its layout from step to step (see scale_by_factored_rms).
-      new_nu[i] = place_like(nus[i], new_nu[i])
+      u, nu = self.leafwise(leaf, column([us[i] for i in members]), column([nus[i] for i in members]),
+                            params=None if params is None else column([ps[i] for i in members]),
+                            scalars=scalars)
+      for i in members:
+        # The statistic keeps its layout from step to step (see scale_by_factored_rms).
+        out[i], new_nu[i] = u[str(i)], place_like(nus[i], nu[str(i)])
     return treedef.unflatten(out), NorMuonState(nu=treedef.unflatten(new_nu))
 
 
