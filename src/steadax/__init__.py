@@ -154,6 +154,7 @@ if _TYPE_CHECKING:
       piecewise_constant_schedule as piecewise_constant_schedule,
       piecewise_interpolate_schedule as piecewise_interpolate_schedule,
   )
+  from .schedules._wsd import warmup_stable_decay_schedule as warmup_stable_decay_schedule
   from . import contrib as contrib
   from . import transforms as transforms
   from .transforms._adam import (

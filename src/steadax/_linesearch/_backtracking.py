@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
@@ -171,6 +172,7 @@ class ScaleByBacktrackingLinesearch(Transformation):
     return scale_tree(self.owner, stepsize, updates), new_state
 
 
+@shared_args
 def scale_by_backtracking_linesearch(
     max_backtracking_steps: ArrayLike,
     slope_rtol: ArrayLike = 1e-4,

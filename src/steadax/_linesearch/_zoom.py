@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
@@ -394,6 +395,7 @@ def _print_failure(final: _Search, value_init: jax.Array, slope_init: jax.Array,
            "Convergence of the solver is compromised as it does not reduce values.")
 
 
+@shared_args
 def scale_by_zoom_linesearch(
     max_linesearch_steps: ArrayLike,
     max_learning_rate: ArrayLike | None = None,

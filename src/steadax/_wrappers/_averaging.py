@@ -45,6 +45,7 @@ from .._core._state_tree import tree_get_all_with_path
 from .._core._transformation import Transformation
 from .._core._tree import array_leaf, is_none, tree_map, unwrap_variables
 from .._core._types import OptState, Params
+from .._core._docs import shared_args
 from ._low_precision import by_param_dtype
 
 __all__ = ["ParamAveragingState", "ema_params", "swa_params", "averaged_params"]
@@ -217,6 +218,7 @@ class _SwaParams(_ParamAveraging):
     return leaf, folds, scalars
 
 
+@shared_args
 def ema_params(
     inner: GradientTransformation,
     decay: ArrayLike = 0.9999,
@@ -290,6 +292,7 @@ def ema_params(
                     warmup_gamma, warmup_power, start_step)
 
 
+@shared_args
 def swa_params(
     inner: GradientTransformation,
     start_step: int = 0,

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._policy import key_path_str
 from .._core._tree import is_variable, key_entry_name
@@ -108,6 +109,7 @@ def _check_patterns(patterns: tuple[Any, ...]) -> None:
       raise ValueError(f"groups: the pattern {pattern!r} has an empty alternative.")
 
 
+@shared_args
 def groups(transforms: Mapping[str, GradientTransformation]) -> Groups:
   """Parameter groups: a transformation per path pattern, the first matching pattern wins.
 

@@ -36,6 +36,7 @@ from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._transformation import Transformation
 from .._core._tree import is_none
 from .._core._types import Updates
+from .._core._docs import shared_args
 from ..transforms._lowmem import dither_bits, rounded_stochastically, stream_salt
 
 __all__ = [
@@ -136,6 +137,7 @@ class _StochasticRounding(Transformation):
     return new_updates, StochasticRoundingState(count=count)
 
 
+@shared_args
 def stochastic_rounding(*, seed: int = 0) -> Transformation:
   r"""Updates that make ``params + updates`` the stochastically rounded new value.
 
@@ -231,6 +233,7 @@ class _KahanSummation(Transformation):
     return new_updates, KahanSummationState(compensation=compensation)
 
 
+@shared_args
 def kahan_summation(*, compensation_dtype: DTypeLike | None = None) -> Transformation:
   r"""Updates that apply the step with Kahan's compensated summation: a low-precision parameter
   plus a compensation of the same precision track the full-precision sum.

@@ -40,23 +40,6 @@ def _is_steadax_module(module: Any) -> bool:
       isinstance(module, types.ModuleType) and (name == "steadax" or name.startswith("steadax.")))
 
 
-def _requested(fullname: str) -> str:
-  """The module the running import statement asked for, where ``fullname`` is its parent.
-
-  ``import optax._src.base`` first imports the parent ``optax._src``, and that import fails; the
-  error should name ``optax._src.base``, whose names it lists. importlib's ``_find_and_load``
-  frames hold the names being imported (CPython; elsewhere the error names ``fullname``).
-  """
-  frame, asked = sys._getframe(1), fullname
-  while frame is not None:
-    if frame.f_code.co_name == "_find_and_load_unlocked":
-      name = frame.f_locals.get("name")
-      if isinstance(name, str) and name.startswith(asked + "."):
-        asked = name
-    frame = frame.f_back
-  return asked
-
-
 class _SteadaxLoader(importlib.abc.Loader):
   """Loads ``optax.<path>`` as the already-imported (or now imported) ``steadax.<path>``."""
 
@@ -84,7 +67,9 @@ class _OptaxFinder(importlib.abc.MetaPathFinder):
     if any(part.startswith("_") for part in parts):
       spec = _private_modules.find_spec(fullname)
       if spec is None:
-        raise _private_modules.private_module_error(_requested(fullname))
+        # A private path Optax 0.2.8 does not have either (``optax._src.clipping``): the error names
+        # the first missing module, as Python's own does (no reading of importlib's frames).
+        raise _private_modules.private_module_error(fullname)
       return spec
     steadax_name = ".".join(["steadax", *parts])
     try:
