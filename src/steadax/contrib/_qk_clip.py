@@ -31,6 +31,7 @@ from .._core._transformation import Transformation
 from .._core._updates import apply_updates
 from .._core._tree import is_none
 from .._core._types import Params
+from .._core._docs import shared_args
 from ..transforms._axes import leaf_dims, leaf_paths
 
 __all__ = ["QKClipSpec", "qk_clip"]
@@ -153,6 +154,7 @@ class QKClip(Transformation):
     return out, state
 
 
+@shared_args
 def qk_clip(spec: QKClipSpec | Params | Callable[[Params], Params | None], tau: ArrayLike = 100.0) -> Transformation:
   """Rescales the query and key projections of heads whose maximum attention logit exceeds ``tau``.
 
