@@ -31,7 +31,7 @@ from .._core._module import child_field, static_field
 from .._core._policy import compute_dtype, hyper, scalar_stat_dtype
 from .._core._roles import INNER, OTHER, state_roles
 from .._core._transformation import Transformation
-from .._core._tree import is_none, l2_norm, unwrap_variables
+from .._core._tree import is_none, l2_norm, tree_sum_of_squares, unwrap_variables
 from .._core._types import OptState
 from ..transforms._masked import MaskedNode
 from ._branching import manual_axes
@@ -98,11 +98,12 @@ def _norm(squares: jax.Array) -> jax.Array:
 
 
 def _ratio(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
-  """``numerator / denominator``; 0 when both are 0, inf when only the denominator is."""
+  """``numerator / denominator``; 0 when both are 0, inf when only the denominator is; NaN in, NaN out."""
   positive = denominator > 0
   safe = jnp.where(positive, denominator, jnp.ones_like(denominator))
   zero_case = jnp.where(numerator > 0, jnp.full_like(numerator, jnp.inf), jnp.zeros_like(numerator))
-  return jnp.where(positive, numerator / safe, zero_case)
+  nan = jnp.full_like(numerator, jnp.nan)
+  return jnp.where(positive, numerator / safe, jnp.where(denominator == 0, zero_case, nan))
 
 
 def _held(value: Any, ran: Any, old: jax.Array) -> jax.Array:
@@ -208,12 +209,13 @@ class WithStats(Transformation):
     for scope, max_norm in clips.items():
       suffix = scope_suffix(scope)
       view = updates if not scope else _masked_view(updates, groups.label_tree, scope[0])
-      norm = l2_norm(view)
+      norm = l2_norm(view)  # the clip's norm (0 for a tree holding a NaN), its decision below
       bound = hyper(max_norm, norm.dtype)
       below = norm <= bound
       one = jnp.ones([], norm.dtype)
       factor = jnp.where(below, one, bound / jnp.where(below, one, norm))
-      stats["grad_norm" + suffix] = norm.astype(old["grad_norm" + suffix].dtype)
+      # The logged norm is NaN for a NaN gradient; the sum of squares is the clip's as well.
+      stats["grad_norm" + suffix] = _norm(tree_sum_of_squares(view)).astype(old["grad_norm" + suffix].dtype)
       stats["clipped" + suffix] = _held(jnp.logical_not(below), clip_ran[scope], old["clipped" + suffix])
       stats["clip_factor" + suffix] = _held(factor, clip_ran[scope], old["clip_factor" + suffix])
 
