@@ -208,7 +208,7 @@ class WithStats(Transformation):
     clip_ran = {c.scope: c.ran for c in found.clips}
     for scope, max_norm in clips.items():
       suffix = scope_suffix(scope)
-      view = updates if not scope else _masked_view(updates, groups.label_tree, scope[0])
+      view = updates if groups is None or not scope else _masked_view(updates, groups.label_tree, scope[0])
       norm = l2_norm(view)  # the clip's norm (0 for a tree holding a NaN), its decision below
       bound = hyper(max_norm, norm.dtype)
       below = norm <= bound

@@ -155,7 +155,7 @@ class _Walk:
     field = next((f for f in dataclasses.fields(tx) if f.name == "learning_rate"), None)
     if field is None or field.metadata.get(_KIND) != _HYPER:
       return
-    rate = tx.learning_rate
+    rate = getattr(tx, "learning_rate")
     if callable(rate):
       count = getattr(old, "count", None) if isinstance(old, tuple) else None
       if count is None:
