@@ -189,6 +189,9 @@ class WithStats(Transformation):
     statistics = {}
     for key, kind in self._keys(found, groups, head_clip_norms(found)).items():
       statistics[key] = jnp.zeros([], jnp.bool_ if kind == "bool" else dtype)
+    for key in statistics:
+      if key.split("/")[0] == "clip_factor":
+        statistics[key] = jnp.ones([], dtype)  # nothing clipped yet
     # Before the first step, each learning rate is the one the first step will apply.
     for key, item in _keyed(found.rates, "learning_rate"):
       statistics[key] = jnp.asarray(item.value).astype(dtype)

@@ -6,13 +6,14 @@ under stable names. Statistics found under a ``partition``/``groups`` label get 
 their name (``learning_rate/embed.*``), so a logger groups them by name.
 """
 
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._core._tree import unwrap_variables
+from .._core._types import OptState
 from ..schedules._inject import InjectHyperparamsState, InjectStatefulHyperparamsState
 from ._accumulation import MultiStepsState
 from ._conditionality import ApplyIfFiniteState
@@ -23,6 +24,12 @@ from ._stats import WithStatsState
 from ._stats_probe import scope_suffix
 
 __all__ = ["stats"]
+
+
+class HoldsOptState(Protocol):
+  """An object holding an optimizer state as ``opt_state`` (``nnx.Optimizer``, ``TrainState``)."""
+
+  opt_state: Any
 
 
 def _is_scalar(x: Any) -> bool:
@@ -96,7 +103,7 @@ class _Reader:
       self.visit(child, scope)
 
 
-def stats(state: Any) -> dict[str, jax.Array]:
+def stats(state: OptState | HoldsOptState) -> dict[str, jax.Array]:
   """The training statistics in an optimizer state, as a flat dict of scalars for a logger.
 
   Finds, anywhere in ``state`` (inside ``chain``, ``named_chain``, ``MultiSteps``,
