@@ -211,14 +211,16 @@ class WithStats(Transformation):
     clip_ran = {c.scope: c.ran for c in found.clips}
     for scope, max_norm in clips.items():
       suffix = scope_suffix(scope)
-      view = updates if groups is None or not scope else _masked_view(updates, groups.label_tree, scope[0])
+      view = updates
+      if groups is not None and scope:
+        view = _masked_view(updates, groups.label_tree, scope[0])
       norm = l2_norm(view)  # the clip's norm (0 for a tree holding a NaN), its decision below
       bound = hyper(max_norm, norm.dtype)
       below = norm <= bound
       one = jnp.ones([], norm.dtype)
       factor = jnp.where(below, one, bound / jnp.where(below, one, norm))
       # The logged norm is NaN for a NaN gradient; the sum of squares is the clip's as well.
-      stats["grad_norm" + suffix] = _norm(tree_sum_of_squares(view)).astype(old["grad_norm" + suffix].dtype)
+      stats["grad_norm" + suffix] = _norm(tree_sum_of_squares(view))
       stats["clipped" + suffix] = _held(jnp.logical_not(below), clip_ran[scope], old["clipped" + suffix])
       stats["clip_factor" + suffix] = _held(factor, clip_ran[scope], old["clip_factor" + suffix])
 

@@ -37,6 +37,7 @@ from ..transforms._masked import Masked
 from ._accumulation import MultiSteps
 from ._branching import check_predicate
 from ._conditionality import _ApplyIfFinite, _Conditional
+from ._flatten import Flatten
 from ._partition import Partition
 from ._spikes import _SkipSpikes
 
@@ -131,6 +132,9 @@ class _Walk:
       kwargs = self.extra_args if tx.forward_extra_args else {}
       run = check_predicate(tx.owner, "should_transform_fn", tx.should_transform_fn(old.step, **kwargs))
       self.visit(tx.inner, old.inner_state, new.inner_state, scope, _and(ran, run), head)
+      return
+    if isinstance(tx, Flatten):  # the state is the inner one's, on the raveled parameters
+      self.visit(tx.inner, old, new, scope, ran, False)
       return
     if isinstance(tx, Fused):
       # A clip inside sees flat buffers: its norm is summed in another order than the tree's.
