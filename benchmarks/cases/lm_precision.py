@@ -8,8 +8,7 @@ Two experiments, each a few hundred steps of AdamW on one configuration of ``lm.
   ``1-sqrt`` to 0, Hägele et al. 2024) and one run with the same warmup then a constant learning
   rate, wrapped as ``ema_params(swa_params(adamw, start_step), decay)``: that run gives the raw
   constant-rate parameters, their EMA and their SWA average (from the step the cooldown would
-  start) at once. The WSD schedule is written here (``wsd_schedule``) until
-  ``steadax.warmup_stable_decay_schedule`` lands; then this module should use it.
+  start) at once. The WSD schedule is ``steadax.warmup_stable_decay_schedule``.
 * ``bf16`` (§5): AdamW on float32 parameters, and on bfloat16 parameters (no float32 copy) applied
   with round-to-nearest, with ``stochastic_rounding()`` and with ``kahan_summation()`` as the last
   stage. Only the parameters' storage differs: the model computes in float32 from them, the moments
@@ -41,22 +40,11 @@ from . import lm
 
 
 def wsd_schedule(peak: float, steps: int, warmup: int, cooldown: int, shape: str = "linear") -> Callable:
-  """Warmup-stable-decay: linear warmup from 0 to ``peak`` over ``warmup`` steps, ``peak`` until
-  ``steps - cooldown``, then a cooldown to 0 at ``steps``: ``linear`` (``1 - s``) or ``1-sqrt``
-  (``1 - sqrt(s)``, Hägele et al. 2024, eq. 1), ``s`` the fraction of the cooldown done.
-
-  Written here until ``steadax.warmup_stable_decay_schedule`` (issue 34 §2) lands.
-  """
-  start = steps - cooldown
-
-  def schedule(count):
-    t = jnp.asarray(count, jnp.float32)
-    warm = jnp.minimum(t / max(warmup, 1), 1.0)
-    s = jnp.clip((t - start) / max(cooldown, 1), 0.0, 1.0)
-    decay = 1.0 - (jnp.sqrt(s) if shape == "1-sqrt" else s)
-    return peak * jnp.where(t < warmup, warm, decay)
-
-  return schedule
+  """Warmup-stable-decay (``steadax.warmup_stable_decay_schedule``): linear warmup from 0 to
+  ``peak`` over ``warmup`` steps, ``peak`` until ``steps - cooldown``, then a cooldown to 0 at
+  ``steps``, ``linear`` or ``1-sqrt`` (Hägele et al. 2024)."""
+  return steadax.warmup_stable_decay_schedule(peak, total_steps=steps, warmup_steps=warmup,
+                                              decay_steps=cooldown, decay_shape=shape)
 
 
 def constant_schedule(peak: float, warmup: int) -> Callable:

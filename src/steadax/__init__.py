@@ -102,7 +102,7 @@ if _TYPE_CHECKING:
       lbfgs as lbfgs,
   )
   from ._optimizers._lion import lion as lion
-  from ._optimizers._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit
+  from ._optimizers._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit, adamw8bit as adamw8bit
   from ._optimizers._mars import mars as mars
   from ._optimizers._optimistic import (
       optimistic_gradient_descent as optimistic_gradient_descent,
@@ -314,6 +314,8 @@ if _TYPE_CHECKING:
       monitor as monitor,
       measure_with_ema as measure_with_ema,
   )
+  from ._wrappers._stats import WithStatsState as WithStatsState, with_stats as with_stats
+  from ._wrappers._stats_reader import stats as stats
   from ._wrappers._partition import (
       PartitionState as PartitionState,
       MultiTransformState as MultiTransformState,

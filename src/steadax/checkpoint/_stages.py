@@ -18,12 +18,14 @@ Nested named_chains are matched level by level, so ``"opt/adam"`` names a stage 
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from .._core._combine import NamedChain
+from .._core._interface import GradientTransformation
+from . import _files
 from ._arrays import CheckpointError, Template, _assemble, _flatten, _misfit, _stored, leaf_path
 
 __all__ = ["StageReport", "restore_state"]
@@ -152,8 +154,6 @@ def _chain_order(containers: Mapping[str, tuple[str, ...]], stages: set[str]) ->
 def _read_saved(saved: Any, manifest: Mapping | None) -> tuple[dict, dict, Any]:
   """``(found, records, read)`` of what was saved: each path's (shape, dtype), its manifest record,
   and ``read(paths)`` giving those paths' arrays (a steadax checkpoint reads only those)."""
-  from . import _files  # Orbax, imported only when a file is read
-
   if isinstance(saved, (str, os.PathLike)):
     path = os.path.abspath(os.fspath(saved))
     if not os.path.exists(path):
@@ -183,7 +183,8 @@ def _read_saved(saved: Any, manifest: Mapping | None) -> tuple[dict, dict, Any]:
   return found, records, lambda paths: {p: arrays[p] for p, _ in paths}
 
 
-def restore_state(saved: Any, like: Template, tx: Any, *, renames: Mapping[str, str] | None = None,
+def restore_state(saved: Template | Mapping[str, Any] | str | os.PathLike, like: Template,
+                  tx: GradientTransformation | Sequence[GradientTransformation], *, renames: Mapping[str, str] | None = None,
                   mismatched: str = "raise", manifest: Mapping | None = None) -> tuple[Any, StageReport]:
   """Restore a state into a chain whose ``named_chain`` stages were added, removed or renamed.
 

@@ -19,7 +19,7 @@ import numpy as np
 from .._core._policy import COUNTER_DTYPE, hyperparam_dtype
 
 __all__ = ["cast", "declared_dtype", "standard_promotion", "as_count", "concrete_number",
-           "static_steps"]
+           "static_steps", "divide"]
 
 
 def standard_promotion() -> Any:
@@ -101,3 +101,21 @@ def static_steps(owner: str, name: str, value: Any) -> int | float:
     # int(1e10))`).
     return float(v)
   return int(v)
+
+
+def divide(numerator: Any, denominator: Any) -> Any:
+  """``numerator / denominator``, correctly rounded in every program that computes it.
+
+  XLA's algebraic simplifier rewrites a division by a constant as a multiplication by the
+  constant's rounded reciprocal (one ulp off the quotient for most divisors), in some programs and
+  not in others: whether it does depends on what else the program computes. A schedule's step
+  counts are constants (static fields, or leaves closed over), so its value at a step would depend
+  on the program around it: ``linear_schedule(0.1, 0.01, 6)`` at step 5 gave 0.024999997 in a step
+  that also reported the learning rate and 0.025000002 (the quotient rounded once, as eager
+  Optax computes it) in one that did not. An optimization barrier hides a concrete denominator
+  from the simplifier, so the division is IEEE's wherever it runs; a traced denominator (a leaf of
+  a schedule passed to ``jit``, a swept value) is never rewritten and is left as it is.
+  """
+  if not isinstance(denominator, jax.core.Tracer):
+    denominator = jax.lax.optimization_barrier(jnp.asarray(denominator))
+  return numerator / denominator

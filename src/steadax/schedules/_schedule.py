@@ -20,7 +20,7 @@ from jax.typing import ArrayLike
 from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from .._core._types import Schedule
-from ._common import as_count, concrete_number, standard_promotion, static_steps
+from ._common import as_count, concrete_number, divide, standard_promotion, static_steps
 
 __all__ = [
     "constant_schedule",
@@ -74,9 +74,9 @@ class PolynomialSchedule(Module):
   def __call__(self, count: Any) -> jax.Array:
     with standard_promotion():
       steps = jnp.clip(as_count(count) - self.transition_begin, 0, self.transition_steps)
-      frac = 1 - steps / self.transition_steps
-      # XLA may divide by multiplying with 1 / T, leaving 1 - t / T a hair below 0 at the end,
-      # where a fractional power would be NaN; 0 and every positive value are kept as they are.
+      frac = 1 - divide(steps, self.transition_steps)
+      # Rounding may leave 1 - t / T a hair below 0 at the end, where a fractional power would be
+      # NaN; 0 and every positive value are kept as they are.
       frac = jnp.maximum(frac, 0)
       return (self.init_value - self.end_value) * frac ** self.power + self.end_value
 
@@ -166,7 +166,7 @@ class ExponentialDecay(Module):
     init, rate, end = self.init_value, self.decay_rate, self.end_value
     with standard_promotion():
       shifted = as_count(count) - self.transition_begin
-      exponent = shifted / self.transition_steps
+      exponent = divide(shifted, self.transition_steps)
       if self.staircase:
         exponent = jnp.floor(exponent)
       value = jnp.where(shifted <= 0, init, init * jnp.power(rate, exponent))
@@ -257,7 +257,7 @@ class CosineDecay(Module):
     count = float(count) if isinstance(count, int) else count
     with standard_promotion():
       count = jnp.minimum(count, decay_steps)
-      cosine = 0.5 * (1 + jnp.cos(jnp.pi * count / decay_steps))
+      cosine = 0.5 * (1 + jnp.cos(divide(jnp.pi * count, decay_steps)))
       # Rounding can leave cos(pi) a hair above -1, where a fractional exponent gives NaN;
       # 0 and every positive value are kept as they are.
       cosine = jnp.maximum(cosine, 0)
@@ -397,7 +397,7 @@ class PiecewiseInterpolate(Module):
       values = jnp.cumprod(jnp.stack((self.init_value, *self.scales)))
       sizes = jnp.maximum(bounds[1:] - bounds[:-1], 1)
       inside = jnp.logical_and(bounds[:-1] <= count, count < bounds[1:])
-      pct = (count - bounds[:-1]) / sizes
+      pct = divide(count - bounds[:-1], sizes)
       between = _interpolate(self.interpolate_type, values[:-1], values[1:], pct)
       return inside.dot(between) + (bounds[-1] <= count) * values[-1]
 

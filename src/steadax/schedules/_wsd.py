@@ -17,7 +17,7 @@ from jax.typing import ArrayLike
 
 from .._core._module import Module, hyper_field, static_field
 from .._core._docs import shared_args
-from ._common import as_count, concrete_number, standard_promotion
+from ._common import as_count, concrete_number, divide, standard_promotion
 
 __all__ = ["warmup_stable_decay_schedule"]
 
@@ -38,7 +38,7 @@ def _cooldown(shape: str, progress: Any) -> Any:
 def _fraction_of(t: Any, length: Any) -> Any:
   """``clip(t / length, 0, 1)``, and 1 for a zero length (the phase is over as soon as it starts)."""
   positive = length > 0
-  return jnp.where(positive, jnp.clip(t / jnp.where(positive, length, 1), 0, 1), 1.0)
+  return jnp.where(positive, jnp.clip(divide(t, jnp.where(positive, length, 1)), 0, 1), 1.0)
 
 
 def _blend(high: Any, low: Any, weight: Any) -> Any:
