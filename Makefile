@@ -46,15 +46,17 @@ docs: $(VENV)/.dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # pyright in basic mode on src/ ([tool.pyright] in pyproject.toml); clean, and part of make test
-# (about 20 CPU-s; the docs build about 15-20).
+# (about 22 CPU-s; the docs build about 6).
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/pyright --pythonpath $(PY)
 
-# The whole suite, in both x64 modes (x64 runs as a second pytest process). XLA compilation is most
-# of the suite's time: both passes and all workers share one persistent compilation cache, in a
-# temporary directory removed afterwards (a program with the same HLO is compiled once; about half
-# of the x64 pass's programs are the x64-off pass's).
-test: $(VENV)/.dev docs typecheck
+# The docs build and pyright first, side by side (single-threaded: 6 and 22 CPU-s; their outputs
+# kept apart), then the whole suite in both x64 modes (x64 runs as a second pytest process). XLA
+# compilation is most of the suite's time: both passes and all workers share one persistent
+# compilation cache, in a temporary directory removed afterwards (a program with the same HLO is
+# compiled once; about half of the x64 pass's programs are the x64-off pass's).
+test: $(VENV)/.dev
+	@$(MAKE) --no-print-directory -j2 --output-sync=target docs typecheck
 	@cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
 	export JAX_COMPILATION_CACHE_DIR="$$cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
 	  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0 && \
