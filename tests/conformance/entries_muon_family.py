@@ -25,7 +25,7 @@ def _queries(params):
 
 def _max_logits(loss_fn, params, grads):
   return {"max_logits": jax.tree_util.tree_map(
-      lambda x: jnp.sum(jnp.abs(x.astype(jnp.float32)) ** 2, axis=0) if x.ndim == 2 else None, params)}
+      lambda x: jnp.sum(jnp.abs(x).astype(jnp.float32) ** 2, axis=0) if x.ndim == 2 else None, params)}
 
 
 def _muon_clip():
