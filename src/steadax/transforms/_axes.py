@@ -61,6 +61,10 @@ class MatrixView(NamedTuple):
   def matrix_axes(self) -> tuple[int, ...]:
     return self.reduction_axes + self.output_axes
 
+  @property
+  def batch_shape(self) -> tuple[int, ...]:
+    return tuple(self.shape[a] for a in self.batch_axes)
+
   def to_matrices(self, x: jax.Array) -> jax.Array:
     """``x`` as ``(*batch_shape, fan_in, fan_out)``."""
     order = self.batch_axes + self.reduction_axes + self.output_axes
@@ -154,3 +158,20 @@ def leaf_paths(tree: Any) -> list[str]:
   """Readable paths of ``tree``'s leaves (None leaves included), for error messages."""
   return [key_path_str(p) for p, _ in
           jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]]
+
+
+def leaf_views(owner: str, spec: Any, tree: Any) -> list[MatrixView | None]:
+  """Per leaf of ``tree`` (None leaves included), the ``MatrixView`` of its dimension numbers, or
+  None: no ``spec``, a None entry of a tree of specs, or a leaf of rank below 2 given one spec for
+  every leaf (the optimizer's default treatment).
+
+  Raises:
+    ValueError: naming ``owner`` and the parameter's path for dimension numbers that do not fit.
+  """
+  leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
+  if spec is None:
+    return [None] * len(leaves)
+  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, WeightDimensionNumbers, lambda x: None)
+  single = isinstance(spec, WeightDimensionNumbers)
+  return [None if x is None or d is None or (single and len(x.shape) < 2) else
+          matrix_view(owner, where, tuple(x.shape), d) for x, d, where in zip(leaves, dims, leaf_paths(tree))]
