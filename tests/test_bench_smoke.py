@@ -124,15 +124,17 @@ def test_lm_summary_counts_steps_to_adamws_best_final_loss():
   assert summary["goal_met_by"] == ["muon"]
 
 
-def test_matrix_depth_can_measure_one_batch_per_group():
-  # --no-cpu-chunks: the program an accelerator compiles (docs/performance.md, "Where the growth
-  # stops"); the switch is undone afterwards.
+def test_matrix_depth_selects_the_execution_and_stacks_the_layers():
+  # --no-cpu-chunks and the per-parameter path are the optimizers' ``execution`` argument (nothing
+  # private is switched); --stacked gives one (L, d_in, d_out) leaf per weight with dimension numbers.
+  import steadax
   from benchmarks.cases import matrix_depth
-  from steadax.transforms import _matrix
-  chunked = _matrix.chunk_bounds(64, per_core=4)
-  with matrix_depth.one_batch_per_group():
-    assert _matrix.chunk_bounds(64, per_core=4) == [(0, 64)]
-    assert _matrix.chunk_bounds(64, member_bytes=1 << 16) == [(0, 64)]
-  assert _matrix.chunk_bounds(64, per_core=4) == chunked
-  with matrix_depth.one_batch_per_group(False):
-    assert _matrix.chunk_bounds(64, per_core=4) == chunked
+  whole = steadax.MatrixExecution(chunks=None)
+  tx = matrix_depth.optimizers(whole)["steadax soap"]()
+  assert tx.transforms[0].execution == whole  # type: ignore[attr-defined]
+  params = matrix_depth.layers(2, stacked=True)
+  assert params["q"].shape == (2, 64, 64) and params["bias"].shape == (2, 64)
+  tx = matrix_depth.optimizers(whole, stacked=True)["steadax soap"]()
+  state = jax.eval_shape(tx.init, params)
+  assert [s.shape for s in state[0].statistics["up"]] == [(2, 64, 64), (2, 256, 256)]
+  assert state[0].statistics["bias"] == (jax.ShapeDtypeStruct((0, 0), jax.numpy.float32),)

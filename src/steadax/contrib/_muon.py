@@ -235,8 +235,8 @@ class ScaleByMuon(Transformation):
     held = jax.tree.map(lambda g, m, p: None if g is None else jnp.zeros(g.shape, compute_dtype(
         g.dtype, m.dtype, p.dtype)), updates, state.mu, like, is_leaf=is_none)
     zero, mu, m_hat = self.leafwise(look_ahead, updates, state.mu, held, params=params, scalars=scalars)
-    m_hat = jax.tree.map(lambda g, h: h if jnp.issubdtype(g.dtype, jnp.inexact) else None, updates, m_hat,
-                         is_leaf=is_none)
+    m_hat = jax.tree.map(lambda g, h: h if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None,
+                         updates, m_hat, is_leaf=is_none)
     (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=[True] * len(views), scalars=scalars,
                           shared=(state.ns_coeffs,))
     # Parameters that are not optimised (integers) keep the zero update of ``look_ahead``.

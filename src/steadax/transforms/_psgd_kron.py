@@ -271,7 +271,8 @@ class ScaleByPsgdKron(Transformation):
     held = jax.tree.map(lambda g, m, fs: None if g is None else jnp.zeros(g.shape, compute_dtype(
         g.dtype, m.dtype, fs[0].dtype)), updates, state.mu, state.preconditioner, is_leaf=is_none)
     _, mu, h = self.leafwise(momentum, updates, state.mu, held, params=params, scalars=scalars)
-    h = jax.tree.map(lambda g, x: x if jnp.issubdtype(g.dtype, jnp.inexact) else None, updates, h, is_leaf=is_none)
+    h = jax.tree.map(lambda g, x: x if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None, updates, h,
+                     is_leaf=is_none)
     run = lambda step, factors, **kw: run_matrices(  # noqa: E731
         self, step, h, None, views=views, plans=plans, matrices=(factors,), scalars=scalars, **kw)
     fit = lambda: run(self._fit, state.preconditioner, shared=(draws[1] < np.float32(0.01),),  # noqa: E731

@@ -297,7 +297,7 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
     traced, rebuild = split_record(record)
     k_in = len(stacks)
     blocks = on_owners(lambda sh, *xs: call(batched(sh[0]), [label], [xs[:k_in]], [xs[k_in:]] if extras else [],
-                                            lambda dt: rebuild(sh[1]), [xs[0].shape[0]])[0],
+                                            None if record is None else (lambda dt: rebuild(sh[1])), [xs[0].shape[0]])[0],
                        dist, (tuple(shared), traced), *owned)
     specs = [tuple(getattr(sharding_of(x), "spec", ())) for x in first.inputs]
     results = [from_owners(b, n * rows, (None,) * (n > 1) + s[n > 1:], n > 1) for b, s in zip(blocks, specs)]
