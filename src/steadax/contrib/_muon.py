@@ -8,15 +8,14 @@ default quintic coefficients (3.4445, -4.7750, 2.0315) push singular values into
 [0.7, 1.2] in five steps rather than to exactly one.
 
 Sharding: on a weight sharded along a contracted axis, each polynomial step would need its own
-collective. The matrix axes are gathered once before the iteration and the result is put back to
-the weight's sharding afterwards (``steadax.transforms._matrix.replicate_axes``), so a step holds a
-fixed number of collectives whatever ``ns_steps`` is; batch axes of stacked weights keep their
-sharding, so each device orthogonalizes its own matrices. The iteration is computed redundantly on
-the devices that share a matrix: the memory of one gathered matrix and its Gram matrix per device.
+collective. The matrix axes are gathered once before the iteration (or, for a group of matrices on
+a mesh, each device orthogonalizes its own share of them) and the result goes back to the weight's
+sharding (``transforms/_runner.py``), so a step holds a fixed number of collectives whatever
+``ns_steps`` is; batch axes of stacked weights keep their sharding.
 
-The momentum and the polynomial run in one leaf function under ``leafwise``: in at least float32
-(float64 for float64 parameters; Optax runs the polynomial in the momentum's dtype), with the
-update cast once to the parameter's dtype.
+The momentum is updated elementwise in the parameters' layout and its look-ahead, in the compute
+dtype (at least float32, float64 for float64 parameters; Optax runs the polynomial in the
+momentum's dtype), goes to the runner; the update is cast once to the parameter's dtype.
 """
 
 import functools

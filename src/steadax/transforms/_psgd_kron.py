@@ -40,6 +40,7 @@ from .._core._types import ArrayTree, Params, ScalarOrSchedule, Schedule, Update
 from ._adam import one_minus_pow
 from ._axes import WeightDimensionNumbers, leaf_views
 from ._kron import mode_product, upper_solve_h
+from ._matrix import constrain
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._runner import MatrixExecution, core_shape, init_matrices, refresh_cond, run_matrices
@@ -57,7 +58,8 @@ class ScaleByPsgdKronState(NamedTuple):
     rng_key: typed PRNG key (probes, update and balancing draws).
     mu: momentum of the gradients.
     preconditioner: per parameter, a tuple with one factor per dimension: an upper-triangular
-      ``(d, d)`` matrix or a ``(d,)`` diagonal (scalars get one ``(1,)`` diagonal).
+      ``(d, d)`` matrix or a ``(d,)`` diagonal (scalars get one ``(1,)`` diagonal); with dimension
+      numbers one per matrix axis, batch axes leading (``(L, m, m)`` and ``(L, n, n)``).
   """
 
   count: jax.Array
@@ -307,8 +309,13 @@ class ScaleByPsgdKron(Transformation):
     return (_precondition(factors, dense or (False,) * x.ndim, x).reshape(h.shape), *factors)
 
 
+def _along(dist: Any, n: int) -> Any:
+  """Sharded over ``dist``'s axes along the first axis (of length ``n``), or replicated."""
+  return dist.sharding(dist.spec_entry()) if n % dist.size == 0 else dist.sharding()
+
+
 def _probes(key: jax.Array, hs: list, views: list, plans: list) -> Callable:
-  """``extra(indices, rows)`` of the fit: the probes of a group, stacked.
+  """``extra(indices, rows, dist)`` of the fit: the probes of a group, stacked.
 
   The probes of a step are one normal draw per real compute dtype, laid out class after class
   (matrices of one shape, dtype and dense axes, in the order they first appear), each class in tree
@@ -327,18 +334,34 @@ def _probes(key: jax.Array, hs: list, views: list, plans: list) -> Callable:
     sizes[rdt] = sizes.get(rdt, 0) + hs[i].size * (2 if jnp.iscomplexobj(hs[i]) else 1)
 
   @functools.cache
-  def draws():
+  def draws(dist):
+    """One normal draw per dtype; in the owner layout generated divided across ``dist``'s devices
+    (threefry is partitionable: the numbers do not depend on the layout)."""
     keys = jax.random.split(key, len(sizes)) if len(sizes) > 1 else [key]
-    return {rdt: jax.random.normal(k, (n,), rdt) for k, (rdt, n) in zip(keys, sizes.items())}
+    out = {}
+    for k, (rdt, n) in zip(keys, sizes.items()):
+      if dist is None or n % dist.size:
+        out[rdt] = jax.random.normal(k, (n,), rdt)
+      elif dist.auto:  # a constraint: the partitioner divides the draw itself
+        out[rdt] = constrain(jax.random.normal(k, (n,), rdt), _along(dist, n), True)
+      else:
+        out[rdt] = jax.random.normal(k, (n,), rdt, out_sharding=_along(dist, n))
+    return out
 
-  def extra(indices, rows):
+  def extra(indices, rows, dist):
     x, width = hs[indices[0]], 2 if jnp.iscomplexobj(hs[indices[0]]) else 1
     size, (rdt, start) = x.size * width, at[indices[0]]
     if all(at[j][1] == start + t * size for t, j in enumerate(indices)):
-      block = jax.lax.slice_in_dim(draws()[rdt], start, start + len(indices) * size)
+      block = jax.lax.slice_in_dim(draws(dist)[rdt], start, start + len(indices) * size)
     else:
-      block = jnp.concatenate([jax.lax.slice_in_dim(draws()[rdt], at[j][1], at[j][1] + size) for j in indices])
-    block = block.reshape((len(indices) * rows, *core_shape(x, views[indices[0]]), *(2,) * (width - 1)))
+      block = jnp.concatenate([jax.lax.slice_in_dim(draws(dist)[rdt], at[j][1], at[j][1] + size) for j in indices])
+    shape = (len(indices) * rows, *core_shape(x, views[indices[0]]), *(2,) * (width - 1))
+    if dist is None:
+      block = block.reshape(shape)
+    else:  # each group's block in its owner layout (replicated where the devices do not divide it)
+      block = constrain(block, _along(dist, block.shape[0]), dist.auto)
+      target = _along(dist, shape[0])
+      block = constrain(block.reshape(shape), target, True) if dist.auto else block.reshape(shape, out_sharding=target)
     if width == 2:
       block = block * np.asarray(np.sqrt(0.5), rdt)
       block = jax.lax.complex(block[..., 0], block[..., 1])

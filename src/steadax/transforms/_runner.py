@@ -231,8 +231,9 @@ def run_matrices(tx: Any, step: Callable, updates: Any, params: Any, *, views: S
       ``(0, 0)`` entry is a placeholder, passed through.
     scalars: a ``Scalars`` record or ``scalars(dtype) -> Scalars``.
     shared: traced values the step reads, the same for every matrix (flags, coefficients).
-    extra: ``extra(indices, rows) -> list of arrays`` of a group, stacked (``rows`` per member):
-      inputs drawn per group (PSGD's probes).
+    extra: ``extra(indices, rows, dist) -> list of arrays`` of a group, stacked (``rows`` per
+      member; ``dist``: the group's owner ``Distribution`` or None): inputs drawn per group
+      (PSGD's probes).
 
   Returns:
     ``(updates, *mirrored, *matrices)`` as trees.
@@ -272,7 +273,6 @@ def run_matrices(tx: Any, step: Callable, updates: Any, params: Any, *, views: S
 def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra) -> list:
   """The outputs of one shape group's members (see ``run_matrices``)."""
   first, rows, n = group[0], group[0].rows, len(group)
-  nm = len(first.mirrored)
   dist = distribution(first.inputs[0]) if plan and n * rows > 1 else None
   param = first.param
   step = lambda k, sh, *xs: one_step(plan, k, sh, *xs)  # noqa: E731
@@ -290,7 +290,7 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
   if dist is not None:
     # The owner layout: the group's rows stacked, divided over the devices, run in a manual region.
     stacks = [xs[0] if n == 1 else jnp.concatenate(xs) for xs in zip(*(m.inputs for m in group))]
-    extras = extra(indices, rows) if extra is not None else []
+    extras = extra(indices, rows, dist) if extra is not None else []
     owned = [to_owners(x, dist) for x in (*stacks, *extras)]
     record = scalars(real_dtype(compute_dtype(*[x.dtype for x in (*stacks, *extras)], *(
         () if param is None else (param.dtype,))))) if callable(scalars) else scalars
@@ -311,7 +311,7 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
     backs.append([p[1] for p in pairs])
   if n * rows == 1:
     # One matrix: the per-parameter path, no batch axis.
-    ex = [x[0] for x in extra(indices, rows)] if extra is not None else []
+    ex = [x[0] for x in extra(indices, rows, None)] if extra is not None else []
     (out,) = call(lambda k, *xs: step(k, shared, *xs), [label], [[x[0] for x in first.inputs]], [ex] if ex else [],
                   scalars, [1])
     return [first.outputs([o[None] for o in out], backs[0])]
@@ -322,7 +322,7 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
             for a, b in bounds]
   extras = []
   if extra is not None:
-    drawn = extra(indices, rows)
+    drawn = extra(indices, rows, None)
     extras = [[jax.lax.slice_in_dim(x, a * rows, b * rows) if len(bounds) > 1 else x for x in drawn]
               for a, b in bounds]
   results = call(batched(shared), labels, chunks, extras, scalars, [(b - a) * rows for a, b in bounds])
