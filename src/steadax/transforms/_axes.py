@@ -83,8 +83,7 @@ def _as_tuple(axis: Any) -> tuple[int, ...]:
   return (int(axis),) if isinstance(axis, int) else tuple(int(a) for a in axis)
 
 
-def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any, *,
-                allow_batch: bool = True) -> MatrixView:
+def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any) -> MatrixView:
   """Validate ``dims`` for a parameter of ``shape`` and return its matrix view.
 
   Raises:
@@ -105,28 +104,18 @@ def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any, *,
   if set(red) & set(out) or len(set(red)) != len(red) or len(set(out)) != len(out):
     raise ValueError(f"{owner}: reduction and output axes of {dims} must be distinct and disjoint "
                      f"(parameter at {where} with shape {shape}).")
-  batch = tuple(a for a in range(ndim) if a not in set(red) | set(out))
-  if batch and not allow_batch:
-    raise ValueError(f"{owner}: {dims} leaves axes {batch} of the parameter at {where} (shape "
-                     f"{shape}) unassigned; every axis must be a reduction or an output axis.")
-  return MatrixView(batch, red, out, tuple(shape))
+  return MatrixView(tuple(a for a in range(ndim) if a not in set(red) | set(out)), red, out, tuple(shape))
 
 
-def _is_spec_leaf(kind: type) -> Callable[[Any], bool]:
-  return lambda x: x is None or isinstance(x, kind)
-
-
-def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, kind: type,
-              default: Callable[[Any], Any]) -> list[Any]:
+def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, default: Callable[[Any], Any]) -> list[Any]:
   """One dimension-number record (or None) per leaf of ``tree`` (None leaves included).
 
   Args:
     owner: the transformation's name, for errors.
     argname: the argument's name, for errors.
-    spec: None (``default`` decides per leaf), one record of type ``kind`` (every leaf), a prefix
-      tree of records and None, or a callable returning one from ``tree``.
+    spec: None (``default`` decides per leaf), one ``WeightDimensionNumbers`` (every leaf), a
+      prefix tree of them and None, or a callable returning one from ``tree``.
     tree: the updates (``MaskedNode()`` subtrees and None leaves allowed).
-    kind: the dimension-number class.
     default: ``leaf -> record | None`` used when ``spec`` is None, or for every leaf with a single
       record given as ``default``'s closure.
 
@@ -138,11 +127,11 @@ def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, kind: type,
     return [None if leaf is None else default(leaf) for leaf in leaves]
   if callable(spec):
     spec = spec(tree)
-  if isinstance(spec, kind):
+  if isinstance(spec, WeightDimensionNumbers):
     return [None if leaf is None else spec for leaf in leaves]
   spec = align_prefix(owner, argname, spec, tree)
-  is_leaf = _is_spec_leaf(kind)
-  spec_leaves, spec_def = jax.tree_util.tree_flatten(spec, is_leaf=is_leaf)
+  spec_leaves, spec_def = jax.tree_util.tree_flatten(
+      spec, is_leaf=lambda x: x is None or isinstance(x, WeightDimensionNumbers))
   try:
     subtrees = spec_def.flatten_up_to(tree)
   except (ValueError, TypeError) as err:
@@ -171,7 +160,7 @@ def leaf_views(owner: str, spec: Any, tree: Any) -> list[MatrixView | None]:
   leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
   if spec is None:
     return [None] * len(leaves)
-  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, WeightDimensionNumbers, lambda x: None)
+  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, lambda x: None)
   single = isinstance(spec, WeightDimensionNumbers)
   return [None if x is None or d is None or (single and len(x.shape) < 2) else
           matrix_view(owner, where, tuple(x.shape), d) for x, d, where in zip(leaves, dims, leaf_paths(tree))]

@@ -40,7 +40,7 @@ from .._core._types import ArrayTree, Params, ScalarOrSchedule, Schedule, Update
 from ._adam import one_minus_pow
 from ._axes import WeightDimensionNumbers, leaf_views
 from ._kron import mode_product, upper_solve_h
-from ._matrix import constrain
+from ._matrix import constrain, distribution
 from ._moments import abs_sq
 from ._noise import _typed_key
 from ._runner import MatrixExecution, core_shape, init_matrices, refresh_cond, run_matrices
@@ -310,7 +310,8 @@ class ScaleByPsgdKron(Transformation):
 
 
 def _along(dist: Any, n: int) -> Any:
-  """Sharded over ``dist``'s axes along the first axis (of length ``n``), or replicated."""
+  """Sharded over ``dist``'s axes along the first axis (of length ``n``), or replicated where
+  ``dist`` does not divide ``n``."""
   return dist.sharding(dist.spec_entry()) if n % dist.size == 0 else dist.sharding()
 
 
@@ -333,35 +334,40 @@ def _probes(key: jax.Array, hs: list, views: list, plans: list) -> Callable:
     at[i] = (rdt, sizes.get(rdt, 0))
     sizes[rdt] = sizes.get(rdt, 0) + hs[i].size * (2 if jnp.iscomplexobj(hs[i]) else 1)
 
+  # Under a mesh the draws are generated divided across the devices that divide the dense groups
+  # (threefry is partitionable: the numbers do not depend on the layout); each group's block then
+  # takes its owner layout, or is gathered for a group computed whole.
+  divided = {distribution(hs[i]) for i in at if plans[i]} - {None}
+  draw_dist = divided.pop() if len(divided) == 1 else None
+
   @functools.cache
-  def draws(dist):
-    """One normal draw per dtype; in the owner layout generated divided across ``dist``'s devices
-    (threefry is partitionable: the numbers do not depend on the layout)."""
+  def draws():
     keys = jax.random.split(key, len(sizes)) if len(sizes) > 1 else [key]
     out = {}
     for k, (rdt, n) in zip(keys, sizes.items()):
-      if dist is None or n % dist.size:
+      if draw_dist is None:
         out[rdt] = jax.random.normal(k, (n,), rdt)
-      elif dist.auto:  # a constraint: the partitioner divides the draw itself
-        out[rdt] = constrain(jax.random.normal(k, (n,), rdt), _along(dist, n), True)
+      elif draw_dist.auto:  # a constraint: the partitioner divides the draw itself
+        out[rdt] = constrain(jax.random.normal(k, (n,), rdt), _along(draw_dist, n), True)
       else:
-        out[rdt] = jax.random.normal(k, (n,), rdt, out_sharding=_along(dist, n))
+        out[rdt] = jax.random.normal(k, (n,), rdt, out_sharding=_along(draw_dist, n))
     return out
 
   def extra(indices, rows, dist):
     x, width = hs[indices[0]], 2 if jnp.iscomplexobj(hs[indices[0]]) else 1
     size, (rdt, start) = x.size * width, at[indices[0]]
     if all(at[j][1] == start + t * size for t, j in enumerate(indices)):
-      block = jax.lax.slice_in_dim(draws(dist)[rdt], start, start + len(indices) * size)
+      block = jax.lax.slice_in_dim(draws()[rdt], start, start + len(indices) * size)
     else:
-      block = jnp.concatenate([jax.lax.slice_in_dim(draws(dist)[rdt], at[j][1], at[j][1] + size) for j in indices])
+      block = jnp.concatenate([jax.lax.slice_in_dim(draws()[rdt], at[j][1], at[j][1] + size) for j in indices])
     shape = (len(indices) * rows, *core_shape(x, views[indices[0]]), *(2,) * (width - 1))
-    if dist is None:
+    if draw_dist is None:
       block = block.reshape(shape)
-    else:  # each group's block in its owner layout (replicated where the devices do not divide it)
-      block = constrain(block, _along(dist, block.shape[0]), dist.auto)
-      target = _along(dist, shape[0])
-      block = constrain(block.reshape(shape), target, True) if dist.auto else block.reshape(shape, out_sharding=target)
+    else:  # the group's block in its owner layout, or whole
+      place = lambda n: _along(draw_dist, n) if dist == draw_dist else draw_dist.sharding()  # noqa: E731
+      block = constrain(block, place(block.shape[0]), draw_dist.auto)
+      block = (constrain(block.reshape(shape), place(shape[0]), True) if draw_dist.auto else
+               block.reshape(shape, out_sharding=place(shape[0])))
     if width == 2:
       block = block * np.asarray(np.sqrt(0.5), rdt)
       block = jax.lax.complex(block[..., 0], block[..., 1])

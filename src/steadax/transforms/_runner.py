@@ -275,16 +275,15 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
   first, rows, n = group[0], group[0].rows, len(group)
   dist = distribution(first.inputs[0]) if plan and n * rows > 1 else None
   param = first.param
-  step = lambda k, sh, *xs: one_step(plan, k, sh, *xs)  # noqa: E731
-  batched = lambda sh: lambda k, *xs: jax.vmap(lambda *ys: step(k, sh, *ys))(*xs)  # noqa: E731
-  struct = lambda r: None if param is None else jax.ShapeDtypeStruct((r, *first.inputs[0].shape[1:]), param.dtype)
+  step = lambda sh: lambda k, *xs: one_step(plan, k, sh, *xs)  # noqa: E731
+  batched = lambda sh: lambda k, *xs: jax.vmap(lambda *ys: one_step(plan, k, sh, *ys))(*xs)  # noqa: E731
 
-  def call(fn, labels, chunks, extras, record, param_rows):
+  def call(fn, labels, chunks, extras, record):
     """One leafwise call whose leaves are the chunks (``labels``): ``chunks[c]`` the inputs of c."""
     per_input = [dict(zip(labels, xs)) for xs in zip(*chunks)]
-    reads = tuple(dict(zip(labels, xs)) for xs in zip(*extras)) if extras else ()
     out = tx.leafwise(fn, per_input[0], *per_input[1:], params=None if param is None else {
-        name: struct(r) for name, r in zip(labels, param_rows)}, reads=reads, scalars=record)
+        name: jax.ShapeDtypeStruct(c[0].shape, param.dtype) for name, c in zip(labels, chunks)},
+        reads=tuple(dict(zip(labels, xs)) for xs in zip(*extras)), scalars=record)
     return [[o[name] for o in out] for name in labels]
 
   if dist is not None:
@@ -297,7 +296,7 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
     traced, rebuild = split_record(record)
     k_in = len(stacks)
     blocks = on_owners(lambda sh, *xs: call(batched(sh[0]), [label], [xs[:k_in]], [xs[k_in:]] if extras else [],
-                                            None if record is None else (lambda dt: rebuild(sh[1])), [xs[0].shape[0]])[0],
+                                            None if record is None else (lambda dt: rebuild(sh[1])))[0],
                        dist, (tuple(shared), traced), *owned)
     specs = [tuple(getattr(sharding_of(x), "spec", ())) for x in first.inputs]
     results = [from_owners(b, n * rows, (None,) * (n > 1) + s[n > 1:], n > 1) for b, s in zip(blocks, specs)]
@@ -309,23 +308,19 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
     pairs = [replicate_axes(x, range(1, x.ndim)) if plan else (x, lambda y: y) for x in m.inputs]
     m.inputs = [p[0] for p in pairs]
     backs.append([p[1] for p in pairs])
-  if n * rows == 1:
-    # One matrix: the per-parameter path, no batch axis.
-    ex = [x[0] for x in extra(indices, rows, None)] if extra is not None else []
-    (out,) = call(lambda k, *xs: step(k, shared, *xs), [label], [[x[0] for x in first.inputs]], [ex] if ex else [],
-                  scalars, [1])
-    return [first.outputs([o[None] for o in out], backs[0])]
-  member_bytes = sum(x.size * x.dtype.itemsize for x in first.inputs)
-  bounds = tx.execution.bounds(n, member_bytes, tx.cpu_chunks)
+  bounds = tx.execution.bounds(n, sum(x.size * x.dtype.itemsize for x in first.inputs), tx.cpu_chunks)
   labels = [label if len(bounds) == 1 else f"{label}[{a}:{b}]" for a, b in bounds]
   chunks = [[xs[0] if b - a == 1 else jnp.concatenate(xs) for xs in zip(*(m.inputs for m in group[a:b]))]
             for a, b in bounds]
-  extras = []
-  if extra is not None:
-    drawn = extra(indices, rows, None)
-    extras = [[jax.lax.slice_in_dim(x, a * rows, b * rows) if len(bounds) > 1 else x for x in drawn]
-              for a, b in bounds]
-  results = call(batched(shared), labels, chunks, extras, scalars, [(b - a) * rows for a, b in bounds])
+  drawn = extra(indices, rows, None) if extra is not None else []
+  extras = [[jax.lax.slice_in_dim(x, a * rows, b * rows) for x in drawn] for a, b in bounds]
+  # Chunks of one matrix (the per-parameter path among them) run the step unbatched: a stack of one
+  # compiles to more than the matrix alone.
+  single = rows == 1 and len(bounds) == n
+  if single:
+    chunks, extras = ([[x[0] for x in c] for c in cs] for cs in (chunks, extras))
+  results = call((step if single else batched)(shared), labels, chunks, extras, scalars)
+  results = [[o[None] for o in out] for out in results] if single else results
   per_member = [rs for (a, b), out in zip(bounds, results) for rs in zip(*(_split(r, b - a, rows) for r in out))]
   return [m.outputs(rs, back) for m, rs, back in zip(group, per_member, backs)]
 
