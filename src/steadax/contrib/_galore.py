@@ -175,6 +175,7 @@ def scale_by_galore(
     scale: float = 1.0,
     base_optimizer: GradientTransformation | None = None,
     weight_dimension_numbers: GaLoreDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    *,
     execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """Runs ``base_optimizer`` on low-rank projections of the matrix gradients (GaLore).
@@ -225,6 +226,7 @@ def galore(
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
     weight_dimension_numbers: GaLoreDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    *,
     execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """GaLore: memory-efficient training by gradient low-rank projection (Zhao et al. 2024).
@@ -262,7 +264,7 @@ def galore(
   if not callable(weight_decay):
     check_nonnegative("galore", "weight_decay", weight_decay)
   return chain(
-      scale_by_galore(rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers, execution),
+      scale_by_galore(rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers, execution=execution),
       add_decayed_weights(weight_decay, mask),
       scale_by_learning_rate(learning_rate),
   )
