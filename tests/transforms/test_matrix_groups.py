@@ -118,11 +118,15 @@ def test_chunks_of_unequal_sizes_equal_the_per_parameter_path():
 
 
 def test_the_auto_chunk_rules_are_measured_rules_of_one_cpu_device():
-  """``chunks="auto"`` on one CPU device: the optimizer's rule, per core (Muon's and GaLore's four
-  per core, PSGD-Kron's one) or by bytes (SOAP's and Shampoo's: at least one chunk per core, then
-  chunks of about the rule's bytes; a group within them stays whole); elsewhere (``cores=0``: an
-  accelerator, or several devices dividing groups by owners) one batch per group."""
+  """``chunks="auto"`` on one CPU device: the optimizer's rule, per core (GaLore's four per core)
+  or by bytes (SOAP's and Shampoo's: at least one chunk per core, then chunks of about the rule's
+  bytes; a group within them stays whole), or none (Muon, PSGD-Kron: their chunks did not pay);
+  elsewhere (``cores=0``: an accelerator, or several devices dividing groups by owners) one batch
+  per group."""
+  assert [steadax.soap(0.1).transforms[0].cpu_chunks, steadax.contrib.galore(0.1).transforms[0].cpu_chunks,
+          steadax.psgd_kron(0.1).transforms[0].cpu_chunks] == [("bytes", 512 * 1024), ("cores", 4), None]
   auto = MatrixExecution()
+  assert auto.bounds(9, 0, None, cores=2) == [(0, 9)]
   assert auto.bounds(9, 0, ("cores", 1), cores=3) == [(0, 3), (3, 6), (6, 9)]
   assert auto.bounds(6, 0, ("cores", 4), cores=1) == [(0, 1), (1, 3), (3, 4), (4, 6)]
   assert auto.bounds(4, 448, ("bytes", 1000), cores=3) == [(0, 1), (1, 2), (2, 4)]  # 1,792 bytes: 3 chunks

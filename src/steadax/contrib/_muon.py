@@ -175,7 +175,7 @@ _check_beta = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.
 class ScaleByMuon(Transformation):
   name = "scale_by_muon"
   State = MuonState
-  cpu_chunks: ClassVar[tuple] = ("cores", 4)
+  cpu_chunks: ClassVar[tuple | None] = None  # one batch per group: chunks did not pay (docs/performance.md)
   two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
   beta: Any = hyper_field(0.95, check=_check_beta)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)

@@ -205,7 +205,7 @@ _check_probability = lambda owner, name, value: check_range(owner, name, value, 
 class ScaleByPsgdKron(Transformation):
   name = "scale_by_psgd_kron"
   State = ScaleByPsgdKronState
-  cpu_chunks: ClassVar[tuple] = ("cores", 1)
+  cpu_chunks: ClassVar[tuple | None] = None  # one batch per group: chunks did not pay (docs/performance.md)
   b1: Any = hyper_field(0.9, check=_check_b1)
   # None is the annealed psgd_update_probability() (the factory fills it in); schedules pass.
   preconditioner_update_probability: Any = hyper_field(None, check=_check_probability)

@@ -72,14 +72,14 @@ class MatrixExecution:
                                                    and chunks > 0)):
       raise ValueError(f"MatrixExecution: chunks must be 'auto', None or a positive int, got {chunks!r}.")
 
-  def bounds(self, n: int, member_bytes: int, rule: tuple, cores: int | None = None) -> list[tuple[int, int]]:
+  def bounds(self, n: int, member_bytes: int, rule: tuple | None, cores: int | None = None) -> list[tuple[int, int]]:
     """``(start, stop)`` of the contiguous chunks, of nearly equal size, of a group of ``n``
     members. ``rule`` is the optimizer's CPU rule for ``"auto"``: ``("cores", k)``, k chunks per
-    core, or ``("bytes", b)``, chunks of about ``b`` bytes of the members' arrays and at least one
-    per core (a group within ``b`` stays whole); ``cores``: default, the cores of one CPU device
-    (0 elsewhere: no chunks)."""
+    core, ``("bytes", b)``, chunks of about ``b`` bytes of the members' arrays and at least one per
+    core (a group within ``b`` stays whole), or None (one batch); ``cores``: default, the cores of
+    one CPU device (0 elsewhere: no chunks)."""
     k = self.chunks if isinstance(self.chunks, int) else 1
-    if self.chunks == "auto":
+    if self.chunks == "auto" and rule is not None:
       cores = _cpu_cores() if cores is None else cores
       k = cores * rule[1] if rule[0] == "cores" else (
           1 if n * member_bytes <= rule[1] else max(cores, -(-n * member_bytes // rule[1])))
