@@ -229,3 +229,19 @@ def test_a_group_is_split_into_stacked_chunks(name):
   # Stacks of more than one matrix (the members' own 1x8x8 slices left out): the chunks'.
   stacked = {int(n) for n in re.findall(r"tensor<(\d+)x8x8xf32>", text)} - {1}
   assert stacked == {2}, sorted(stacked)
+
+
+def test_members_of_a_vmap_refresh_at_their_own_steps():
+  """Under ``vmap`` with the step counts batched (states at different steps), each member gets its
+  own branch's value: the one at a refresh step its new eigenbases, the other its old ones."""
+  tx = steadax.scale_by_soap(precondition_frequency=2)
+  rng = np.random.default_rng(0)
+  params, first, second, grads = ({"w": jnp.asarray(rng.normal(size=(2, 4, 3)), DTYPE)} for _ in range(4))
+  at_1 = tx.update(first, tx.init(params), params)[1]
+  at_2 = tx.update(second, at_1, params)[1]
+  both = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), at_1, at_2)
+  swept = jax.jit(jax.vmap(lambda s: tx.update(grads, s, params)))(both)
+  for i, state in enumerate((at_1, at_2)):  # counts 2 (a refresh) and 3 (none)
+    alone = tx.update(grads, state, params)
+    for a, b in zip(jax.tree_util.tree_leaves(swept), jax.tree_util.tree_leaves(alone)):
+      np.testing.assert_allclose(np.asarray(a[i], np.float64), np.asarray(b, np.float64), rtol=1e-5, atol=1e-5)

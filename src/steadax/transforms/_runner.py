@@ -132,12 +132,26 @@ def _(axis_size: int, in_batched: list, pred: jax.Array) -> tuple:
   return (jnp.any(pred) if in_batched[0] else pred), False
 
 
+@jax.custom_batching.custom_vmap
+def _refreshed(pred: jax.Array, new: jax.Array, kept: jax.Array) -> jax.Array:
+  return new  # the refreshing branch runs only where the (unbatched) predicate holds
+
+
+@_refreshed.def_vmap
+def _(axis_size: int, in_batched: list, pred: jax.Array, new: jax.Array, kept: jax.Array) -> tuple:
+  new, kept = (x if b else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, b in zip((new, kept), in_batched[1:]))
+  if in_batched[0]:  # a member refreshing or not: its own branch's value
+    return jnp.where(pred.reshape(pred.shape + (1,) * (new.ndim - 1)), new, kept), True
+  return _refreshed(pred, new, kept), True  # decided by an enclosing vmap, if any
+
+
 def refresh_cond(pred: Any, fresh: Callable[[], Any], old: Any) -> Any:
   """``fresh()`` where ``pred`` holds, else ``old``, computing ``fresh()`` only at the steps where
-  ``pred`` holds for some member of an enclosing ``vmap``."""
+  ``pred`` holds for some member of an enclosing ``vmap`` (each member then selects its own
+  branch's value; with ``pred`` the same for every member, nothing is selected)."""
   if not isinstance(pred, jax.core.Tracer):
     return fresh() if bool(pred) else old
-  refreshed = lambda: jax.tree.map(lambda new, kept: jnp.where(pred, new, kept), fresh(), old)  # noqa: E731
+  refreshed = lambda: jax.tree.map(lambda new, kept: _refreshed(pred, new, kept), fresh(), old)  # noqa: E731
   return jax.lax.cond(_any_member(pred), refreshed, lambda: old)
 
 
