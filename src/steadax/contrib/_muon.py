@@ -207,7 +207,7 @@ class ScaleByMuon(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
     dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
-                     lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
+                     MuonDimensionNumbers, lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
     grads = jax.tree_util.tree_leaves(updates, is_leaf=is_none)
     views = []
     for g, where, dn in zip(grads, leaf_paths(updates), dims):
@@ -321,7 +321,7 @@ class ScaleByShape(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
-                     lambda x: MuonDimensionNumbers())
+                     MuonDimensionNumbers, lambda x: MuonDimensionNumbers())
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     out = []
     for g, where, dn in zip(treedef.flatten_up_to(updates), leaf_paths(updates), dims):
@@ -353,7 +353,8 @@ class _MuonLabels:
     if self.dims is None:
       labels = [None if x is None else ("muon" if len(x.shape) == 2 else "adam") for x in leaves]
     else:
-      dims = leaf_dims("muon", "muon_weight_dimension_numbers", self.dims, params, lambda x: None)
+      dims = leaf_dims("muon", "muon_weight_dimension_numbers", self.dims, params, MuonDimensionNumbers,
+                       lambda x: None)
       labels = [None if x is None else ("adam" if d is None else "muon") for x, d in zip(leaves, dims)]
     return treedef.unflatten(labels)
 

@@ -107,15 +107,17 @@ def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any) -> Ma
   return MatrixView(tuple(a for a in range(ndim) if a not in set(red) | set(out)), red, out, tuple(shape))
 
 
-def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, default: Callable[[Any], Any]) -> list[Any]:
+def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, kind: type,
+              default: Callable[[Any], Any]) -> list[Any]:
   """One dimension-number record (or None) per leaf of ``tree`` (None leaves included).
 
   Args:
     owner: the transformation's name, for errors.
     argname: the argument's name, for errors.
-    spec: None (``default`` decides per leaf), one ``WeightDimensionNumbers`` (every leaf), a
-      prefix tree of them and None, or a callable returning one from ``tree``.
+    spec: None (``default`` decides per leaf), one record of type ``kind`` (every leaf), a prefix
+      tree of records and None, or a callable returning one from ``tree``.
     tree: the updates (``MaskedNode()`` subtrees and None leaves allowed).
+    kind: the record class (``WeightDimensionNumbers``, ``QKClipSpec``).
     default: ``leaf -> record | None`` used when ``spec`` is None, or for every leaf with a single
       record given as ``default``'s closure.
 
@@ -127,11 +129,11 @@ def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, default: Callable[
     return [None if leaf is None else default(leaf) for leaf in leaves]
   if callable(spec):
     spec = spec(tree)
-  if isinstance(spec, WeightDimensionNumbers):
+  if isinstance(spec, kind):
     return [None if leaf is None else spec for leaf in leaves]
   spec = align_prefix(owner, argname, spec, tree)
   spec_leaves, spec_def = jax.tree_util.tree_flatten(
-      spec, is_leaf=lambda x: x is None or isinstance(x, WeightDimensionNumbers))
+      spec, is_leaf=lambda x: x is None or isinstance(x, kind))
   try:
     subtrees = spec_def.flatten_up_to(tree)
   except (ValueError, TypeError) as err:
@@ -160,7 +162,7 @@ def leaf_views(owner: str, spec: Any, tree: Any) -> list[MatrixView | None]:
   leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
   if spec is None:
     return [None] * len(leaves)
-  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, lambda x: None)
+  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, WeightDimensionNumbers, lambda x: None)
   single = isinstance(spec, WeightDimensionNumbers)
   return [None if x is None or d is None or (single and len(x.shape) < 2) else
           matrix_view(owner, where, tuple(x.shape), d) for x, d, where in zip(leaves, dims, leaf_paths(tree))]
