@@ -170,10 +170,6 @@ def test_lm_scanned_layout_computes_the_same_loss_with_stacked_dimension_numbers
   assert soap["embed"] == Dims(0, 1) and soap["blocks"]["down"] == Dims(1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 33 §1: soap, shampoo, psgd_kron and contrib.galore take weight_dimension_numbers with "
-    "batch axes once the matrix optimizers' branch lands. Then delete this marker: from then on the "
-    "device script's dry run below, the stacked-layer measurement and the lm layouts run all five."))
 def test_every_matrix_optimizer_takes_stacked_dimension_numbers():
   from benchmarks import stacked
   assert {name: stacked.stacked_support(name) for name in stacked.MATRIX_OPTIMIZERS} == dict.fromkeys(

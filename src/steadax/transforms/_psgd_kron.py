@@ -38,12 +38,12 @@ from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none, l2_norm
 from .._core._types import ArrayTree, Params, ScalarOrSchedule, Schedule, Updates
 from ._adam import one_minus_pow
-from ._axes import WeightDimensionNumbers, leaf_views
+from ._axes import WeightDimensionNumbers
 from ._kron import mode_product, upper_solve_h
 from ._matrix import constrain, distribution
 from ._moments import abs_sq
 from ._noise import _typed_key
-from ._runner import MatrixExecution, core_shape, init_matrices, refresh_cond, run_matrices
+from ._runner import MatrixExecution, core_shape, init_matrices, plans_of, refresh_cond, run_matrices
 from ._scaling import value_at
 
 __all__ = ["ScaleByPsgdKronState", "scale_by_psgd_kron", "psgd_update_probability"]
@@ -243,7 +243,7 @@ class ScaleByPsgdKron(Transformation):
     return ScaleByPsgdKronState(
         count=zero_count(), rng_key=_typed_key(self.name, self.key),
         mu=role_zeros(params, accumulator("mu_dtype"), self),
-        preconditioner=init_matrices(params, leaf_views(self.owner, self.weight_dimension_numbers, params), make))
+        preconditioner=init_matrices(self, params, make))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
@@ -253,10 +253,8 @@ class ScaleByPsgdKron(Transformation):
     f32 = np.dtype(jnp.float32)
     draws = jax.random.uniform(k_draws, (2,), f32)
     do_update = draws[0] < hyper(value_at(self.preconditioner_update_probability, state.count), f32)
-    views = leaf_views(self.owner, self.weight_dimension_numbers, updates)
+    views, plans = plans_of(self, updates, self._dense)
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
-    plans = [None if g is None else self._dense(core_shape(g, v))
-             for g, v in zip(treedef.flatten_up_to(updates), views)]
 
     @functools.cache  # once per real compute dtype
     def scalars(rdt):

@@ -34,6 +34,7 @@ import numpy as np
 
 from .._core._leafwise import place_kept_axes, place_like, split_record
 from .._core._policy import compute_dtype, key_path_str, real_dtype
+from ._axes import leaf_views
 from ._matrix import (distribution, from_owners, layout_key, on_owners, place_statistic, replicate_axes, sharding_of,
                       to_owners)
 
@@ -166,12 +167,21 @@ def core_shape(x: Any, view: Any, two_d: bool = False) -> tuple[int, ...]:
                if axes or two_d)
 
 
-def init_matrices(params: Any, views: Sequence[Any], make: Callable) -> Any:
-  """Per parameter, the tuple of matrix state ``make(x, core_shape)`` builds for one matrix
+def plans_of(tx: Any, tree: Any, plan: Callable[[tuple[int, ...]], Any]) -> tuple[list, list]:
+  """Per leaf of ``tree``, its ``MatrixView`` under ``tx.weight_dimension_numbers`` (or None) and
+  ``plan`` of the shape of one of its matrices (None for a None leaf)."""
+  views = leaf_views(tx.owner, tx.weight_dimension_numbers, tree)
+  leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
+  return views, [None if x is None else plan(core_shape(x, v)) for x, v in zip(leaves, views)]
+
+
+def init_matrices(tx: Any, params: Any, make: Callable) -> Any:
+  """Per parameter (viewed through ``tx.weight_dimension_numbers``), the tuple of matrix state ``make(x, core_shape)`` builds for one matrix
   (``(0, 0)`` placeholders kept), broadcast over the batch axes (leading) and placed like the
   parameter (``place_statistic``; a diagonal of axis ``t`` of a parameter without a view, as
   PSGD-Kron's, takes that axis' sharding)."""
   treedef = jax.tree_util.tree_structure(params, is_leaf=lambda x: x is None)
+  views = leaf_views(tx.owner, tx.weight_dimension_numbers, params)
 
   def place(x, view, t, a):
     if tuple(a.shape) == (0, 0):

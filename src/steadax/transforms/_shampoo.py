@@ -26,19 +26,17 @@ from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
-from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
-from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
+from .._core._policy import hyper, safe_increment
+from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._docs import shared_args
 from .._core._types import ArrayTree, Params, Updates
-from ._adam import one_minus_pow
-from ._axes import WeightDimensionNumbers, leaf_views
+from ._axes import WeightDimensionNumbers
 from ._kron import (axis_statistic, block_sizes, check_positive_int, from_blocks, inverse_root, mode_product,
                     num_blocks, to_blocks)
 from ._moments import abs_sq
-from ._runner import MatrixExecution, core_shape, init_matrices, refresh_cond, run_matrices
-from ._soap import stat_dtype
+from ._runner import MatrixExecution, refresh_cond
+from ._soap import adam_scalars, init_adam_kron, update_adam_kron
 
 __all__ = ["ScaleByShampooState", "scale_by_shampoo"]
 
@@ -114,24 +112,18 @@ class ScaleByShampoo(Transformation):
     check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
     _check_graft_type(self.owner, self.graft_type)
 
+  def plan(self, shape):
+    return _plan(shape, self.block_size)
+
+  def stat_shapes(self, shape):
+    plan = self.plan(shape)
+    if not plan:
+      return (None,) * len(shape)
+    n = num_blocks(shape, plan[0])
+    return tuple((n, b, b) if a in plan[1] else None for a, b in enumerate(plan[0]))
+
   def init_fn(self, params):
-    roles = declared_roles(ScaleByShampooState)
-    views = leaf_views(self.owner, self.weight_dimension_numbers, params)
-
-    def matrices(dtype_field, fill):
-      def make(x, shape):
-        dt, plan = stat_dtype(x.dtype, getattr(self, dtype_field)), _plan(shape, self.block_size)
-        if not plan:
-          return tuple(jnp.zeros((0, 0), dt) for _ in shape)
-        blocks = num_blocks(shape, plan[0])
-        return tuple(fill(blocks, b, dt) if a in plan[1] else jnp.zeros((0, 0), dt) for a, b in enumerate(plan[0]))
-      return init_matrices(params, views, make)
-
-    return ScaleByShampooState(
-        count=zero_count(), mu=role_zeros(params, roles["mu"], self), nu=role_zeros(params, roles["nu"], self),
-        statistics=matrices("statistics_dtype", lambda n, b, dt: jnp.zeros((n, b, b), dt)),
-        preconditioners=matrices("preconditioner_dtype",
-                                 lambda n, b, dt: jnp.broadcast_to(jnp.eye(b, dtype=dt), (n, b, b))))
+    return init_adam_kron(self, params, "preconditioner_dtype")
 
   def matrix_step(self, plan, k, shared, g, m, v, *matrices):
     m = k.b1 * m + (1 - k.b1) * g
@@ -161,26 +153,17 @@ class ScaleByShampoo(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    views = leaf_views(self.owner, self.weight_dimension_numbers, updates)
-    leaves = jax.tree_util.tree_leaves(updates, is_leaf=lambda x: x is None)
 
     @functools.cache  # once per real compute dtype
     def scalars(dt):
-      b2 = hyper(self.b2, dt)
-      beta = b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt)
-      return Scalars(b1=hyper(self.b1, dt), b2=b2, c1=one_minus_pow(self.b1, count, dt),
-                     c2=one_minus_pow(self.b2, count, dt), eps=hyper(self.eps, dt), beta=beta,
-                     # beta == 1 is the original (summed) statistics of Gupta et al.
-                     weight=jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta)),
-                     matrix_eps=hyper(self.matrix_eps, dt),
-                     exponent=None if self.exponent_override is None else hyper(self.exponent_override, dt))
+      beta = hyper(self.b2 if self.shampoo_beta is None else self.shampoo_beta, dt)
+      # beta == 1 is the original (summed) statistics of Gupta et al.
+      return adam_scalars(self, dt, count, weight=jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta)),
+                          matrix_eps=hyper(self.matrix_eps, dt), exponent=None if self.exponent_override is None
+                          else hyper(self.exponent_override, dt))
 
-    out, mu, nu, stats, precs = run_matrices(
-        self, self.matrix_step, updates, params, views=views, plans=[None if g is None else _plan(core_shape(g, view), self.block_size)
-                                                   for g, view in zip(leaves, views)],
-        mirrored=(state.mu, state.nu), matrices=(state.statistics, state.preconditioners), scalars=scalars,
-        shared=((count - 1) % self.precondition_frequency == 0,))
-    return out, ScaleByShampooState(count=count, mu=mu, nu=nu, statistics=stats, preconditioners=precs)
+    return update_adam_kron(self, updates, state, params, count, scalars,
+                            ((count - 1) % self.precondition_frequency == 0,))
 
 
 @shared_args

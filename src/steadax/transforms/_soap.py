@@ -38,10 +38,10 @@ from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increm
 from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
 from .._core._types import ArrayTree, Params, Updates
 from ._adam import one_minus_pow
-from ._axes import WeightDimensionNumbers, leaf_views
+from ._axes import WeightDimensionNumbers
 from ._kron import axis_statistic, check_positive_int, conj_t, eigenbasis, mode_product
 from ._moments import abs_sq
-from ._runner import MatrixExecution, core_shape, init_matrices, refresh_cond, run_matrices
+from ._runner import MatrixExecution, init_matrices, plans_of, refresh_cond, run_matrices
 
 __all__ = ["ScaleBySoapState", "scale_by_soap"]
 
@@ -111,24 +111,15 @@ class ScaleBySoap(Transformation):
     check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
     check_positive_int(self.owner, "max_precond_dim", self.max_precond_dim)
 
-  def _axes(self, x, view):
-    return preconditioned_axes(core_shape(x, view), self.max_precond_dim, self.precondition_1d)
+  def stat_shapes(self, shape):
+    axes = self.plan(shape)
+    return tuple((d, d) if a in axes else None for a, d in enumerate(shape))
+
+  def plan(self, shape):
+    return preconditioned_axes(shape, self.max_precond_dim, self.precondition_1d)
 
   def init_fn(self, params):
-    roles = declared_roles(ScaleBySoapState)
-    views = leaf_views(self.owner, self.weight_dimension_numbers, params)
-
-    def matrices(dtype_field, fill):
-      def make(x, shape):
-        dt, axes = stat_dtype(x.dtype, getattr(self, dtype_field)), preconditioned_axes(
-            shape, self.max_precond_dim, self.precondition_1d)
-        return tuple(fill(d, dt) if a in axes else jnp.zeros((0, 0), dt) for a, d in enumerate(shape))
-      return init_matrices(params, views, make)
-
-    return ScaleBySoapState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),
-                            nu=role_zeros(params, roles["nu"], self),
-                            statistics=matrices("statistics_dtype", lambda d, dt: jnp.zeros((d, d), dt)),
-                            eigenbases=matrices("eigenbasis_dtype", lambda d, dt: jnp.eye(d, dtype=dt)))
+    return init_adam_kron(self, params, "eigenbasis_dtype")
 
   def matrix_step(self, axes, k, shared, g, m, v, *matrices):
     # Vyas et al. 2024, Algorithm 3, with S_k the statistics and Q_k their eigenbases.
@@ -148,24 +139,51 @@ class ScaleBySoap(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    views = leaf_views(self.owner, self.weight_dimension_numbers, updates)
-    leaves = jax.tree_util.tree_leaves(updates, is_leaf=lambda x: x is None)
     adam_count = jnp.maximum(count - 1, 1)
 
     @functools.cache  # once per real compute dtype
     def scalars(dt):
-      b2 = hyper(self.b2, dt)
-      return Scalars(b1=hyper(self.b1, dt), b2=b2, c1=one_minus_pow(self.b1, adam_count, dt),
-                     c2=one_minus_pow(self.b2, adam_count, dt), eps=hyper(self.eps, dt),
-                     beta=b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt))
+      return adam_scalars(self, dt, adam_count)
 
     # A new basis after the update that first sees the statistics, then every f updates after it.
-    out, mu, nu, stats, bases = run_matrices(
-        self, self.matrix_step, updates, params, views=views, plans=[None if g is None else self._axes(g, view)
-                                                   for g, view in zip(leaves, views)],
-        mirrored=(state.mu, state.nu), matrices=(state.statistics, state.eigenbases), scalars=scalars,
-        shared=(count == 1, (count - 1) % self.precondition_frequency == 0))
-    return out, ScaleBySoapState(count=count, mu=mu, nu=nu, statistics=stats, eigenbases=bases)
+    return update_adam_kron(self, updates, state, params, count, scalars,
+                            (count == 1, (count - 1) % self.precondition_frequency == 0))
+
+
+def adam_scalars(tx: Any, dt: Any, count: jax.Array, **more: Any) -> Scalars:
+  """Adam's scalars of SOAP and Shampoo in the real compute dtype ``dt`` (``beta``: the statistics'
+  decay, ``b2`` by default), bias corrections at ``count``."""
+  b2 = hyper(tx.b2, dt)
+  return Scalars(b1=hyper(tx.b1, dt), b2=b2, c1=one_minus_pow(tx.b1, count, dt),
+                 c2=one_minus_pow(tx.b2, count, dt), eps=hyper(tx.eps, dt),
+                 beta=b2 if tx.shampoo_beta is None else hyper(tx.shampoo_beta, dt), **more)
+
+
+def init_adam_kron(tx: Any, params: Any, second: str) -> Any:
+  """The state of SOAP or Shampoo: count, Adam's moments, zero statistics and identity matrices
+  (eigenbases, inverse roots; dtype field ``second``) of the shapes ``tx.stat_shapes`` gives per
+  axis of one matrix (None: a ``(0, 0)`` placeholder)."""
+  roles = declared_roles(tx.State)
+
+  def matrices(dtype_field, fill):
+    def make(x, shape):
+      dt = stat_dtype(x.dtype, getattr(tx, dtype_field))
+      return tuple(jnp.zeros((0, 0), dt) if s is None else fill(s, dt) for s in tx.stat_shapes(shape))
+    return init_matrices(tx, params, make)
+
+  return tx.State(zero_count(), role_zeros(params, roles["mu"], tx), role_zeros(params, roles["nu"], tx),
+                  matrices("statistics_dtype", jnp.zeros),
+                  matrices(second, lambda s, dt: jnp.broadcast_to(jnp.eye(s[-1], dtype=dt), s)))
+
+
+def update_adam_kron(tx: Any, updates: Any, state: Any, params: Any, count: jax.Array, scalars: Any,
+                     shared: tuple) -> tuple:
+  """SOAP's or Shampoo's update: ``tx.matrix_step`` on every matrix through the runner."""
+  views, plans = plans_of(tx, updates, tx.plan)
+  out, mu, nu, first, second = run_matrices(tx, tx.matrix_step, updates, params, views=views, plans=plans,
+                                            mirrored=state[1:3], matrices=state[3:5], scalars=scalars,
+                                            shared=shared)
+  return out, tx.State(count, mu, nu, first, second)
 
 
 @shared_args
