@@ -362,7 +362,7 @@ def _probes(key: jax.Array, hs: list, views: list, plans: list) -> Callable:
     if draw_dist is None:
       block = block.reshape(shape)
     else:  # the group's block in its owner layout, or whole
-      place = lambda n: _along(draw_dist, n) if dist == draw_dist else draw_dist.sharding()  # noqa: E731
+      place = lambda n, d=draw_dist: _along(d, n) if dist == d else d.sharding()  # noqa: E731
       block = constrain(block, place(block.shape[0]), draw_dist.auto)
       block = (constrain(block.reshape(shape), place(shape[0]), True) if draw_dist.auto else
                block.reshape(shape, out_sharding=place(shape[0])))
