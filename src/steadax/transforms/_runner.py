@@ -35,8 +35,8 @@ import numpy as np
 from .._core._leafwise import place_kept_axes, place_like, split_record
 from .._core._policy import compute_dtype, key_path_str, real_dtype
 from ._axes import leaf_views
-from ._matrix import (distribution, from_owners, layout_key, on_owners, place_statistic, replicate_axes, sharding_of,
-                      to_owners)
+from ._matrix import (constrain, distribution, from_owners, layout_key, on_owners, place_statistic, replicate_axes,
+                      sharding_of, to_owners)
 
 __all__ = ["MatrixExecution"]
 
@@ -176,10 +176,10 @@ def plans_of(tx: Any, tree: Any, plan: Callable[[tuple[int, ...]], Any]) -> tupl
 
 
 def init_matrices(tx: Any, params: Any, make: Callable) -> Any:
-  """Per parameter (viewed through ``tx.weight_dimension_numbers``), the tuple of matrix state ``make(x, core_shape)`` builds for one matrix
-  (``(0, 0)`` placeholders kept), broadcast over the batch axes (leading) and placed like the
-  parameter (``place_statistic``; a diagonal of axis ``t`` of a parameter without a view, as
-  PSGD-Kron's, takes that axis' sharding)."""
+  """Per parameter (viewed through ``tx.weight_dimension_numbers``), the tuple of matrix state
+  ``make(x, core_shape)`` builds for one matrix (``(0, 0)`` placeholders kept), broadcast over the
+  batch axes (leading) and placed like the parameter (``place_statistic``; a diagonal of one axis,
+  as PSGD-Kron's, takes that axis' sharding, and the batch axes')."""
   treedef = jax.tree_util.tree_structure(params, is_leaf=lambda x: x is None)
   views = leaf_views(tx.owner, tx.weight_dimension_numbers, params)
 
@@ -188,7 +188,11 @@ def init_matrices(tx: Any, params: Any, make: Callable) -> Any:
       return a
     if view is None:
       return place_kept_axes(x, a, (t,)) if a.ndim == 1 and np.ndim(x) else place_statistic(x, a)
-    return place_statistic(x, jnp.broadcast_to(a, (*view.batch_shape, *a.shape)), view.batch_axes)
+    kept = (*view.batch_axes, *[f for f in (view.reduction_axes, view.output_axes) if f][t])
+    a = jnp.broadcast_to(a, (*view.batch_shape, *a.shape))
+    if a.ndim == len(kept) == len(view.batch_axes) + 1 and list(kept) == sorted(kept):
+      return place_kept_axes(x, a, kept)  # a diagonal of one axis, per matrix: the axes' sharding
+    return place_statistic(x, a, view.batch_axes)
 
   return treedef.unflatten([None if x is None else tuple(place(x, v, t, a) for t, a in enumerate(
       make(x, core_shape(x, v)))) for x, v in zip(treedef.flatten_up_to(params), views)])
@@ -337,6 +341,12 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
   chunks = [[xs[0] if b - a == 1 else jnp.concatenate(xs) for xs in zip(*(m.inputs for m in group[a:b]))]
             for a, b in bounds]
   drawn = extra(indices, rows, None) if extra is not None else []
+  lead = sharding_of(first.inputs[0])
+  axis = tuple(getattr(lead, "spec", ()))[:1]
+  if drawn and axis and axis[0] is not None and jax.sharding.AxisType.Explicit in tuple(lead.mesh.axis_types):
+    # A stacked weight sharded along its batch axes (explicit axes): its draws divided alike.
+    drawn = [constrain(x, jax.sharding.NamedSharding(lead.mesh, jax.sharding.PartitionSpec(*axis)), False)
+             for x in drawn]
   extras = [[jax.lax.slice_in_dim(x, a * rows, b * rows) for x in drawn] for a, b in bounds]
   # Chunks of one matrix (the per-parameter path among them) run the step unbatched: a stack of one
   # compiles to more than the matrix alone.
