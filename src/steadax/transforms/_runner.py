@@ -342,7 +342,7 @@ def _run_group(tx, one_step, plan, group, indices, label, scalars, shared, extra
             for a, b in bounds]
   drawn = extra(indices, rows, None) if extra is not None else []
   lead = sharding_of(first.inputs[0])
-  axis = tuple(getattr(lead, "spec", ()))[:1]
+  axis: tuple[Any, ...] = tuple(getattr(lead, "spec", ()))[:1]
   if drawn and axis and axis[0] is not None and jax.sharding.AxisType.Explicit in tuple(lead.mesh.axis_types):
     # A stacked weight sharded along its batch axes (explicit axes): its draws divided alike.
     drawn = [constrain(x, jax.sharding.NamedSharding(lead.mesh, jax.sharding.PartitionSpec(*axis)), False)
