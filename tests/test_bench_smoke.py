@@ -126,18 +126,20 @@ def test_lm_summary_counts_steps_to_adamws_best_final_loss():
   assert summary["goal_met_by"] == ["muon"]
 
 
-def test_matrix_depth_can_measure_one_batch_per_group():
-  # --no-cpu-chunks: the program an accelerator compiles (docs/performance.md, "Where the growth
-  # stops"); the switch is undone afterwards.
+def test_matrix_depth_selects_the_execution_and_stacks_the_layers():
+  # --no-cpu-chunks and the per-parameter path are the optimizers' ``execution`` argument (nothing
+  # private is switched); --stacked gives one (L, d_in, d_out) leaf per weight with dimension numbers.
+  import steadax
   from benchmarks.cases import matrix_depth
-  from steadax.transforms import _matrix
-  chunked = _matrix.chunk_bounds(64, per_core=4)
-  with matrix_depth.one_batch_per_group():
-    assert _matrix.chunk_bounds(64, per_core=4) == [(0, 64)]
-    assert _matrix.chunk_bounds(64, member_bytes=1 << 16) == [(0, 64)]
-  assert _matrix.chunk_bounds(64, per_core=4) == chunked
-  with matrix_depth.one_batch_per_group(False):
-    assert _matrix.chunk_bounds(64, per_core=4) == chunked
+  whole = steadax.MatrixExecution(chunks=None)
+  tx = matrix_depth.optimizers(whole)["steadax soap"]()
+  assert tx.transforms[0].execution == whole  # type: ignore[attr-defined]
+  params = matrix_depth.layers(2, stacked=True)
+  assert params["q"].shape == (2, 64, 64) and params["bias"].shape == (2, 64)
+  tx = matrix_depth.optimizers(whole, stacked=True)["steadax soap"]()
+  state = jax.eval_shape(tx.init, params)
+  assert [s.shape for s in state[0].statistics["up"]] == [(2, 64, 64), (2, 256, 256)]
+  assert state[0].statistics["bias"] == (jax.ShapeDtypeStruct((0, 0), jax.numpy.float32),)
 
 
 def test_lm_scanned_layout_computes_the_same_loss_with_stacked_dimension_numbers():
@@ -168,10 +170,6 @@ def test_lm_scanned_layout_computes_the_same_loss_with_stacked_dimension_numbers
   assert soap["embed"] == Dims(0, 1) and soap["blocks"]["down"] == Dims(1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 33 §1: soap, shampoo, psgd_kron and contrib.galore take weight_dimension_numbers with "
-    "batch axes once the matrix optimizers' branch lands. Then delete this marker: from then on the "
-    "device script's dry run below, the stacked-layer measurement and the lm layouts run all five."))
 def test_every_matrix_optimizer_takes_stacked_dimension_numbers():
   from benchmarks import stacked
   assert {name: stacked.stacked_support(name) for name in stacked.MATRIX_OPTIMIZERS} == dict.fromkeys(

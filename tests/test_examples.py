@@ -63,11 +63,10 @@ def test_scanned_transformer_trains_with_dimension_numbers_from_the_model(capsys
   assert ("blocks.up.kernel (2, 16, 64) ('layers', 'embed', 'mlp'): "
           "WeightDimensionNumbers(reduction_axis=1, output_axis=2)") in out
   assert "blocks.norm1.scale (2, 16) ('layers', 'embed'): None" in out
-  # Every optimizer of the example's table that takes dimension numbers trains (SOAP joins Muon
-  # and AdamW once it takes them: tests/test_bench_smoke.py fails until this is switched on).
+  # Every optimizer of the example's table trains: AdamW, and Muon and SOAP with dimension numbers.
   expected = {name for name, (factory, keyword, *_) in module["OPTIMIZERS"].items()
               if keyword is None or module["takes_stacked_dimension_numbers"](factory, keyword)}
-  assert {"adamw", "muon"} <= expected and set(rows) == expected
+  assert {"adamw", "muon", "soap"} <= expected and set(rows) == expected
   for name, row in rows.items():
     assert row["final"] < 0.8 * row["first"], name
 

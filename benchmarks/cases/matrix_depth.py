@@ -1,7 +1,10 @@
-"""Compile time of the matrix optimizers' update as the model gets deeper (issue 22 §1).
+"""Compile time of the matrix optimizers' update as the model gets deeper (issues 22 §1 and 33 §3).
 
 The parameters are ``L`` transformer-like layers of 7 leaves (q, k, v, o: 64x64; up: 64x256; down:
 256x64; a 64-vector), for each depth ``L``: three distinct matrix shapes, however deep the model.
+With ``--stacked`` the same layers are stacked as a scanned model writes them: one ``(L, d_in,
+d_out)`` leaf per weight and an ``(L, 64)`` norm vector, with dimension numbers naming the layer
+axis a batch axis (``stacked_dimensions``).
 For every optimizer and depth the update alone, ``jax.jit(tx.update).lower(...).compile()``, is
 traced, lowered and compiled afresh (the persistent compilation cache is off for the case), the
 median of ``repetitions`` such compilations is kept (the depths interleaved in each repetition),
@@ -12,15 +15,19 @@ absolute seconds move, the ratios much less.
   python -m benchmarks.run --cases matrix_depth
   python -m benchmarks.cases.matrix_depth --depths 2,8,32 --repetitions 3 --optimizers muon,soap
   python -m benchmarks.cases.matrix_depth --depths 2,32 --per-leaf-depths '' --no-cpu-chunks
+  python -m benchmarks.cases.matrix_depth --depths 2,8,32 --per-leaf-depths '' --stacked
 
 ``--no-cpu-chunks`` measures the program an accelerator (or a mesh of CPU devices) compiles: each
-shape group one batched computation, not the chunks one CPU device splits it into to use its cores.
+shape group one batched computation (``steadax.MatrixExecution(chunks=None)``), not the chunks one
+CPU device splits it into to use its cores. The per-parameter path is
+``MatrixExecution(grouping=False)``. Both are the optimizers' ``execution`` argument; a version of
+steadax without it (an older checkout on ``PYTHONPATH``, for a comparison) runs its default only.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import inspect
 import json
 import statistics
 import time
@@ -38,26 +45,51 @@ WIDTH = 64
 LEAVES_PER_LAYER = 7
 
 
-def optimizers() -> dict:
-  """label -> factory of the transformation (a fresh object per compilation)."""
+def _with(factory, **kwargs):
+  """``factory(..., **kwargs)`` without the keywords it does not take (an older steadax's)."""
+  params = inspect.signature(factory).parameters
+  return lambda *args: factory(*args, **{k: v for k, v in kwargs.items() if v is not None and k in params})
+
+
+def optimizers(execution=None, stacked: bool = False) -> dict:
+  """label -> factory of the transformation (a fresh object per compilation); ``execution`` a
+  ``steadax.MatrixExecution`` (None: the default); ``stacked``: with ``stacked_dimensions``."""
+  ex = {"execution": execution}
+  dims = lambda kind: stacked_dimensions(kind) if stacked else None  # noqa: E731
   return {
-      "steadax contrib.muon": lambda: steadax.contrib.muon(1e-3),
-      "optax contrib.muon": lambda: optax.contrib.muon(1e-3),
-      "steadax soap": lambda: steadax.soap(1e-3),
-      "steadax shampoo": lambda: steadax.shampoo(1e-3),
-      "steadax psgd_kron": lambda: steadax.psgd_kron(1e-3),
-      "steadax galore": lambda: steadax.contrib.galore(1e-3, rank=16),
+      "steadax contrib.muon": lambda: _with(steadax.contrib.muon, muon_weight_dimension_numbers=dims("muon"),
+                                            **ex)(1e-3),
+      "optax contrib.muon": lambda: optax.contrib.muon(1e-3, muon_weight_dimension_numbers=dims("optax")),
+      "steadax soap": lambda: _with(steadax.soap, weight_dimension_numbers=dims("kron"), **ex)(1e-3),
+      "steadax shampoo": lambda: _with(steadax.shampoo, weight_dimension_numbers=dims("kron"), **ex)(1e-3),
+      "steadax psgd_kron": lambda: _with(steadax.psgd_kron, weight_dimension_numbers=dims("kron"), **ex)(1e-3),
+      "steadax galore": lambda: _with(steadax.contrib.galore, weight_dimension_numbers=dims("muon"), rank=16,
+                                      **ex)(1e-3),
       "steadax adamw": lambda: steadax.adamw(1e-3),
   }
 
 
-def layers(depth: int, seed: int = 0) -> dict:
-  """``depth`` layers of 7 leaves, float32, deterministic."""
+def layers(depth: int, seed: int = 0, stacked: bool = False) -> dict:
+  """``depth`` layers of 7 leaves, float32, deterministic; ``stacked``: one leaf per weight, the
+  layers on its leading axis (the same numbers)."""
   rng = np.random.default_rng(seed)
   shapes = {"q": (WIDTH, WIDTH), "k": (WIDTH, WIDTH), "v": (WIDTH, WIDTH), "o": (WIDTH, WIDTH),
             "up": (WIDTH, 4 * WIDTH), "down": (4 * WIDTH, WIDTH), "bias": (WIDTH,)}
-  return {f"layer{i:02d}": {name: jnp.asarray(rng.normal(size=shape).astype(np.float32) / WIDTH)
+  tree = {f"layer{i:02d}": {name: jnp.asarray(rng.normal(size=shape).astype(np.float32) / WIDTH)
                             for name, shape in shapes.items()} for i in range(depth)}
+  if stacked:
+    return {name: jnp.stack([tree[layer][name] for layer in tree]) for name in shapes}
+  return tree
+
+
+def stacked_dimensions(kind: str) -> dict:
+  """Dimension numbers of the stacked layers: every ``(L, d_in, d_out)`` weight a batch of matrices
+  along its layer axis; the ``(L, d)`` norm vector a batch of vectors for SOAP, Shampoo and
+  PSGD-Kron (``kind="kron"``: ``WeightDimensionNumbers((), 1)``) and None for Muon and GaLore (AdamW,
+  not projected)."""
+  matrix = optax.contrib.MuonDimensionNumbers(1, 2) if kind == "optax" else steadax.WeightDimensionNumbers(1, 2)
+  vector = steadax.WeightDimensionNumbers((), 1) if kind == "kron" else None
+  return {name: matrix for name in ("q", "k", "v", "o", "up", "down")} | {"bias": vector}
 
 
 def _compile_once(make_tx, grads, params) -> tuple[float, float, float, object, object]:
@@ -95,43 +127,25 @@ def _time_steps(programs: dict, rounds: int) -> dict:
   return {label: statistics.median(t) for label, t in times.items()}
 
 
-def _per_leaf(grouping: bool):
-  """Shape groups on (the default) or off: every parameter its own group, as before issue 22."""
-  from steadax.transforms import _matrix
-  previous, _matrix._GROUPING = _matrix._GROUPING, grouping
-  return previous
-
-
-@contextlib.contextmanager
-def one_batch_per_group(on: bool = True):
-  """Inside: one CPU device computes each shape group as one batch, as an accelerator does, not
-  in the chunks it uses to occupy its cores (``_matrix.chunk_bounds``); read at trace time."""
-  from steadax.transforms import _matrix
-  previous = _matrix._cpu_cores
-  if on:
-    _matrix._cpu_cores = lambda: 0
-  try:
-    yield
-  finally:
-    _matrix._cpu_cores = previous
-
-
 def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=None,
-            per_leaf_depths=None) -> dict:
+            per_leaf_depths=None, execution=None, stacked: bool = False) -> dict:
   """The case's measurements: one row per (optimizer, depth).
 
   ``per_leaf_depths`` (default: every depth): there the steadax matrix optimizers are also compiled
-  (once per point) and timed with shape groups off, the per-parameter path of earlier versions, in
-  the same process.
+  (once per point) and timed with shape groups off (``MatrixExecution(grouping=False)``), the
+  per-parameter path of earlier versions, in the same process. ``execution``: the optimizers'
+  ``MatrixExecution`` (None: their default); ``stacked``: the layers stacked (see the module notes).
   """
   per_leaf_depths = depths if per_leaf_depths is None else per_leaf_depths
-  factories = optimizers()
+  factories = optimizers(execution, stacked)
+  alone = getattr(steadax, "MatrixExecution", None)  # None: a steadax without the argument
+  per_leaf = optimizers(alone(grouping=False), stacked) if per_leaf_depths and alone else {}
   labels = list(factories) if labels is None else labels
   previous = jax.config.jax_enable_compilation_cache
   jax.config.update("jax_enable_compilation_cache", False)
   rows = []
   try:
-    trees = {d: layers(d) for d in depths}
+    trees = {d: layers(d, stacked=stacked) for d in depths}
     grads = {d: jax.tree.map(lambda p: p * 0.5 + 1e-3, trees[d]) for d in depths}
     for label in labels:
       # The depths interleaved within each repetition: a change of load on a shared machine falls
@@ -156,15 +170,11 @@ def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=No
                "compile_s": statistics.median(t[1] for t in totals),
                "total_s": statistics.median(sum(t) for t in totals),
                "all_total_s": [sum(t) for t in totals], "cpu_s": statistics.median(cpus)}
-        if depth in per_leaf_depths and label.startswith("steadax") and "adamw" not in label:
-          before = _per_leaf(False)
-          try:
-            lo, co, cpu, compiled, state = _compile_once(factories[label], grads[depth], trees[depth])
-            row["per_leaf_cpu_s"] = cpu
-            programs["per_leaf"] = (compiled, grads[depth],
-                                    _steady(compiled, grads[depth], state, trees[depth]), trees[depth])
-          finally:
-            _per_leaf(before)
+        if depth in per_leaf_depths and label in per_leaf and "adamw" not in label and label.startswith("steadax"):
+          lo, co, cpu, compiled, state = _compile_once(per_leaf[label], grads[depth], trees[depth])
+          row["per_leaf_cpu_s"] = cpu
+          programs["per_leaf"] = (compiled, grads[depth], _steady(compiled, grads[depth], state, trees[depth]),
+                                  trees[depth])
           row["per_leaf_total_s"] = lo + co
         steps = _time_steps(programs, rounds)
         row["step_s"] = steps["grouped"]
@@ -174,7 +184,7 @@ def measure(depths, repetitions: int, labels=None, rounds: int = 10, progress=No
   finally:
     jax.config.update("jax_enable_compilation_cache", previous)
   return {"kind": "matrix_depth", "depths": list(depths), "repetitions": repetitions, "rows": rows,
-          "ratios": ratios(rows, depths)}
+          "ratios": ratios(rows, depths), "stacked": stacked}
 
 
 def ratios(rows, depths) -> dict:
@@ -255,6 +265,8 @@ def main(argv=None) -> None:
   parser.add_argument("--no-cpu-chunks", action="store_true",
                       help="compute each shape group as one batch, as on an accelerator or several "
                            "devices, instead of the chunks (per core, or by bytes) one CPU device uses")
+  parser.add_argument("--stacked", action="store_true",
+                      help="the layers stacked on a leading axis, with dimension numbers (a scanned model)")
   args = parser.parse_args(argv)
   jax.config.update("jax_numpy_dtype_promotion", "standard")
   labels = list(optimizers())
@@ -262,10 +274,10 @@ def main(argv=None) -> None:
     wanted = args.optimizers.split(",")
     labels = [l for l in labels if any(w in l for w in wanted)]
   depths = [int(d) for d in args.depths.split(",")]
-  with one_batch_per_group(args.no_cpu_chunks):
-    result = measure(depths, args.repetitions, labels, rounds=args.rounds,
-                     per_leaf_depths=None if args.per_leaf_depths is None else
-                     [int(d) for d in args.per_leaf_depths.split(",") if d])
+  execution = steadax.MatrixExecution(chunks=None) if args.no_cpu_chunks else None
+  result = measure(depths, args.repetitions, labels, rounds=args.rounds, execution=execution, stacked=args.stacked,
+                   per_leaf_depths=None if args.per_leaf_depths is None else
+                   [int(d) for d in args.per_leaf_depths.split(",") if d])
   print("\n".join(table(result)))
   if args.json:
     with open(args.json, "w") as f:

@@ -187,6 +187,7 @@ if _TYPE_CHECKING:
       scale_by_sm3 as scale_by_sm3,
   )
   from .transforms._axes import WeightDimensionNumbers as WeightDimensionNumbers
+  from .transforms._runner import MatrixExecution as MatrixExecution
   from .transforms._centralize import centralize as centralize
   from .transforms._clipping import (
       ClipState as ClipState,

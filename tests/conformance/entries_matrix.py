@@ -1,9 +1,12 @@
-"""Registry entries: orthogonalized and matrix-preconditioned optimizers (Muon, GaLore, SOAP, Shampoo).
+"""Registry entries: orthogonalized and matrix-preconditioned optimizers (Muon, GaLore, SOAP, Shampoo,
+and PSGD-Kron with dimension numbers; its plain entries are in entries_beyond.py).
 
 Their problem is a quadratic in a 4x3 weight matrix with a Kronecker-factored Hessian ``B (x) A``
 plus a bias vector, so the matrix code paths (orthogonalization, projection, eigenbases, blocks)
 run in the progress and differential tests; the matrix test's mixed tree adds 2-D leaves of
-shapes (3, 2), (2, 2), (1, 3) and (0, 3), vectors and scalars.
+shapes (3, 2), (2, 2), (1, 3) and (0, 3), vectors and scalars. The ``*_stacked`` entries take
+dimension numbers with a batch axis (``_stacked_dims``): their problem is two such quadratics
+stacked in one ``(2, 4, 3)`` weight, and in the matrix test every 2-D leaf is a batch of rows.
 """
 
 import jax
@@ -38,6 +41,26 @@ def _loss(params):
 
 
 KRONECKER = Problem("kronecker_quadratic", _loss, _init)
+
+
+def _stacked_init():
+  w = np.linspace(1.0, -1.0, 12, dtype=np.float32).reshape(4, 3)
+  return {"w": jnp.asarray(np.stack([w[::-1], 0.5 * w])), "b": jnp.array([0.8, -0.6, 0.4], jnp.float32)}
+
+
+def _stacked_loss(params):
+  return _loss({"w": params["w"][0], "b": params["b"]}) + _loss({"w": params["w"][1], "b": jnp.asarray(_BIAS)})
+
+
+STACKED = Problem("stacked_kronecker_quadratic", _stacked_loss, _stacked_init)
+
+
+def _stacked_dims(params):
+  """Layers stacked on axis 0: a 3-D weight is a batch of matrices, a 2-D leaf a batch of rows
+  (vectors for SOAP, Shampoo and PSGD-Kron; ``(1, n)`` matrices for Muon and GaLore)."""
+  dims = steadax.WeightDimensionNumbers
+  return jax.tree_util.tree_map(lambda x: dims(1, 2) if x.ndim == 3 else (dims((), 1) if x.ndim == 2 else None),
+                                params)
 
 
 def _two_axis_dims(params):
@@ -87,4 +110,15 @@ ENTRIES = [
           lambda: steadax.shampoo(0.1, shampoo_beta=1.0, graft_type="none", exponent_override=2,
                                   precondition_frequency=1, statistics_dtype=jnp.float32),
           problem=KRONECKER),
+    Entry("soap_stacked", lambda: steadax.soap(0.05, precondition_frequency=3, weight_dimension_numbers=_stacked_dims),
+          problem=STACKED),
+    Entry("shampoo_stacked", lambda: steadax.shampoo(0.05, block_size=2, precondition_frequency=2,
+                                                     weight_dimension_numbers=_stacked_dims), problem=STACKED),
+    Entry("psgd_kron_stacked", lambda: steadax.psgd_kron(0.1, weight_dimension_numbers=_stacked_dims),
+          problem=STACKED),
+    Entry("muon_stacked", lambda: steadax.contrib.muon(0.05, muon_weight_dimension_numbers=_stacked_dims),
+          problem=STACKED),
+    Entry("galore_stacked", lambda: steadax.contrib.galore(0.1, rank=2, update_proj_gap=5,
+                                                           weight_dimension_numbers=_stacked_dims),
+          problem=STACKED),
 ]

@@ -354,8 +354,12 @@ def test_galore_dimension_numbers_project_the_reshaped_matrix():
   u, _ = _galore_update({"w": g}, 2, weight_dimension_numbers={"w": dims})
   expected, _ = _galore_update({"w": g.reshape(4, 6)}, 2)
   np.testing.assert_allclose(u["w"], expected["w"].reshape(4, 2, 3), rtol=1e-5, atol=1e-6)
-  with pytest.raises(ValueError, match=r"scale_by_galore.*\['w'\].*unassigned"):
-    _galore_update({"w": g}, 2, weight_dimension_numbers={"w": GaLoreDimensionNumbers(0, 1)})
+  # An axis in neither field is a batch axis: each slice projected on its own.
+  u, state = _galore_update({"w": g}, 2, weight_dimension_numbers={"w": GaLoreDimensionNumbers(0, 1)})
+  assert state.projector["w"].shape == (3, 4, 2)
+  for i in range(3):
+    alone, _ = _galore_update({"w": g[:, :, i]}, 2)
+    np.testing.assert_allclose(u["w"][:, :, i], alone["w"], rtol=1e-5, atol=1e-6)
 
 
 def test_galore_matches_optax_with_dimension_numbers():

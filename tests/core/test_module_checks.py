@@ -100,9 +100,6 @@ def test_the_outermost_steadax_factory_is_named_whoever_calls_it():
     steadax.scale_by_sm3().replace(b1=1.0)
 
 
-# The public factories whose modules are being rewritten by issue 33 (the matrix optimizers): they
-# take ``@shared_args`` when they land. Until then a failed check of theirs names the block built.
-_PENDING = {"scale_by_galore", "galore", "muon", "scale_by_psgd_kron", "scale_by_soap"}
 _FACTORY_NAMESPACES = ("steadax", "steadax.contrib", "steadax.transforms", "steadax.schedules",
                        "steadax.experimental.aggregating")
 
@@ -135,7 +132,7 @@ def test_every_public_factory_says_its_own_name():
       if not (_returns_module(fn) or space == "steadax.schedules"):
         continue
       checked += 1
-      if not hasattr(fn, "__wrapped__") and name not in _PENDING:
+      if not hasattr(fn, "__wrapped__"):
         undecorated.append(f"{space}.{name}")
   assert checked > 150, checked
   assert not undecorated, undecorated

@@ -6,7 +6,10 @@ explicit axes and with automatic ones (set by ``jax.set_mesh``), updated three t
 Shampoo, PSGD-Kron and GaLore (one jitted update per optimizer; GaLore's SVDs at every step).
 Reported per mesh kind and optimizer: the bytes of the matrix statistics on the busiest device and
 in all, the layouts of the state and the updates, the collectives of the compiled update, and the
-largest difference from the same steps on one device.
+largest difference from the same steps on one device. Then the same sixteen weights stacked as
+one ``(16, 16, 16)`` leaf sharded along its layer axis, ``P("fsdp", None, None)``, with dimension
+numbers naming that axis a batch axis (``stacked``): the layouts of its state and update (the
+layer axis keeps its sharding) and its collectives (each device has whole matrices: none needed).
 """
 
 from __future__ import annotations
@@ -40,6 +43,17 @@ OPTIMIZERS = {
 }
 
 
+STACKED = steadax.WeightDimensionNumbers(1, 2)
+STACKED_OPTIMIZERS = {
+    "muon": lambda: steadax.contrib.muon(0.02, muon_weight_dimension_numbers=STACKED),
+    "soap": lambda: steadax.soap(0.02, precondition_frequency=1, weight_dimension_numbers=STACKED),
+    "shampoo": lambda: steadax.shampoo(0.02, precondition_frequency=1, weight_dimension_numbers=STACKED),
+    "psgd_kron": lambda: steadax.psgd_kron(0.02, preconditioner_update_probability=1.0,
+                                           weight_dimension_numbers=STACKED),
+    "galore": lambda: steadax.contrib.galore(0.02, rank=8, update_proj_gap=1, weight_dimension_numbers=STACKED),
+}
+
+
 def run(make, params, grads):
   tx = make()
   state = jax.jit(tx.init)(params)
@@ -60,15 +74,45 @@ def main() -> None:
   results = {kind: measure(kind, host, host_grads) for kind in ("Explicit", "Auto")}
   references = {name: run(make, jax.device_put(host, one), [jax.device_put(g, one) for g in host_grads])[1:]
                 for name, (make, _) in OPTIMIZERS.items()}
+  stack = lambda tree: {"w": np.stack([tree[k] for k in sorted(tree, key=lambda k: int(k[1:]))])}  # noqa: E731
+  stacked = {kind: measure_stacked(kind, stack(host), [stack(g) for g in host_grads]) for kind in ("Explicit", "Auto")}
+  for name, make in STACKED_OPTIMIZERS.items():
+    reference = run(make, jax.device_put(stack(host), one), [jax.device_put(stack(g), one) for g in host_grads])[1:]
+    for kind in stacked:
+      found = stacked[kind][name]
+      found["max_diff"] = max_diff(found.pop("values"), reference)
   for kind, found in results.items():
-    for name, (ref_updates, ref_state) in references.items():
-      updates, state = found[name].pop("values")
-      found[name]["max_diff"] = max(
-          float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-          for a, b in zip(jax.tree.leaves((updates, state)), jax.tree.leaves((ref_updates, ref_state)))
-          if not jnp.issubdtype(a.dtype, jax.dtypes.prng_key) and a.size)
-  print("RESULT " + json.dumps({"devices": jax.device_count(), "kinds": results,
+    for name, reference in references.items():
+      found[name]["max_diff"] = max_diff(found[name].pop("values"), reference)
+  print("RESULT " + json.dumps({"devices": jax.device_count(), "kinds": results, "stacked": stacked,
                                 "cpu_s": round(time.process_time() - start, 1)}), flush=True)
+
+
+def max_diff(values, reference):
+  return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+             for a, b in zip(jax.tree.leaves(values), jax.tree.leaves(reference))
+             if not jnp.issubdtype(a.dtype, jax.dtypes.prng_key) and a.size)
+
+
+def measure_stacked(kind, host, host_grads):
+  """The stacked weight sharded along its layer axis: every optimizer's state and update layouts."""
+  mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(getattr(AxisType, kind),))
+  layers = NamedSharding(mesh, P("fsdp", None, None))
+  params = {k: jax.device_put(v, layers) for k, v in host.items()}
+  grads = [{k: jax.device_put(v, layers) for k, v in g.items()} for g in host_grads]
+  results = {}
+  for name, make in STACKED_OPTIMIZERS.items():
+    with jax.set_mesh(mesh):
+      compiled, updates, state = run(make, params, grads)
+    hlo = compiled.as_text()
+    results[name] = {
+        # Every state leaf with the layer axis (moments, statistics, factors, projectors, the
+        # low-rank moments): its layout.
+        "state_layouts": sorted({spec_of(x) for x in jax.tree.leaves(state) if x.ndim >= 2 and x.shape[0] == 16}),
+        "update_layouts": sorted({spec_of(u) for u in updates.values()}),
+        "all_gathers": len(re.findall(r" all-gather(-start)?\(", hlo)),
+        "all_to_alls": len(re.findall(r" all-to-all(-start)?\(", hlo)), "values": (updates, state)}
+  return results
 
 
 def measure(kind, host, host_grads):

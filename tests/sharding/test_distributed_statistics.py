@@ -9,6 +9,7 @@ when jax starts) runs _distributed_script.py; its docstring says what it measure
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,23 @@ def test_each_device_stores_and_computes_its_share_of_the_statistics(name, kind)
   assert found["all_gathers"] == 0 and found["all_to_alls"] > 0, found
   assert found["max_diff"] < 1e-5, found
 
+
+
+@pytest.mark.slow
+@pytest.mark.x32_only  # the subprocess runs with x64 off whatever the pass
+@pytest.mark.parametrize("kind", ["Explicit", "Auto"])
+@pytest.mark.parametrize("name", ["muon", "soap", "shampoo", "psgd_kron", "galore"])
+def test_a_stacked_weight_keeps_its_layer_axis_sharding(name, kind):
+  # Sixteen layers stacked in one (16, 16, 16) weight sharded along the layer axis, dimension
+  # numbers naming it a batch axis: every state leaf with the layer axis (moments, statistics,
+  # factors, projectors, the low-rank moments) keeps that sharding, so does the update, and no
+  # matrix is gathered (each device has whole matrices of its own layers). Equal to one device.
+  found = _results()["stacked"][kind][name]
+  assert found["state_layouts"] and all(re.fullmatch(r"P\('fsdp'(, None)+\)", layout)
+                                        for layout in found["state_layouts"]), found
+  assert found["update_layouts"] == ["P('fsdp', None, None)"], found
+  assert found["all_gathers"] == 0 and found["all_to_alls"] == 0, found
+  assert found["max_diff"] < 1e-5, found
 
 
 @pytest.mark.slow

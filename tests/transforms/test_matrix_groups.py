@@ -1,10 +1,10 @@
 """Shape groups of the matrix optimizers (issue 22 §1): parameters of one shape, dtype and layout run
 as one batched computation, with the per-parameter path's results and state.
 
-The per-parameter path is the same code with grouping off (``_matrix._GROUPING``, read when the
-update is traced): every parameter a group of its own, as before shape groups existed. One jitted
-program per path runs every optimizer on a tree of two small layers with repeated shapes (and a
-bfloat16 leaf, which must not be stacked with its float32 twin).
+The per-parameter path is the same code with grouping off (``MatrixExecution(grouping=False)``, the
+optimizers' ``execution`` argument): every parameter a group of its own, as before shape groups
+existed. One jitted program per path runs every optimizer on a tree of two small layers with
+repeated shapes (and a bfloat16 leaf, which must not be stacked with its float32 twin).
 """
 
 from __future__ import annotations
@@ -17,18 +17,23 @@ import numpy as np
 import pytest
 
 import steadax
-from steadax.transforms import _matrix
+from steadax import MatrixExecution
+from steadax.transforms import _runner
 
 X64 = bool(jax.config.jax_enable_x64)
 DTYPE = jnp.float64 if X64 else jnp.float32
 
 OPTIMIZERS = {
-    "muon": lambda: steadax.contrib.muon(0.02, adaptive=True),
-    "soap": lambda: steadax.soap(0.02, precondition_frequency=1),
-    "shampoo": lambda: steadax.shampoo(0.02, block_size=4, precondition_frequency=1),
-    "psgd_kron": lambda: steadax.psgd_kron(0.02),
-    "galore": lambda: steadax.contrib.galore(0.02, rank=2, update_proj_gap=1),
+    "muon": lambda execution=MatrixExecution(): steadax.contrib.muon(0.02, adaptive=True, execution=execution),
+    "soap": lambda execution=MatrixExecution(): steadax.soap(0.02, precondition_frequency=1, execution=execution),
+    "shampoo": lambda execution=MatrixExecution(): steadax.shampoo(0.02, block_size=4, precondition_frequency=1,
+                                                                    execution=execution),
+    "psgd_kron": lambda execution=MatrixExecution(): steadax.psgd_kron(0.02, execution=execution),
+    "galore": lambda execution=MatrixExecution(): steadax.contrib.galore(0.02, rank=2, update_proj_gap=1,
+                                                                         execution=execution),
 }
+# Whole groups (what an accelerator runs), and every parameter alone.
+WHOLE, ALONE = MatrixExecution(chunks=None), MatrixExecution(grouping=False, chunks=None)
 # The primitive each one runs per group: its count does not grow with depth.
 SIGNATURE = {"muon": "dot_general", "soap": "eigh", "shampoo": "eigh", "psgd_kron": "triangular_solve",
              "galore": "svd"}
@@ -60,23 +65,11 @@ def _two_steps(txs, params):
 
 @pytest.fixture(scope="module")
 def both_paths():
-  txs = {name: make() for name, make in OPTIMIZERS.items()}
   params = layers(2)
-  results = {}
-  # Whole groups (the accelerator rule): on one CPU device these groups of two would be split into
-  # chunks of one matrix each, which Muon and GaLore run as the per-parameter path does, and the
-  # comparison would not see the stacked computation at all.
-  cores = _matrix._cpu_cores
-  _matrix._cpu_cores = lambda: 0
-  try:
-    for grouping in (True, False):
-      _matrix._GROUPING = grouping
-      # A new function object per path: the trace (where grouping is decided) is not shared.
-      results[grouping] = jax.jit(lambda p: _two_steps(txs, p))(params)
-  finally:
-    _matrix._GROUPING = True
-    _matrix._cpu_cores = cores
-  return results
+  # Whole groups: with "auto" chunks one CPU device would split these groups of two into chunks of
+  # one matrix each, and the comparison would not see the stacked computation at all.
+  return {grouping: jax.jit(lambda p, ex=ex: _two_steps({name: make(ex) for name, make in OPTIMIZERS.items()}, p))(
+      params) for grouping, ex in ((True, WHOLE), (False, ALONE))}
 
 
 # x64 off only: the two programs (every optimizer, both paths) are the suite's costliest compile in
@@ -105,33 +98,51 @@ def _assert_paths_agree(grouped, per_leaf, name):
 
 
 @pytest.mark.x32_only  # as above: grouping does not read the x64 mode
-def test_byte_sized_chunks_equal_the_per_parameter_path(monkeypatch):
-  """SOAP's and Shampoo's groups split into chunks on one CPU device (at least one per core, then by
-  the bytes of a member's arrays; a group within the chunk size stays whole), all chunks in one
-  leafwise call: chunks of unequal sizes (a 4-member group in 3 chunks: 1, 1, 2) give the
-  per-parameter results."""
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 3)
-  monkeypatch.setattr(_matrix, "_CHUNK_BYTES", 1000)
-  assert _matrix.chunk_bounds(4, 448) == [(0, 1), (1, 2), (2, 4)]  # 1,792 bytes: at least 3 chunks
-  assert _matrix.chunk_bounds(8, 448) == [(0, 2), (2, 4), (4, 6), (6, 8)]  # 3,584 bytes: 4 chunks
-  assert _matrix.chunk_bounds(4, 100) == [(0, 4)]  # within 1,000 bytes: whole
-  txs = {name: OPTIMIZERS[name]() for name in ("soap", "shampoo")}
-  params = layers(4)
-  results = {}
-  for grouping in (True, False):
-    monkeypatch.setattr(_matrix, "_GROUPING", grouping)
-    results[grouping] = jax.jit(lambda p: _two_steps(txs, p))(params)
-  for name in txs:
-    _assert_paths_agree(results[True][name], results[False][name], name)
+def test_chunks_of_unequal_sizes_equal_the_per_parameter_path():
+  """A group split into chunks runs them as the leaves of one leafwise call: chunks of unequal sizes
+  (4 members in 3 chunks: 1, 1, 2; 6 members in 4: 1, 2, 1, 2) and chunks of one matrix (3 members
+  in 4 chunks) give the per-parameter results."""
+  execution = MatrixExecution(chunks=3)
+  assert execution.bounds(4, 0, ("cores", 1)) == [(0, 1), (1, 2), (2, 4)]
+  assert MatrixExecution(chunks=4).bounds(6, 0, ("cores", 1)) == [(0, 1), (1, 3), (3, 4), (4, 6)]
+  trees = {"three chunks": (layers(4), ("soap", "shampoo"), execution),
+           "mixed chunks": (layers(6), ("muon", "galore"), MatrixExecution(chunks=4)),
+           "chunks of one": (layers(3), ("muon", "galore"), MatrixExecution(chunks=4))}
+  results = {grouping: jax.jit(lambda ps, grouping=grouping: {
+      kind: _two_steps({name: OPTIMIZERS[name](ex if grouping else ALONE) for name in names}, ps[kind])
+      for kind, (_, names, ex) in trees.items()})({kind: tree for kind, (tree, _, _) in trees.items()})
+      for grouping in (True, False)}
+  for kind, (_, names, _) in trees.items():
+    for name in names:
+      _assert_paths_agree(results[True][kind][name], results[False][kind][name], f"{name} ({kind})")
+
+
+def test_the_auto_chunk_rules_are_measured_rules_of_one_cpu_device():
+  """``chunks="auto"`` on one CPU device: the optimizer's rule, per core (GaLore's four per core)
+  or by bytes (SOAP's and Shampoo's: at least one chunk per core, then chunks of about the rule's
+  bytes; a group within them stays whole), or none (Muon, PSGD-Kron: their chunks did not pay);
+  elsewhere (``cores=0``: an accelerator, or several devices dividing groups by owners) one batch
+  per group."""
+  assert [steadax.soap(0.1).transforms[0].cpu_chunks, steadax.contrib.galore(0.1).transforms[0].cpu_chunks,
+          steadax.psgd_kron(0.1).transforms[0].cpu_chunks] == [("bytes", 512 * 1024), ("cores", 4), None]
+  auto = MatrixExecution()
+  assert auto.bounds(9, 0, None, cores=2) == [(0, 9)]
+  assert auto.bounds(9, 0, ("cores", 1), cores=3) == [(0, 3), (3, 6), (6, 9)]
+  assert auto.bounds(6, 0, ("cores", 4), cores=1) == [(0, 1), (1, 3), (3, 4), (4, 6)]
+  assert auto.bounds(4, 448, ("bytes", 1000), cores=3) == [(0, 1), (1, 2), (2, 4)]  # 1,792 bytes: 3 chunks
+  assert auto.bounds(8, 448, ("bytes", 1000), cores=3) == [(0, 2), (2, 4), (4, 6), (6, 8)]  # 3,584: 4
+  assert auto.bounds(4, 100, ("bytes", 1000), cores=3) == [(0, 4)]  # within 1,000 bytes: whole
+  assert auto.bounds(6, 0, ("cores", 4), cores=0) == [(0, 6)]
+  assert MatrixExecution(chunks=None).bounds(6, 0, ("cores", 4), cores=2) == [(0, 6)]
+  with pytest.raises(ValueError, match="MatrixExecution: chunks must be"):
+    MatrixExecution(chunks=0)
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_the_traced_update_does_not_grow_with_depth(name, monkeypatch):
-  # Whole groups, as on an accelerator or a mesh: on one CPU device a group is split into a
-  # bounded number of chunks (``chunk_bounds``: at most 4 per core), so there the trace grows with
-  # depth until every group has that many members (test_a_group_is_split_into_contiguous_chunks...).
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 0)
-  tx = OPTIMIZERS[name]()
+def test_the_traced_update_does_not_grow_with_depth(name):
+  # Whole groups, as on an accelerator or a mesh: on one CPU device "auto" splits a group into a
+  # bounded number of chunks, so there the trace grows with depth until every group has that many.
+  tx = OPTIMIZERS[name](WHOLE)
 
   def count(depth):
     params = layers(depth)
@@ -149,7 +160,7 @@ def test_a_group_splits_into_one_compiled_kernel():
   arrays, one kernel for the whole group: slices (``x[i]``) would be one distinct kernel per member,
   and the compile time of a group's split would grow with depth (issue 22)."""
   x = jnp.arange(6 * 4 * 3, dtype=DTYPE).reshape(6, 4, 3)
-  compiled = jax.jit(lambda x: _matrix.unstack(x * 2, 6)).lower(x).compile()
+  compiled = jax.jit(lambda x: _runner.unstack(x * 2, 6)).lower(x).compile()
   members = compiled(x)
   for i, member in enumerate(members):
     np.testing.assert_array_equal(member, np.asarray(x[i]) * 2)
@@ -207,50 +218,30 @@ def test_lapack_calls_take_one_matrix_each_on_cpu(name):
     assert shapes == {2}, sorted(set(calls))
 
 
-def test_a_group_is_split_into_contiguous_chunks_one_per_core(monkeypatch):
-  """On a CPU device a group is split into one chunk per core (XLA runs independent operations on
-  the cores side by side, and one batched product on one core); the order of the indices is kept."""
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 3)
-  keys = ["a", "b", "a", "a", None, "a", "b", "a", "a"]
-  assert _matrix.shape_groups(keys) == [[0, 2], [3, 5], [7, 8], [1], [6]]
-  assert _matrix.shape_groups(keys, grouping=False) == [[0], [1], [2], [3], [5], [6], [7], [8]]
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 1)
-  assert _matrix.shape_groups(keys, per_core=2) == [[0, 2, 3], [5, 7, 8], [1], [6]]
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 0)  # an accelerator, or several CPU devices
-  assert _matrix.shape_groups(keys) == [[0, 2, 3, 5, 7, 8], [1, 6]]
-  assert _matrix.shape_groups(keys, per_core=4) == [[0, 2, 3, 5, 7, 8], [1, 6]]
-
-
-@pytest.mark.x32_only  # as above: grouping does not read the x64 mode
-def test_muon_and_galore_chunks_equal_the_per_parameter_path(monkeypatch):
-  """On one CPU core a group of Muon and GaLore is split into four chunks: chunks of unequal sizes
-  (6 members: 1, 2, 1, 2; Muon's are the leaves of one leafwise call) and, for a group no larger
-  than the chunk count (3 members), chunks of one matrix (Muon's members are the call's leaves, not
-  stacks of one) give the per-parameter results."""
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 1)
-  assert _matrix.chunk_bounds(6, per_core=_matrix.BALANCED_CHUNKS_PER_CORE) == [(0, 1), (1, 3), (3, 4), (4, 6)]
-  txs = {name: OPTIMIZERS[name]() for name in ("muon", "galore")}
-  trees = {"mixed chunks": layers(6), "chunks of one": layers(3)}
-  results = {}
-  for grouping in (True, False):
-    monkeypatch.setattr(_matrix, "_GROUPING", grouping)
-    results[grouping] = jax.jit(lambda ps: {k: _two_steps(txs, p) for k, p in ps.items()})(trees)
-  for kind in trees:
-    for name in txs:
-      _assert_paths_agree(results[True][kind][name], results[False][kind][name], f"{name} ({kind})")
-
-
 @pytest.mark.x32_only
 @pytest.mark.parametrize("name", ["muon", "galore"])
-def test_muon_and_galore_split_a_group_into_balanced_chunks_on_one_cpu_core(monkeypatch, name):
-  """Muon's and GaLore's groups take ``BALANCED_CHUNKS_PER_CORE`` chunks per core (their chains of
-  products differ in length between groups): on one core, 8 equal matrices are 4 chunks of 2."""
-  monkeypatch.setattr(_matrix, "_cpu_cores", lambda: 1)
-  tx = (steadax.contrib.muon(0.1) if name == "muon" else steadax.contrib.galore(0.1, rank=2))
+def test_a_group_is_split_into_stacked_chunks(name):
+  """``chunks=4``: 8 equal matrices run as 4 stacks of 2 (what "auto" gives Muon and GaLore on one
+  CPU core, whose chains of products differ in length between groups)."""
+  tx = OPTIMIZERS[name](MatrixExecution(chunks=4))
   params = {f"w{i}": jnp.full((8, 8), 0.1 * (i + 1), jnp.float32) for i in range(8)}
-  state = tx.init(params)
-  text = jax.jit(tx.update).lower(params, state, params).as_text()
-  per_chunk = _matrix.BALANCED_CHUNKS_PER_CORE
+  text = jax.jit(tx.update).lower(params, tx.init(params), params).as_text()
   # Stacks of more than one matrix (the members' own 1x8x8 slices left out): the chunks'.
   stacked = {int(n) for n in re.findall(r"tensor<(\d+)x8x8xf32>", text)} - {1}
-  assert stacked == {8 // per_chunk}, sorted(stacked)
+  assert stacked == {2}, sorted(stacked)
+
+
+def test_members_of_a_vmap_refresh_at_their_own_steps():
+  """Under ``vmap`` with the step counts batched (states at different steps), each member gets its
+  own branch's value: the one at a refresh step its new eigenbases, the other its old ones."""
+  tx = steadax.scale_by_soap(precondition_frequency=2)
+  rng = np.random.default_rng(0)
+  params, first, second, grads = ({"w": jnp.asarray(rng.normal(size=(2, 4, 3)), DTYPE)} for _ in range(4))
+  at_1 = tx.update(first, tx.init(params), params)[1]
+  at_2 = tx.update(second, at_1, params)[1]
+  both = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), at_1, at_2)
+  swept = jax.jit(jax.vmap(lambda s: tx.update(grads, s, params)))(both)
+  for i, state in enumerate((at_1, at_2)):  # counts 2 (a refresh) and 3 (none)
+    alone = tx.update(grads, state, params)
+    for a, b in zip(jax.tree_util.tree_leaves(swept), jax.tree_util.tree_leaves(alone)):
+      np.testing.assert_allclose(np.asarray(a[i], np.float64), np.asarray(b, np.float64), rtol=1e-5, atol=1e-5)

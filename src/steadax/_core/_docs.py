@@ -44,6 +44,14 @@ ARGS = {
     "mask": "where the weight decay applies: a tree of booleans with the parameters' structure, or a "
             "callable of the parameters returning one.",
     "nesterov": "use Nesterov momentum.",
+    "weight_dimension_numbers": "which axes of a parameter form its matrix (``steadax.WeightDimensionNumbers``): "
+                                "one for every parameter of rank >= 2, a prefix tree of them with None where "
+                                "a parameter keeps the default treatment, or a callable of the parameters "
+                                "returning one. Axes in neither field are batch axes: each slice is an "
+                                "independent matrix with its own state, stored with the batch axes leading "
+                                "(docs/families.md, \"Stacked layers\"). None: the default above.",
+    "execution": "how shape groups are scheduled (``steadax.MatrixExecution``; default: grouped, split in "
+                 "chunks only where the backend gains from it).",
 }
 
 _MARKER = "<shared>"

@@ -3,16 +3,19 @@
 See ``steadax.transforms.scale_by_psgd_kron`` for the maths and references.
 """
 
+from collections.abc import Callable
 from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 import jax
 
 from .._core._checks import check_nonnegative, check_schedule_or_scalar
 from .._core._combine import Chain, chain
-from .._core._types import MaskOrFn, ScalarOrSchedule
+from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._psgd_kron import scale_by_psgd_kron
+from ..transforms._axes import WeightDimensionNumbers
+from ..transforms._runner import MatrixExecution
 from ..transforms._scaling import scale_by_learning_rate
 
 __all__ = ["psgd_kron"]
@@ -33,6 +36,8 @@ def psgd_kron(
     mu_dtype: DTypeLike | None = None,
     preconditioner_dtype: DTypeLike | None = None,
     key: jax.Array | int | None = 0,
+    weight_dimension_numbers: WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Chain:
   """PSGD-Kron (Li 2018; the ``kron`` variant): momentum whitened by a Kronecker preconditioner.
 
@@ -54,6 +59,8 @@ def psgd_kron(
     mu_dtype: dtype of the momentum.
     preconditioner_dtype: dtype of the factors (default: at least float32).
     key: a ``jax.random.key``, raw key data or an integer seed.
+    weight_dimension_numbers: <shared>
+    execution: <shared>
 
   Returns:
     The optimizer; its first state is ``ScaleByPsgdKronState(count, rng_key, mu, preconditioner)``.
@@ -81,7 +88,8 @@ def psgd_kron(
   return chain(
       scale_by_psgd_kron(
           b1, preconditioner_update_probability, max_size_triangular, min_ndim_triangular,
-          preconditioner_lr, preconditioner_init_scale, mu_dtype, preconditioner_dtype, key=key),
+          preconditioner_lr, preconditioner_init_scale, mu_dtype, preconditioner_dtype, key=key,
+          weight_dimension_numbers=weight_dimension_numbers, execution=execution),
       add_decayed_weights(weight_decay, mask),
       scale_by_learning_rate(learning_rate),
   )

@@ -1,13 +1,16 @@
 """Shampoo (Gupta et al. 2018; Anil et al. 2020): ``scale_by_shampoo``, weight decay, learning rate."""
 
+from collections.abc import Callable
 from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
-from .._core._types import MaskOrFn, ScalarOrSchedule
+from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
+from ..transforms._axes import WeightDimensionNumbers
+from ..transforms._runner import MatrixExecution
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._shampoo import scale_by_shampoo
 
@@ -33,6 +36,8 @@ def shampoo(
     nu_dtype: DTypeLike | None = None,
     statistics_dtype: DTypeLike | None = None,
     preconditioner_dtype: DTypeLike | None = None,
+    weight_dimension_numbers: WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Chain:
   """Shampoo with blocking and Adam/SGD grafting (Gupta et al. 2018; Anil et al. 2020).
 
@@ -57,6 +62,8 @@ def shampoo(
     nu_dtype: dtype of the second moment.
     statistics_dtype: dtype of the statistics (default: at least float32).
     preconditioner_dtype: dtype of the inverse roots (default: at least float32).
+    weight_dimension_numbers: <shared>
+    execution: <shared>
 
   Returns:
     The optimizer; its state is ``(ScaleByShampooState, ..., ...)``.
@@ -83,7 +90,8 @@ def shampoo(
       scale_by_shampoo(b1, b2, eps, matrix_eps, block_size, precondition_frequency, shampoo_beta,
                        mu_dtype, graft_type=graft_type, exponent_override=exponent_override,
                        nu_dtype=nu_dtype, statistics_dtype=statistics_dtype,
-                       preconditioner_dtype=preconditioner_dtype),
+                       preconditioner_dtype=preconditioner_dtype,
+                       weight_dimension_numbers=weight_dimension_numbers, execution=execution),
       add_decayed_weights(weight_decay, mask),
       scale_by_learning_rate(learning_rate),
   )

@@ -1,13 +1,16 @@
 """SOAP (Vyas et al. 2024): ``scale_by_soap``, decoupled weight decay and the learning rate."""
 
+from collections.abc import Callable
 from typing import Any
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
-from .._core._types import MaskOrFn, ScalarOrSchedule
+from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
+from ..transforms._axes import WeightDimensionNumbers
+from ..transforms._runner import MatrixExecution
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._soap import scale_by_soap
 
@@ -31,6 +34,8 @@ def soap(
     statistics_dtype: DTypeLike | None = None,
     eigenbasis_dtype: DTypeLike | None = None,
     precondition_1d: bool = False,
+    weight_dimension_numbers: WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Chain:
   """SOAP: AdamW in the eigenbasis of Shampoo's preconditioner (Vyas et al. 2024).
 
@@ -54,6 +59,8 @@ def soap(
     statistics_dtype: dtype of the Shampoo statistics (default: at least float32).
     eigenbasis_dtype: dtype of the eigenbases (default: at least float32).
     precondition_1d: also rotate vectors.
+    weight_dimension_numbers: <shared>
+    execution: <shared>
 
   Returns:
     The optimizer; its state is ``(ScaleBySoapState, ..., ...)``.
@@ -79,7 +86,8 @@ def soap(
   return chain(
       scale_by_soap(b1, b2, shampoo_beta, eps, precondition_frequency, max_precond_dim, mu_dtype,
                     nu_dtype=nu_dtype, statistics_dtype=statistics_dtype,
-                    eigenbasis_dtype=eigenbasis_dtype, precondition_1d=precondition_1d),
+                    eigenbasis_dtype=eigenbasis_dtype, precondition_1d=precondition_1d,
+                    weight_dimension_numbers=weight_dimension_numbers, execution=execution),
       add_decayed_weights(weight_decay, mask),
       scale_by_learning_rate(learning_rate),
   )

@@ -30,7 +30,7 @@ iteration diverges on such spectra (``docs/families.md``, "Gram Newton-Schulz").
 import jax
 import jax.numpy as jnp
 
-from ..transforms._matrix import conj_t
+from ..transforms._kron import conj_t
 
 __all__: list[str] = []
 

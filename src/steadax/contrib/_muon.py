@@ -8,20 +8,19 @@ default quintic coefficients (3.4445, -4.7750, 2.0315) push singular values into
 [0.7, 1.2] in five steps rather than to exactly one.
 
 Sharding: on a weight sharded along a contracted axis, each polynomial step would need its own
-collective. The matrix axes are gathered once before the iteration and the result is put back to
-the weight's sharding afterwards (``steadax.transforms._matrix.replicate_axes``), so a step holds a
-fixed number of collectives whatever ``ns_steps`` is; batch axes of stacked weights keep their
-sharding, so each device orthogonalizes its own matrices. The iteration is computed redundantly on
-the devices that share a matrix: the memory of one gathered matrix and its Gram matrix per device.
+collective. The matrix axes are gathered once before the iteration (or, for a group of matrices on
+a mesh, each device orthogonalizes its own share of them) and the result goes back to the weight's
+sharding (``transforms/_runner.py``), so a step holds a fixed number of collectives whatever
+``ns_steps`` is; batch axes of stacked weights keep their sharding.
 
-The momentum and the polynomial run in one leaf function under ``leafwise``: in at least float32
-(float64 for float64 parameters; Optax runs the polynomial in the momentum's dtype), with the
-update cast once to the parameter's dtype.
+The momentum is updated elementwise in the parameters' layout and its look-ahead, in the compute
+dtype (at least float32, float64 for float64 parameters; Optax runs the polynomial in the
+momentum's dtype), goes to the runner; the update is cast once to the parameter's dtype.
 """
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,22 +30,21 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
-from .._core._leafwise import Scalars, _record, place_like, split_record
+from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import compute_dtype, hyper, real_dtype, safe_increment, zero_count
+from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
+from ..transforms._axes import WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 from ..transforms._decay import add_decayed_weights
-from ..transforms._matrix import (BALANCED_CHUNKS_PER_CORE, chunk_bounds, conj_t, distribution, from_owners,
-                                  group_label, layout_key, on_owners, replicate_axes, shape_groups, sharding_of,
-                                  stack, stacked_struct, to_owners, unstack)
+from ..transforms._kron import conj_t
+from ..transforms._runner import MatrixExecution, run_matrices
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
-from ..transforms._axes import WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
 
@@ -160,23 +158,6 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditionin
   return x.T if transposed else x
 
 
-def orthogonalize(owner: str, where: str, x: jax.Array, dims: Any, coeffs: jax.Array, ns_steps: int,
-                  preconditioning: str, eps: jax.Array) -> jax.Array:
-  """Orthogonalize every matrix of ``x`` (viewed through ``dims``), gathering it once if sharded."""
-  view = matrix_view(owner, where, tuple(x.shape), dims)
-  gathered, restore = replicate_axes(x, view.matrix_axes)
-  fn = lambda m: newton_schulz(m, coeffs, ns_steps, preconditioning, eps)
-  for _ in view.batch_axes:
-    fn = jax.vmap(fn)
-  return restore(view.from_matrices(fn(view.to_matrices(gathered))))
-
-
-def _sharded_axes(x: Any) -> set:
-  """The axes of ``x`` its (traced or concrete) sharding divides."""
-  spec = getattr(sharding_of(x), "spec", ())
-  return {axis for axis, entry in enumerate(spec) if entry is not None}
-
-
 def _check_ns_steps(owner: str, ns_steps: Any) -> None:
   if not isinstance(ns_steps, (int, np.integer)) or isinstance(ns_steps, bool) or ns_steps < 1:
     raise ValueError(f"{owner}: ns_steps must be a positive Python int, got {ns_steps!r}.")
@@ -194,6 +175,8 @@ _check_beta = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.
 class ScaleByMuon(Transformation):
   name = "scale_by_muon"
   State = MuonState
+  cpu_chunks: ClassVar[tuple | None] = None  # one batch per group: chunks did not pay (docs/performance.md)
+  two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
   beta: Any = hyper_field(0.95, check=_check_beta)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS[0])
@@ -203,6 +186,7 @@ class ScaleByMuon(Transformation):
   adaptive: bool = static_field(default=False)
   preconditioning: str = static_field(default="frobenius")
   weight_dimension_numbers: Any = static_field(default=None)
+  execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def __post_init__(self):
     # Static fields have no hyper_field check: validated here, so the class, the factory and
@@ -215,147 +199,48 @@ class ScaleByMuon(Transformation):
     return MuonState(count=zero_count(), mu=role_zeros(params, accumulator("mu_dtype"), self),
                      ns_coeffs=jnp.asarray(np.asarray(self.ns_coeffs, np.float32)))
 
+  def matrix_step(self, plan, k, shared, m_hat):
+    out = newton_schulz(m_hat, shared[0], self.ns_steps, self.preconditioning, k.eps)
+    # Adaptive: scaled by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
+    return jnp.sum(jnp.conj(m_hat) * out) * out if self.adaptive else out
+
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
     dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
                      MuonDimensionNumbers, lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
-
-    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
-    def scalars(dt):
-      return Scalars(b1=hyper(self.beta, dt), c1=one_minus_pow(self.beta, count, dt),
-                     c1_next=one_minus_pow(self.beta, safe_increment(count), dt),
-                     eps=hyper(self.eps, dt))
-
-    def look_ahead(k, g, m):
-      # The new momentum and the (Nesterov) bias-corrected one Newton-Schulz orthogonalizes.
-      m = k.b1 * m + (1 - k.b1) * g
-      return m, debiased_mu(k, m, g, self.nesterov)
-
-    def orthogonal_fn(where, dn, stacked=False):
-      # ``stacked``: the inputs are a shape group on a leading axis (``dn`` counts it), whose
-      # matrices Newton-Schulz orthogonalizes as one batch.
-      def orthogonal(k, m_hat, coeffs):
-        out = orthogonalize(self.owner, where, m_hat, dn, coeffs, self.ns_steps, self.preconditioning,
-                            k.eps)
-        if self.adaptive:
-          # Scale by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
-          per_matrix = tuple(range(1, out.ndim)) if stacked else None
-          out = jnp.sum(jnp.conj(m_hat) * out, axis=per_matrix, keepdims=stacked) * out
-        return out
-      return orthogonal
-
-    def leaf_fn(where, dn, stacked=False):
-      orthogonal = orthogonal_fn(where, dn, stacked)
-
-      def leaf(k, g, m, coeffs):
-        m, m_hat = look_ahead(k, g, m)
-        return orthogonal(k, m_hat, coeffs), m
-      return leaf
-
-    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
-    grads, mus = treedef.flatten_up_to(updates), treedef.flatten_up_to(state.mu)
-    ps = treedef.flatten_up_to(params) if params is not None else [None] * len(grads)
-    paths = leaf_paths(updates)
-    out, new_mu = list(grads), list(mus)
-    keys = []
-    for g, m, p, where, dn in zip(grads, mus, ps, paths, dims):
-      if g is None:
-        keys.append(None)
-        continue
-      if dn is None:
+    grads = jax.tree_util.tree_leaves(updates, is_leaf=is_none)
+    views = []
+    for g, where, dn in zip(grads, leaf_paths(updates), dims):
+      if g is not None and dn is None:
         raise ValueError(
             f"{self.owner}: the parameter at {where} has shape {tuple(g.shape)}; Muon orthogonalizes "
             "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
             "(muon() sends it to AdamW).")
-      view = matrix_view(self.owner, where, tuple(g.shape), dn)
-      if not jnp.issubdtype(g.dtype, jnp.inexact):  # not optimised (leafwise's zero update): alone
-        keys.append(("alone", len(keys)))
-        continue
-      keys.append((tuple(g.shape), np.dtype(g.dtype), np.dtype(m.dtype),
-                   None if p is None else np.dtype(p.dtype), view.reduction_axes, view.output_axes,
-                   layout_key(g), layout_key(m), layout_key(p)))
-    # One leafwise call per shape group (issue 22): parameters of one shape, dtype, layout and
-    # matrix view are stacked and orthogonalized as one batch, so the program grows with the
-    # number of distinct shapes, not with depth. A group of one is the per-parameter path. On one
-    # CPU device a group's chunks (``chunk_bounds``, ``BALANCED_CHUNKS_PER_CORE`` per core) are the
-    # leaves of that call, so leafwise traces Newton-Schulz once per group (twice where the chunk
-    # sizes differ by one), not once per chunk.
-    for members in shape_groups(keys, chunked=False):
-      i, n = members[0], len(members)
-      # On a mesh with explicit axes, a group of sharded matrices runs in the owner layout (each
-      # device orthogonalizes its own share of the group's matrices; docs/sharding.md).
-      view = matrix_view(self.owner, paths[i], tuple(grads[i].shape), dims[i])
-      dist = distribution(grads[i]) if n > 1 else None
-      if dist is not None and not dist.auto and not _sharded_axes(grads[i]) & set(view.matrix_axes):
-        dist = None  # only batch axes are sharded: each device has whole matrices already
-      bounds = [(0, n)] if dist is not None else chunk_bounds(n, per_core=BALANCED_CHUNKS_PER_CORE)
-      names = [paths[j] for j in members]
-      label = group_label(names)
-      column = lambda xs, names=names: dict(zip(names, xs))  # noqa: E731  (the members as leaves)
-      if n == 1:
-        u, new_m = self.leafwise(leaf_fn(paths[i], dims[i]), grads[i], mus[i], params=ps[i],
-                                 reads=(state.ns_coeffs,), scalars=scalars)
-        results = [(u, new_m)]
-      elif len(bounds) == n:
-        # Chunks of one matrix (a group no larger than the chunk count): the members themselves are
-        # the leaves of the call (a stack of one compiles to more than the matrix alone).
-        u, new_m = self.leafwise(leaf_fn(label, dims[i]), column([grads[j] for j in members]),
-                                 column([mus[j] for j in members]),
-                                 params=None if ps[i] is None else column([ps[j] for j in members]),
-                                 reads=(column([state.ns_coeffs] * n),), scalars=scalars)
-        results = [(u[name], new_m[name]) for name in names]
-      else:
-        shifted = MuonDimensionNumbers(tuple(a + 1 for a in view.reduction_axes),
-                                       tuple(a + 1 for a in view.output_axes))
-        labels = [label if len(bounds) == 1 else f"{label}[{a}:{b}]" for a, b in bounds]
-        if dist is not None:
-          # The owner layout moves only what Newton-Schulz needs: the momentum is updated in the
-          # parameters' layout (elementwise, no communication), its look-ahead goes to the owners
-          # in the compute dtype (as the one-device leaf holds it) and the update comes back.
-          first = ps[i]
-          cdt = compute_dtype(grads[i].dtype, mus[i].dtype, state.ns_coeffs.dtype,
-                              *(() if first is None else (first.dtype,)))
-          # ``held`` (zeros of the compute dtype, unread) makes leafwise write the look-ahead in
-          # that dtype; the first output (the gradient) is unused and compiled away.
-          _, new_m, m_hat = self.leafwise(
-              lambda k, g, m, held: (g, *look_ahead(k, g, m)), column([grads[j] for j in members]),
-              column([mus[j] for j in members]), column([jnp.zeros(grads[j].shape, cdt) for j in members]),
-              params=None if ps[i] is None else column([ps[j] for j in members]), scalars=scalars)
-          stacked = [[to_owners(stack([m_hat[name] for name in names]), dist)]]
-        else:
-          # Each chunk's gradients and momenta stacked (``stacked[c]``: chunk c).
-          stacked = [[stack([grads[j] for j in members[a:b]]), stack([mus[j] for j in members[a:b]])]
-                     for a, b in bounds]
-        rows = [xs[0].shape[0] // (dist.size if dist is not None else 1) for xs in stacked]
-        param = None if ps[i] is None else {name: stacked_struct(ps[i], r) for name, r in zip(labels, rows)}
+      views.append(None if g is None else matrix_view(self.owner, where, tuple(g.shape), dn))
 
-        if dist is None:
-          # The chunks are the leaves of one call.
-          u, new_m = self.leafwise(leaf_fn(label, shifted, stacked=True),
-                                   *(dict(zip(labels, xs)) for xs in zip(*stacked)), params=param,
-                                   reads=({name: state.ns_coeffs for name in labels},), scalars=scalars)
-          results = [member for (a, b), name in zip(bounds, labels)
-                     for member in zip(unstack(u[name], b - a), unstack(new_m[name], b - a))]
-        else:
-          # The scalars enter the manual region as arguments (see _matrix.on_owners).
-          traced, rebuild = split_record(_record(scalars, real_dtype(cdt)))
+    @functools.cache  # once per real compute dtype
+    def scalars(dt):
+      return Scalars(b1=hyper(self.beta, dt), c1=one_minus_pow(self.beta, count, dt),
+                     c1_next=one_minus_pow(self.beta, safe_increment(count), dt), eps=hyper(self.eps, dt))
 
-          def owned(sh, x, label=label, shifted=shifted, param=param):
-            (u,) = self.leafwise(orthogonal_fn(label, shifted, stacked=True), {label: x}, params=param,
-                                 reads=({label: sh[1]},), scalars=lambda dt: rebuild(sh[0]))
-            return [u[label]]
+    def look_ahead(k, g, m, held):
+      # The new momentum and the (Nesterov) bias-corrected one that Newton-Schulz orthogonalizes,
+      # written in the compute dtype (``held``'s): the momentum is updated in the parameters' own
+      # layout, only the look-ahead goes to the matrices' (on a mesh, to their owners).
+      m = k.b1 * m + (1 - k.b1) * g
+      return g, m, debiased_mu(k, m, g, self.nesterov)
 
-          (u,) = on_owners(owned, dist, (traced, state.ns_coeffs), *stacked[0])
-          u = from_owners(u, n, sharding_of(ps[i] if ps[i] is not None else grads[i]))
-          results = list(zip(unstack(u, n), (new_m[name] for name in names)))
-      for j, (u, new_m) in zip(members, results):
-        # The update in its parameter's layout and the momentum in its own: tied to the step's
-        # inputs, not to the gathered momentum inside the leaf function (under automatic mesh axes
-        # a gather constraint there would otherwise pull the results to its replicated layout).
-        out[j] = place_like(ps[j] if ps[j] is not None else grads[j], u)
-        new_mu[j] = place_like(mus[j], new_m)
-    return treedef.unflatten(out), MuonState(count=count, mu=treedef.unflatten(new_mu),
-                                             ns_coeffs=state.ns_coeffs)
+    like = updates if params is None else params
+    held = jax.tree.map(lambda g, m, p: None if g is None else jnp.zeros(g.shape, compute_dtype(
+        g.dtype, m.dtype, p.dtype)), updates, state.mu, like, is_leaf=is_none)
+    zero, mu, m_hat = self.leafwise(look_ahead, updates, state.mu, held, params=params, scalars=scalars)
+    m_hat = jax.tree.map(lambda g, h: h if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None,
+                         updates, m_hat, is_leaf=is_none)
+    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=[True] * len(views), scalars=scalars,
+                          shared=(state.ns_coeffs,))
+    # Parameters that are not optimised (integers) keep the zero update of ``look_ahead``.
+    out = jax.tree.map(lambda u, z: z if u is None else u, out, zero, is_leaf=is_none)
+    return out, MuonState(count=count, mu=mu, ns_coeffs=state.ns_coeffs)
 
 
 @shared_args
@@ -370,6 +255,7 @@ def scale_by_muon(
     adaptive: bool = False,
     preconditioning: str = "frobenius",
     weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """Replaces each matrix's momentum by an approximation of its orthogonal factor (Muon).
 
@@ -394,7 +280,8 @@ def scale_by_muon(
       first step), ``"schatten"`` (Schatten-4 norm in the first step).
     weight_dimension_numbers: None (every parameter is a 2-D ``(input, output)`` matrix), one
       ``MuonDimensionNumbers`` for all, a prefix tree of them, or a callable returning one from
-      the updates.
+      the updates. Axes in neither field are batch axes (each slice orthogonalized alone).
+    execution: <shared>
 
   Returns:
     A transformation with ``MuonState(count, mu, ns_coeffs)``.
@@ -422,7 +309,7 @@ def scale_by_muon(
   coeffs = _coefficients("scale_by_muon", ns_coeffs, ns_steps)
   return ScaleByMuon(beta, eps, ns_coeffs=coeffs, ns_steps=int(ns_steps), mu_dtype=mu_dtype,
                      nesterov=nesterov, adaptive=adaptive, preconditioning=preconditioning,
-                     weight_dimension_numbers=weight_dimension_numbers)
+                     weight_dimension_numbers=weight_dimension_numbers, execution=execution)
 
 
 class ScaleByShape(Transformation):
@@ -466,8 +353,8 @@ class _MuonLabels:
     if self.dims is None:
       labels = [None if x is None else ("muon" if len(x.shape) == 2 else "adam") for x in leaves]
     else:
-      dims = leaf_dims("muon", "muon_weight_dimension_numbers", self.dims, params,
-                       MuonDimensionNumbers, lambda x: None)
+      dims = leaf_dims("muon", "muon_weight_dimension_numbers", self.dims, params, MuonDimensionNumbers,
+                       lambda x: None)
       labels = [None if x is None else ("adam" if d is None else "muon") for x, d in zip(leaves, dims)]
     return treedef.unflatten(labels)
 
@@ -490,6 +377,7 @@ def _same(a: Any, b: Any) -> bool:
     return False
 
 
+@shared_args
 def muon(
     learning_rate: ScalarOrSchedule,
     ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str = _STANDARD_COEFFS[0],
@@ -510,6 +398,7 @@ def muon(
     adam_learning_rate: ScalarOrSchedule | None = None,
     muon_weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
     consistent_rms: ArrayLike | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """Muon for matrices, AdamW for everything else (Jordan et al. 2024).
 
@@ -538,6 +427,7 @@ def muon(
     muon_weight_dimension_numbers: None (2-D parameters use Muon), or a prefix tree of
       ``MuonDimensionNumbers`` and None (None: AdamW), or a callable returning one.
     consistent_rms: None, or the target update RMS (e.g. 0.2) of the shape factor.
+    execution: <shared>
 
   Returns:
     ``partition({"muon": chain(...), "adam": adamw(...)}, labels)``; the state has Optax's
@@ -562,7 +452,7 @@ def muon(
   dims = MuonDimensionNumbers() if muon_weight_dimension_numbers is None else muon_weight_dimension_numbers
   muon_part = chain(
       scale_by_muon(coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov, adaptive=adaptive,
-                    preconditioning=preconditioning, weight_dimension_numbers=dims),
+                    preconditioning=preconditioning, weight_dimension_numbers=dims, execution=execution),
       ScaleByShape(consistent_rms, weight_dimension_numbers=dims),
       add_decayed_weights(weight_decay, weight_decay_mask),
       scale_by_learning_rate(learning_rate),

@@ -87,6 +87,7 @@ if _TYPE_CHECKING:
       scale_by_sm3 as scale_by_sm3,
   )
   from ._axes import WeightDimensionNumbers as WeightDimensionNumbers
+  from ._runner import MatrixExecution as MatrixExecution
   from ._centralize import centralize as centralize
   from ._noise import AddNoiseState as AddNoiseState, add_noise as add_noise
   from ._optimistic import (
@@ -180,7 +181,7 @@ __all__ = [
     "ScaleByMarsState", "ScaleByNovogradState", "ScaleByOptimisticGradientState", "ScaleByPsgdKronState",
     "ScaleByRStdDevState", "ScaleByRStdDevWithCountState", "ScaleByRmsState", "ScaleByRmsWithCountState",
     "ScaleByRpropState", "ScaleByRssState", "ScaleBySM3State", "ScaleByScheduleState",
-    "ScaleByShampooState", "ScaleBySoapState", "ScaleByTrustRatioState", "ScaleState",
+    "MatrixExecution", "ScaleByShampooState", "ScaleBySoapState", "ScaleByTrustRatioState", "ScaleState",
     "ShouldSkipUpdateFunction", "SnapshotState", "TraceState", "WeightDecaySchedule", "WeightDimensionNumbers",
     "ZeroNansState",
     "adaptive_grad_clip", "add_decayed_weights", "add_noise", "apply_if_finite", "bias_correction",

@@ -61,6 +61,10 @@ class MatrixView(NamedTuple):
   def matrix_axes(self) -> tuple[int, ...]:
     return self.reduction_axes + self.output_axes
 
+  @property
+  def batch_shape(self) -> tuple[int, ...]:
+    return tuple(self.shape[a] for a in self.batch_axes)
+
   def to_matrices(self, x: jax.Array) -> jax.Array:
     """``x`` as ``(*batch_shape, fan_in, fan_out)``."""
     order = self.batch_axes + self.reduction_axes + self.output_axes
@@ -79,8 +83,7 @@ def _as_tuple(axis: Any) -> tuple[int, ...]:
   return (int(axis),) if isinstance(axis, int) else tuple(int(a) for a in axis)
 
 
-def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any, *,
-                allow_batch: bool = True) -> MatrixView:
+def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any) -> MatrixView:
   """Validate ``dims`` for a parameter of ``shape`` and return its matrix view.
 
   Raises:
@@ -101,15 +104,7 @@ def matrix_view(owner: str, where: str, shape: tuple[int, ...], dims: Any, *,
   if set(red) & set(out) or len(set(red)) != len(red) or len(set(out)) != len(out):
     raise ValueError(f"{owner}: reduction and output axes of {dims} must be distinct and disjoint "
                      f"(parameter at {where} with shape {shape}).")
-  batch = tuple(a for a in range(ndim) if a not in set(red) | set(out))
-  if batch and not allow_batch:
-    raise ValueError(f"{owner}: {dims} leaves axes {batch} of the parameter at {where} (shape "
-                     f"{shape}) unassigned; every axis must be a reduction or an output axis.")
-  return MatrixView(batch, red, out, tuple(shape))
-
-
-def _is_spec_leaf(kind: type) -> Callable[[Any], bool]:
-  return lambda x: x is None or isinstance(x, kind)
+  return MatrixView(tuple(a for a in range(ndim) if a not in set(red) | set(out)), red, out, tuple(shape))
 
 
 def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, kind: type,
@@ -122,7 +117,7 @@ def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, kind: type,
     spec: None (``default`` decides per leaf), one record of type ``kind`` (every leaf), a prefix
       tree of records and None, or a callable returning one from ``tree``.
     tree: the updates (``MaskedNode()`` subtrees and None leaves allowed).
-    kind: the dimension-number class.
+    kind: the record class (``WeightDimensionNumbers``, ``QKClipSpec``).
     default: ``leaf -> record | None`` used when ``spec`` is None, or for every leaf with a single
       record given as ``default``'s closure.
 
@@ -137,8 +132,8 @@ def leaf_dims(owner: str, argname: str, spec: Any, tree: Any, kind: type,
   if isinstance(spec, kind):
     return [None if leaf is None else spec for leaf in leaves]
   spec = align_prefix(owner, argname, spec, tree)
-  is_leaf = _is_spec_leaf(kind)
-  spec_leaves, spec_def = jax.tree_util.tree_flatten(spec, is_leaf=is_leaf)
+  spec_leaves, spec_def = jax.tree_util.tree_flatten(
+      spec, is_leaf=lambda x: x is None or isinstance(x, kind))
   try:
     subtrees = spec_def.flatten_up_to(tree)
   except (ValueError, TypeError) as err:
@@ -154,3 +149,20 @@ def leaf_paths(tree: Any) -> list[str]:
   """Readable paths of ``tree``'s leaves (None leaves included), for error messages."""
   return [key_path_str(p) for p, _ in
           jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]]
+
+
+def leaf_views(owner: str, spec: Any, tree: Any) -> list[MatrixView | None]:
+  """Per leaf of ``tree`` (None leaves included), the ``MatrixView`` of its dimension numbers, or
+  None: no ``spec``, a None entry of a tree of specs, or a leaf of rank below 2 given one spec for
+  every leaf (the optimizer's default treatment).
+
+  Raises:
+    ValueError: naming ``owner`` and the parameter's path for dimension numbers that do not fit.
+  """
+  leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
+  if spec is None:
+    return [None] * len(leaves)
+  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, WeightDimensionNumbers, lambda x: None)
+  single = isinstance(spec, WeightDimensionNumbers)
+  return [None if x is None or d is None or (single and len(x.shape) < 2) else
+          matrix_view(owner, where, tuple(x.shape), d) for x, d, where in zip(leaves, dims, leaf_paths(tree))]

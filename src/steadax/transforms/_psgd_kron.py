@@ -20,7 +20,8 @@ References:
 
 import functools
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,19 +30,21 @@ from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
-from .._core._leafwise import Scalars, place_kept_axes, place_like, split_record
+from .._core._leafwise import Scalars
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none, l2_norm
+from .._core._types import ArrayTree, Params, ScalarOrSchedule, Schedule, Updates
 from ._adam import one_minus_pow
-from ._matrix import (constrain, distribution, from_owners, layout_key, on_owners, place_statistic, refresh_cond,
-                      replicate_whole, shape_groups, sharding_of, stack, to_owners, unstack,
-                      upper_solve_h)
+from ._axes import WeightDimensionNumbers
+from ._kron import mode_product, upper_solve_h
+from ._matrix import constrain, distribution
 from ._moments import abs_sq
 from ._noise import _typed_key
+from ._runner import MatrixExecution, core_shape, init_matrices, plans_of, refresh_cond, run_matrices
 from ._scaling import value_at
-from .._core._types import ArrayTree, ScalarOrSchedule, Schedule, Updates
 
 __all__ = ["ScaleByPsgdKronState", "scale_by_psgd_kron", "psgd_update_probability"]
 
@@ -55,7 +58,8 @@ class ScaleByPsgdKronState(NamedTuple):
     rng_key: typed PRNG key (probes, update and balancing draws).
     mu: momentum of the gradients.
     preconditioner: per parameter, a tuple with one factor per dimension: an upper-triangular
-      ``(d, d)`` matrix or a ``(d,)`` diagonal (scalars get one ``(1,)`` diagonal).
+      ``(d, d)`` matrix or a ``(d,)`` diagonal (scalars get one ``(1,)`` diagonal); with dimension
+      numbers one per matrix axis, batch axes leading (``(L, m, m)`` and ``(L, n, n)``).
   """
 
   count: jax.Array
@@ -110,21 +114,14 @@ def psgd_update_probability(
   return _AnnealedProbability(max_prob, min_prob, decay, flat_start)
 
 
-def _dense_dims(shape: tuple[int, ...], max_size: int, min_ndim: int) -> tuple[bool, ...]:
-  if not shape:
-    return (False,)
-  return tuple(len(shape) >= min_ndim and 1 < d <= max_size for d in shape)
-
-
-def _mode_product(m: jax.Array, x: jax.Array, axis: int) -> jax.Array:
-  """``m`` applied to dimension ``axis`` of ``x``: ``y[.., i, ..] = sum_j m[i, j] x[.., j, ..]``."""
-  return jnp.moveaxis(jnp.tensordot(m, x, axes=([1], [axis])), 0, axis)
+def _dense_dims(shape: tuple[int, ...], max_size: int, min_ndim: int) -> tuple:
+  """Which axes get a dense (triangular) factor; ``()`` when none does (all diagonal)."""
+  dense = tuple(len(shape) >= min_ndim and 1 < d <= max_size for d in shape)
+  return dense if any(dense) else ()
 
 
 def _diag_product(d: jax.Array, x: jax.Array, axis: int) -> jax.Array:
-  shape = [1] * x.ndim
-  shape[axis] = -1
-  return x * d.reshape(shape)
+  return x * d.reshape([-1 if i == axis else 1 for i in range(x.ndim)])
 
 
 def _unfold(x: jax.Array, axis: int) -> jax.Array:
@@ -134,8 +131,7 @@ def _unfold(x: jax.Array, axis: int) -> jax.Array:
 def _mode_solve_h(q: jax.Array, x: jax.Array, axis: int) -> jax.Array:
   """``Q^{-H}`` applied to dimension ``axis`` of ``x`` (a triangular solve, as cheap as a matmul)."""
   moved = jnp.moveaxis(x, axis, 0)
-  solved = upper_solve_h(q, moved.reshape(x.shape[axis], -1))
-  return jnp.moveaxis(solved.reshape(moved.shape), 0, axis)
+  return jnp.moveaxis(upper_solve_h(q, moved.reshape(x.shape[axis], -1)).reshape(moved.shape), 0, axis)
 
 
 def _norm_lower_bound(h: jax.Array, tiny: Any) -> jax.Array:
@@ -149,34 +145,23 @@ def _norm_lower_bound(h: jax.Array, tiny: Any) -> jax.Array:
 
 
 def _fit_factors(factors, dense, g, v, lr, tiny):
-  """One Lie-group step of every factor towards whitening ``g`` (probe ``v``).
-
-  Li 2019, eq. 7 on the group of triangular matrices. All inputs are in one compute dtype (dense
-  factors complex for complex parameters, diagonal ones real) and this runs under standard
-  promotion, so real step sizes and diagonals scale complex tensors as the maths says.
-  """
+  """One Lie-group step of every factor towards whitening ``g`` (probe ``v``): Li 2019, eq. 7 on
+  the group of triangular matrices (real step sizes and diagonals scale complex tensors)."""
   a, b = g, v
   for axis, (q, is_dense) in enumerate(zip(factors, dense)):
-    if is_dense:
-      a = _mode_product(q, a, axis)
-      b = _mode_solve_h(q, b, axis)
-    else:
-      a = _diag_product(q, a, axis)
-      b = _diag_product(1 / q, b, axis)
+    a = mode_product(a, q, axis) if is_dense else _diag_product(q, a, axis)
+    b = _mode_solve_h(q, b, axis) if is_dense else _diag_product(1 / q, b, axis)
   new = []
   for axis, (q, is_dense) in enumerate(zip(factors, dense)):
     if is_dense:
       a_mat, b_mat = _unfold(a, axis), _unfold(b, axis)
-      t1 = a_mat @ jnp.conj(a_mat).T
-      t2 = b_mat @ jnp.conj(b_mat).T
+      t1, t2 = a_mat @ jnp.conj(a_mat).T, b_mat @ jnp.conj(b_mat).T
       step = lr / jnp.maximum(_norm_lower_bound(t1 + t2, tiny), tiny)
       new.append(q - step * (jnp.triu(t1 - t2) @ q))
     else:
       others = tuple(i for i in range(a.ndim) if i != axis)
-      t1 = jnp.sum(abs_sq(a), axis=others)
-      t2 = jnp.sum(abs_sq(b), axis=others)
-      step = lr / jnp.maximum(jnp.max(t1 + t2), tiny)
-      new.append(q - step * (t1 - t2) * q)
+      t1, t2 = jnp.sum(abs_sq(a), axis=others), jnp.sum(abs_sq(b), axis=others)
+      new.append(q - lr / jnp.maximum(jnp.max(t1 + t2), tiny) * (t1 - t2) * q)
   return tuple(new)
 
 
@@ -185,36 +170,16 @@ def _balance(factors, do_balance):
   from under- and overflow in low precision."""
   if len(factors) < 2:
     return factors
-  # On the stored factors: the norms in the factors' real compute dtype (float32 for 16- and 32-bit
-  # factors, float64 for float64 ones, whose product drifted by ~1e-7 per balance when this was
-  # float32); the rescaling is cast to the factor's stored dtype.
-  rdt = real_dtype(compute_dtype(*[q.dtype for q in factors]))
-  norms = [jnp.max(jnp.abs(q)).astype(rdt) for q in factors]
+  norms = [jnp.max(jnp.abs(q)) for q in factors]
   norms = [jnp.where(n > 0, n, jnp.ones_like(n)) for n in norms]
   log_mean = sum(jnp.log(n) for n in norms) / len(norms)
-  return tuple(q * jnp.where(do_balance, jnp.exp(log_mean) / n, jnp.ones_like(n)).astype(q.dtype)
-               for q, n in zip(factors, norms))
+  return tuple(q * jnp.where(do_balance, jnp.exp(log_mean) / n, jnp.ones_like(n)) for q, n in zip(factors, norms))
 
 
 def _precondition(factors, dense, g):
   for axis, (q, is_dense) in enumerate(zip(factors, dense)):
-    if is_dense:
-      g = _mode_product(jnp.conj(q).T @ q, g, axis)
-    else:
-      g = _diag_product(q * q, g, axis)
+    g = mode_product(g, jnp.conj(q).T @ q, axis) if is_dense else _diag_product(q * q, g, axis)
   return g
-
-
-def _place_diagonal(param: Any, factor: jax.Array, axis: int) -> jax.Array:
-  """A diagonal factor of axis ``axis`` laid out as that axis of the parameter (a scalar's ``(1,)``
-  factor is not placed)."""
-  return place_kept_axes(param, factor, (axis,)) if np.ndim(param) else factor
-
-
-def _to(x: jax.Array, dtype: Any) -> jax.Array:
-  """``x`` in ``dtype``: the cast in to, and out of, PSGD's per-parameter matrix part (see
-  ``ScaleByPsgdKron.update_fn`` for why leafwise cannot do it there)."""
-  return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _check_key(owner: str, name: str, key: Any) -> None:
@@ -240,6 +205,7 @@ _check_probability = lambda owner, name, value: check_range(owner, name, value, 
 class ScaleByPsgdKron(Transformation):
   name = "scale_by_psgd_kron"
   State = ScaleByPsgdKronState
+  cpu_chunks: ClassVar[tuple | None] = None  # one batch per group: chunks did not pay (docs/performance.md)
   b1: Any = hyper_field(0.9, check=_check_b1)
   # None is the annealed psgd_update_probability() (the factory fills it in); schedules pass.
   preconditioner_update_probability: Any = hyper_field(None, check=_check_probability)
@@ -250,6 +216,8 @@ class ScaleByPsgdKron(Transformation):
   min_ndim_triangular: int = static_field(default=2)
   mu_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
+  weight_dimension_numbers: Any = static_field(default=None)
+  execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def __post_init__(self):
     # Static fields have no hyper_field check: validated here, so the class, the factory and
@@ -258,32 +226,24 @@ class ScaleByPsgdKron(Transformation):
     _check_non_negative_int(self.owner, "min_ndim_triangular", self.min_ndim_triangular)
 
   def _dense(self, shape):
-    return _dense_dims(tuple(shape), self.max_size_triangular, self.min_ndim_triangular)
-
-  def _factor_dtype(self, param_dtype):
-    return accumulator_dtype(compute_dtype(param_dtype), self.preconditioner_dtype)
+    return _dense_dims(tuple(shape) or (1,), self.max_size_triangular, self.min_ndim_triangular)
 
   def init_fn(self, params):
-    def make(x):
-      shape = tuple(np.shape(x)) or (1,)
-      fdt = self._factor_dtype(x.dtype)
-      rdt = real_dtype(fdt)
-      # The scale is spread evenly over the factors (computed in float32 at least, then cast to
-      # the factors' declared dtype: preconditioner_dtype may be 16-bit).
-      wide = compute_dtype(rdt)
+    def make(x, shape):
+      shape = shape or (1,)  # a scalar has one (1,) diagonal factor
+      fdt = accumulator_dtype(compute_dtype(x.dtype), self.preconditioner_dtype)
+      # The scale is spread evenly over the factors (in float32 at least, then cast to the factors'
+      # dtype: preconditioner_dtype may be 16-bit); diagonal factors are real.
+      wide = compute_dtype(real_dtype(fdt))
       scale = hyper(self.preconditioner_init_scale, wide) ** (1.0 / len(shape))
-      # Dense factors are divided across devices like their parameter under explicit mesh axes
-      # (``place_statistic``; replicated otherwise, fitted on the gathered momentum); a diagonal
-      # factor lives on its axis and takes that axis' sharding (a vector's is the parameter's own).
-      return tuple(
-          place_statistic(x, (scale * jnp.eye(d, dtype=wide)).astype(fdt)) if is_dense
-          else _place_diagonal(x, (scale * jnp.ones([d], wide)).astype(rdt), axis)
-          for axis, (d, is_dense) in enumerate(zip(shape, self._dense(np.shape(x)))))
+      dense = self._dense(shape) or (False,) * len(shape)
+      return tuple((scale * jnp.eye(d, dtype=wide)).astype(fdt) if is_dense else
+                   (scale * jnp.ones([d], wide)).astype(real_dtype(fdt)) for d, is_dense in zip(shape, dense))
 
     return ScaleByPsgdKronState(
         count=zero_count(), rng_key=_typed_key(self.name, self.key),
         mu=role_zeros(params, accumulator("mu_dtype"), self),
-        preconditioner=jax.tree_util.tree_map(make, params))
+        preconditioner=init_matrices(self, params, make))
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
@@ -291,10 +251,10 @@ class ScaleByPsgdKron(Transformation):
     # CPU each call is a kernel that takes about half a second to compile.
     rng_key, k_draws, k_probe = jax.random.split(state.rng_key, 3)
     f32 = np.dtype(jnp.float32)
-    probability = value_at(self.preconditioner_update_probability, state.count)
     draws = jax.random.uniform(k_draws, (2,), f32)
-    do_update = draws[0] < hyper(probability, f32)
-    do_balance = draws[1] < np.float32(0.01)
+    do_update = draws[0] < hyper(value_at(self.preconditioner_update_probability, state.count), f32)
+    views, plans = plans_of(self, updates, self._dense)
+    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
 
     @functools.cache  # once per real compute dtype
     def scalars(rdt):
@@ -302,207 +262,119 @@ class ScaleByPsgdKron(Transformation):
                      lr=hyper(self.preconditioner_lr, rdt), tiny=np.asarray(jnp.finfo(rdt).tiny, rdt),
                      damping=np.asarray(np.sqrt(np.finfo(np.float32).eps), rdt))
 
-    treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
-    grads = treedef.flatten_up_to(updates)
-    mus = treedef.flatten_up_to(state.mu)
-    factors = treedef.flatten_up_to(state.preconditioner)
-    live = [i for i, g in enumerate(grads) if g is not None]
+    def momentum(k, g, m, held):
+      m = k.b1 * m + (1 - k.b1) * g
+      return g, m, m / k.c1
 
-    # The per-parameter matrix part. leafwise cannot carry it: the factors do not mirror the
-    # parameters, and the preconditioned momentum must stay in the compute dtype until the
-    # whole-tree trust region below. So it casts in once (``_to``) to the compute dtype the
-    # policy gives (the promotion of gradient, momentum and factors, at least float32) and runs
-    # under standard promotion (real diagonals and step sizes on complex tensors), as leafwise does.
-    new_mus, momenta, gathered = list(mus), {}, set()
-    with jax.numpy_dtype_promotion("standard"):
-      for i in live:
-        g, m = grads[i], mus[i]
-        cdt = compute_dtype(g.dtype, m.dtype, factors[i][0].dtype)
-        k = scalars(real_dtype(cdt))
-        m_new = k.b1 * _to(m, cdt) + (1 - k.b1) * _to(g, cdt)
-        new_mus[i] = place_like(m, _to(m_new, m.dtype))
-        h = m_new / k.c1
-        momenta[i] = h.reshape(np.shape(g) or (1,))
-
-      def traced_scalars(h):
-        """The traced values of the scalars of ``h``'s compute dtype: an argument of the fit, which
-        may run in a manual region (``batched``); ``scalars`` is cached, so the record is built here."""
-        return split_record(scalars(real_dtype(h.dtype)))[0]
-
-      def in_compute(fs, h):
-        return tuple(_to(q, h.dtype if q.ndim == 2 else real_dtype(h.dtype)) for q in fs)
-
-      # Shape groups (issue 22): parameters whose momenta and factors agree in shape, dtype and
-      # layout are fitted and preconditioned as one batch (vmapped over the stacked group), so the
-      # program grows with the number of distinct shapes, not with depth.
-      keys = [None if i not in momenta or momenta[i].size == 0 else
-              (tuple(np.shape(grads[i])), np.dtype(momenta[i].dtype), layout_key(momenta[i]),
-               tuple((tuple(q.shape), np.dtype(q.dtype), layout_key(q)) for q in factors[i]))
-              for i in range(len(grads))]
-      groups = shape_groups(keys)
-      for members in groups:
-        i = members[0]
-        if any(self._dense(np.shape(grads[i]))) and (len(members) == 1 or distribution(momenta[i]) is None):
-          # A dense factor contracts its axis with the momentum in every product: the momentum is
-          # gathered once (one all-gather when sharded) and the preconditioned update put back in
-          # the parameter's layout afterwards (a local slice). A group of several parameters
-          # sharded over explicit mesh axes runs in the owner layout instead (``batched``).
-          for j in members:
-            (momenta[j],), _ = replicate_whole(momenta[j])
-            gathered.add(j)
-      # The probes of a step are one normal draw per real compute dtype, laid out group after group
-      # (the groups of ``shape_groups(keys, grouping=True)``, whether or not grouping is on): a
-      # group's probes are one contiguous block, so the per-parameter path draws the same numbers.
-      # A complex probe takes two real entries (real and imaginary parts, each of variance 1/2).
-      probe_at, probe_sizes = {}, {}
-      for i in (i for members in shape_groups(keys, grouping=True) for i in members):
-        rdt = np.dtype(real_dtype(momenta[i].dtype))
-        size = momenta[i].size * (2 if jnp.iscomplexobj(momenta[i]) else 1)
-        probe_at[i] = (rdt, probe_sizes.get(rdt, 0))
-        probe_sizes[rdt] = probe_sizes.get(rdt, 0) + size
-
-      def owners(members):
-        """The group's Distribution when it runs in the owner layout (see ``batched``), else None."""
-        i = members[0]
-        if i in gathered or not any(self._dense(np.shape(grads[i]))):
-          return None
-        return distribution(momenta[i])
-
-      # Under explicit mesh axes the probe draws are generated divided across the devices (threefry
-      # is partitionable: the numbers do not depend on the layout), each group's block then taking
-      # its owner layout: every device draws an eighth, not all of it.
-      divided = {owners(members) for members in groups} - {None}
-      draw_dist = divided.pop() if len(divided) == 1 else None
-
-      def placed(x, dist, axis_sharded):
-        """``x`` replicated, or sharded over ``dist`` along its first axis (when it divides)."""
-        spec = (dist.spec_entry(),) if axis_sharded and x.shape[0] % dist.size == 0 else ()
-        return constrain(x, dist.sharding(*spec), dist.auto)
-
-      def probes(draws, members):
-        """The members' probes, stacked: one slice of their dtype's draw."""
-        h = momenta[members[0]]
-        rdt, start = probe_at[members[0]]
-        n, width = len(members), 2 if jnp.iscomplexobj(h) else 1
-        block = jax.lax.slice_in_dim(draws[rdt], start, start + n * h.size * width)
-        shape = (n, *h.shape, 2) if width == 2 else (n, *h.shape)
-        if draw_dist is not None:
-          mine = owners(members) == draw_dist
-          block = placed(block, draw_dist, mine)
-          target = draw_dist.sharding(draw_dist.spec_entry()) if mine and n % draw_dist.size == 0 else (
-              draw_dist.sharding())
-          block = constrain(block.reshape(shape), target, True) if draw_dist.auto else (
-              block.reshape(shape, out_sharding=target))
-        else:
-          block = block.reshape(shape)
-        if width == 2:
-          pairs = block * np.asarray(np.sqrt(0.5), rdt)
-          block = jax.lax.complex(pairs[..., 0], pairs[..., 1])
-        return block
-
-      def batched(fn, members, *columns, stacked=(), shared=(), out_like=None):
-        """``fn(shared, *inputs)`` on each member's inputs (``columns``: one list per argument,
-        indexed by member; then ``stacked``: arguments already stacked over the group), as one
-        vmapped call over the stacked group; the per-member results, in order. ``shared``: the
-        traced values ``fn`` reads, passed rather than closed over. A group with dense factors
-        whose momenta are sharded over explicit mesh axes runs in the owner layout: each device
-        fits and applies the factors of its own share of the members (``_matrix.on_owners``), and
-        each result takes the layout of the matching leaf of ``out_like`` (a member's)."""
-        i = members[0]
-        dist = None if i in gathered or not any(self._dense(np.shape(grads[i]))) else distribution(momenta[i])
-        if dist is None and i in gathered:
-          # Dense factors divided across devices (``place_statistic``) are gathered with their
-          # momentum; the fitted ones go back to their layout (``place_like`` in ``fit``).
-          columns = [{j: tuple(replicate_whole(q)[0][0] if q.ndim == 2 else q for q in column[j])
-                      if isinstance(column[j], tuple) else column[j] for j in members} for column in columns]
-        if len(members) == 1 and dist is None:
-          return [fn(shared, *(column[i] for column in columns), *(x[0] for x in stacked))]
-        inputs = [jax.tree_util.tree_map(lambda *xs: stack(xs), *[column[j] for j in members])
-                  for column in columns]
-        if dist is None:
-          result = jax.vmap(lambda *xs: fn(shared, *xs))(*inputs, *stacked)
-          leaves, tree = jax.tree_util.tree_flatten(result)
-        else:
-          flat, in_tree = jax.tree_util.tree_flatten([*inputs, *stacked])
-          layouts, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(sharding_of, out_like))
-          blocks = on_owners(lambda sh, *xs: jax.tree_util.tree_leaves(jax.vmap(lambda *ys: fn(sh, *ys))(
-              *jax.tree_util.tree_unflatten(in_tree, list(xs)))), dist, shared, *[to_owners(x, dist) for x in flat])
-          leaves = [from_owners(x, len(members), layout) for x, layout in zip(blocks, layouts)]
-        split = [unstack(x, len(members)) for x in leaves]
-        return [tree.unflatten([s[t] for s in split]) for t in range(len(members))]
-
-      def fit_one(shared, fs, h, probe, dense):
-        balance, values = shared
-        k = split_record(scalars(real_dtype(h.dtype)))[1](values)
-        fs = in_compute(_balance(fs, balance), h)
-        # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
-        damped = h + k.damping * jnp.mean(jnp.abs(h)) * probe
-        return _fit_factors(fs, dense, damped, probe, k.lr, k.tiny)
-
-      def draw(key, size, rdt):
-        """One normal draw, generated divided across ``draw_dist``'s devices when it is set."""
-        if draw_dist is None or size % draw_dist.size:
-          return jax.random.normal(key, (size,), rdt)
-        target = draw_dist.sharding(draw_dist.spec_entry())
-        if draw_dist.auto:  # a constraint: the partitioner divides the draw itself
-          return constrain(jax.random.normal(key, (size,), rdt), target, True)
-        return jax.random.normal(key, (size,), rdt, out_sharding=target)
-
-      def fit(all_factors):
-        probe_keys = jax.random.split(k_probe, len(probe_sizes)) if len(probe_sizes) > 1 else [k_probe]
-        draws = {rdt: draw(key, size, rdt) for key, (rdt, size) in zip(probe_keys, probe_sizes.items())}
-        out = list(all_factors)
-        for members in groups:
-          dense = self._dense(np.shape(grads[members[0]]))
-          fitted = batched(lambda sh, fs, h, probe: fit_one(sh, fs, h, probe, dense), members, all_factors,
-                           momenta, stacked=(probes(draws, members),), out_like=all_factors[members[0]],
-                           shared=(do_balance, traced_scalars(momenta[members[0]])))
-          for i, new in zip(members, fitted):
-            # Each factor keeps its layout (both branches of the cond must agree on it).
-            out[i] = tuple(place_like(old, _to(q, old.dtype)) for q, old in zip(new, all_factors[i]))
-        return out
-
-      fitted = refresh_cond(do_update, lambda: fit(list(factors)), list(factors))
-      # The factors keep their layout from step to step (under automatic mesh axes the compiler
-      # would otherwise choose one for the cond's result).
-      factors = [fs if i not in momenta else tuple(place_like(o, n) for o, n in zip(fs, new))
-                 for i, (fs, new) in enumerate(zip(factors, fitted))]
-
-      preconditioned = {}
-      for i in live:
-        if momenta[i].size == 0:
-          pre = momenta[i].reshape(np.shape(grads[i]))
-          preconditioned[i] = place_like(grads[i], pre) if i in gathered else pre
-      for members in groups:
-        dense = self._dense(np.shape(grads[members[0]]))
-        pres = batched(lambda sh, fs, h: _precondition(in_compute(fs, h), dense, h), members, factors,
-                       momenta, out_like=momenta[members[0]])
-        # Back in the layout of the gradient (a step input; the gathered momentum is not, and under
-        # automatic axes the owner layout's result is the compiler's to place). Decided per group.
-        back = members[0] in gathered or owners(members) is not None
-        for i, pre in zip(members, pres):
-          pre = pre.reshape(np.shape(grads[i]))
-          preconditioned[i] = place_like(grads[i], pre) if back else pre
-
+    # The bias-corrected momentum stays in the compute dtype (``held``'s: of the gradient, momentum
+    # and factors) through the fit, the preconditioner and the whole-tree trust region below.
+    held = jax.tree.map(lambda g, m, fs: None if g is None else jnp.zeros(g.shape, compute_dtype(
+        g.dtype, m.dtype, fs[0].dtype)), updates, state.mu, state.preconditioner, is_leaf=is_none)
+    _, mu, h = self.leafwise(momentum, updates, state.mu, held, params=params, scalars=scalars)
+    h = jax.tree.map(lambda g, x: x if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None, updates, h,
+                     is_leaf=is_none)
+    run = lambda step, factors, **kw: run_matrices(  # noqa: E731
+        self, step, h, None, views=views, plans=plans, matrices=(factors,), scalars=scalars, **kw)
+    fit = lambda: run(self._fit, state.preconditioner, shared=(draws[1] < np.float32(0.01),),  # noqa: E731
+                      extra=_probes(k_probe, treedef.flatten_up_to(h), views, plans))[1]
+    factors = refresh_cond(do_update, fit, state.preconditioner)
+    pre = run(self._precondition, factors)[0]
     # Trust region of the reference implementation: global RMS at most 1, then entries in [-1, 1].
-    # The global norm is a whole-tree reduction (statistics dtype); the clip is elementwise and,
-    # with the cast to the gradient's dtype, goes through leafwise.
-    total = sum(h.size for h in momenta.values())
-    norm = l2_norm(list(preconditioned.values()))
-    limit = np.asarray(math.sqrt(max(total, 1)), norm.dtype)
+    norm = l2_norm(pre)
+    limit = np.asarray(math.sqrt(max(sum(x.size for x in jax.tree.leaves(pre)), 1)), norm.dtype)
     shrink = limit / jnp.maximum(norm, limit)
 
     def clip(k, g, pre):  # g only gives the update's dtype
       u = pre * k.shrink
       return u / jnp.maximum(jnp.abs(u), 1)
 
-    pre_tree = treedef.unflatten([preconditioned.get(i) for i in range(len(grads))])
-    (out,) = self.leafwise(clip, updates, reads=(pre_tree,), scalars=lambda dt: Scalars(shrink=shrink))
-    return out, ScaleByPsgdKronState(
-        count=count, rng_key=rng_key, mu=treedef.unflatten(new_mus),
-        preconditioner=treedef.unflatten(factors))
+    (out,) = self.leafwise(clip, updates, reads=(pre,), scalars=lambda dt: Scalars(shrink=shrink))
+    return out, ScaleByPsgdKronState(count=count, rng_key=rng_key, mu=mu, preconditioner=factors)
+
+  @staticmethod
+  def _fit(dense, k, shared, h, *factors):
+    """One Lie-group step of the factors of one matrix (its probe last): ``h`` is its momentum."""
+    *factors, probe = factors
+    x, probe = h.reshape(h.shape or (1,)), probe.reshape(h.shape or (1,))
+    # A little noise keeps A A^H invertible when the momentum is (nearly) rank deficient.
+    damped = x + k.damping * jnp.mean(jnp.abs(x)) * probe
+    return (h, *_fit_factors(_balance(tuple(factors), shared[0]), dense or (False,) * x.ndim, damped, probe,
+                             k.lr, k.tiny))
+
+  @staticmethod
+  def _precondition(dense, k, shared, h, *factors):
+    x = h.reshape(h.shape or (1,))
+    return (_precondition(factors, dense or (False,) * x.ndim, x).reshape(h.shape), *factors)
 
 
+def _along(dist: Any, n: int) -> Any:
+  """Sharded over ``dist``'s axes along the first axis (of length ``n``), or replicated where
+  ``dist`` does not divide ``n``."""
+  return dist.sharding(dist.spec_entry()) if n % dist.size == 0 else dist.sharding()
+
+
+def _probes(key: jax.Array, hs: list, views: list, plans: list) -> Callable:
+  """``extra(indices, rows, dist)`` of the fit: the probes of a group, stacked.
+
+  The probes of a step are one normal draw per real compute dtype, laid out class after class
+  (matrices of one shape, dtype and dense axes, in the order they first appear), each class in tree
+  order and a stacked weight's matrices in order along its batch axes: grouped or not, stacked or
+  given as a list of its layers, a matrix draws the same numbers. A complex probe takes two real
+  entries (real and imaginary parts, each of variance 1/2).
+  """
+  classes: dict = {}
+  for i, x in enumerate(hs):
+    if x is not None and x.size:
+      classes.setdefault((core_shape(x, views[i]), np.dtype(x.dtype), plans[i]), []).append(i)
+  at, sizes = {}, {}
+  for i in (i for members in classes.values() for i in members):
+    rdt = real_dtype(hs[i].dtype)
+    at[i] = (rdt, sizes.get(rdt, 0))
+    sizes[rdt] = sizes.get(rdt, 0) + hs[i].size * (2 if jnp.iscomplexobj(hs[i]) else 1)
+
+  # Under a mesh the draws are generated divided across the devices that divide the dense groups
+  # (threefry is partitionable: the numbers do not depend on the layout); each group's block then
+  # takes its owner layout, or is gathered for a group computed whole.
+  divided = {distribution(hs[i]) for i in at if plans[i]} - {None}
+  draw_dist = divided.pop() if len(divided) == 1 else None
+
+  @functools.cache
+  def draws():
+    keys = jax.random.split(key, len(sizes)) if len(sizes) > 1 else [key]
+    out = {}
+    for k, (rdt, n) in zip(keys, sizes.items()):
+      if draw_dist is None:
+        out[rdt] = jax.random.normal(k, (n,), rdt)
+      elif draw_dist.auto:  # a constraint: the partitioner divides the draw itself
+        out[rdt] = constrain(jax.random.normal(k, (n,), rdt), _along(draw_dist, n), True)
+      else:
+        out[rdt] = jax.random.normal(k, (n,), rdt, out_sharding=_along(draw_dist, n))
+    return out
+
+  def extra(indices, rows, dist):
+    x, width = hs[indices[0]], 2 if jnp.iscomplexobj(hs[indices[0]]) else 1
+    size, (rdt, start) = x.size * width, at[indices[0]]
+    if all(at[j][1] == start + t * size for t, j in enumerate(indices)):
+      block = jax.lax.slice_in_dim(draws()[rdt], start, start + len(indices) * size)
+    else:
+      block = jnp.concatenate([jax.lax.slice_in_dim(draws()[rdt], at[j][1], at[j][1] + size) for j in indices])
+    shape = (len(indices) * rows, *core_shape(x, views[indices[0]]), *(2,) * (width - 1))
+    if draw_dist is None:
+      block = block.reshape(shape)
+    else:  # the group's block in its owner layout, or whole
+      place = lambda n, d=draw_dist: _along(d, n) if dist == d else d.sharding()  # noqa: E731
+      block = constrain(block, place(block.shape[0]), draw_dist.auto)
+      block = (constrain(block.reshape(shape), place(shape[0]), True) if draw_dist.auto else
+               block.reshape(shape, out_sharding=place(shape[0])))
+    if width == 2:
+      block = block * np.asarray(np.sqrt(0.5), rdt)
+      block = jax.lax.complex(block[..., 0], block[..., 1])
+    return [block]
+
+  return extra
+
+
+@shared_args
 def scale_by_psgd_kron(
     b1: ArrayLike = 0.9,
     preconditioner_update_probability: ScalarOrSchedule | None = None,
@@ -514,6 +386,8 @@ def scale_by_psgd_kron(
     preconditioner_dtype: DTypeLike | None = None,
     *,
     key: jax.Array | int | None = 0,
+    weight_dimension_numbers: WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """Preconditions updates with PSGD's Kronecker-factored whitening preconditioner (``kron``).
 
@@ -522,7 +396,9 @@ def scale_by_psgd_kron(
   factors to whiten ``m`` (one Lie-group step, see the module notes), then returns ``P m`` through
   the trust region (global RMS <= 1, entries in [-1, 1]). Dimensions of size 1 or above
   ``max_size_triangular``, and all dimensions of tensors with fewer than ``min_ndim_triangular``
-  dimensions, get diagonal factors.
+  dimensions, get diagonal factors. By default a parameter is one tensor with a factor per
+  dimension (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` factor); with
+  ``weight_dimension_numbers`` each matrix of a stack has its own factors.
 
   Args:
     b1: momentum decay (0 disables momentum).
@@ -535,6 +411,8 @@ def scale_by_psgd_kron(
     mu_dtype: dtype of the momentum (default: each parameter's dtype).
     preconditioner_dtype: dtype of the factors (default: the computation dtype, at least float32).
     key: a ``jax.random.key``, raw key data or an integer seed for the probes and the draws.
+    weight_dimension_numbers: <shared>
+    execution: <shared>
 
   Returns:
     A transformation with ``ScaleByPsgdKronState(count, rng_key, mu, preconditioner)``.
@@ -555,4 +433,5 @@ def scale_by_psgd_kron(
   return ScaleByPsgdKron(
       b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
       max_size_triangular=max_size_triangular, min_ndim_triangular=min_ndim_triangular,
-      mu_dtype=mu_dtype, preconditioner_dtype=preconditioner_dtype)
+      mu_dtype=mu_dtype, preconditioner_dtype=preconditioner_dtype,
+      weight_dimension_numbers=weight_dimension_numbers, execution=execution)

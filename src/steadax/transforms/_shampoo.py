@@ -16,7 +16,8 @@ and empty parameters get Adam's diagonal step.
 """
 
 import functools
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,29 +26,17 @@ from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
-from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
-from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
-from .._core._tree import is_none
+from .._core._policy import hyper, safe_increment
+from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._docs import shared_args
-from ._adam import one_minus_pow
-from ._matrix import (
-    axis_statistic,
-    block_sizes,
-    check_positive_int,
-    from_blocks,
-    inverse_root,
-    leafwise_with_matrices,
-    mode_product,
-    num_blocks,
-    place_statistic,
-    refresh_cond,
-    to_blocks,
-)
+from .._core._types import ArrayTree, Params, Updates
+from ._axes import WeightDimensionNumbers
+from ._kron import (axis_statistic, block_sizes, check_positive_int, from_blocks, inverse_root, mode_product,
+                    num_blocks, to_blocks)
 from ._moments import abs_sq
-from ._soap import stat_dtype
-from .._core._types import ArrayTree, Updates
+from ._runner import MatrixExecution, refresh_cond
+from ._soap import adam_scalars, init_adam_kron, update_adam_kron
 
 __all__ = ["ScaleByShampooState", "scale_by_shampoo"]
 
@@ -65,7 +54,8 @@ class ScaleByShampooState(NamedTuple):
     nu: Adam's diagonal second moment (param-shaped, real): the grafting norm and the step of
       vectors and scalars.
     statistics: per parameter, a tuple with one ``(num_blocks, b, b)`` array per axis (shape
-      ``(0, 0)`` for axes that are not preconditioned).
+      ``(0, 0)`` for axes that are not preconditioned); with dimension numbers one per matrix
+      axis, batch axes leading (``(L, num_blocks, b, b)`` for ``(L, m, n)`` layers).
     preconditioners: per parameter, the matching inverse roots.
   """
 
@@ -76,18 +66,19 @@ class ScaleByShampooState(NamedTuple):
   preconditioners: ArrayTree
 
 
-def _plan(shape: tuple[int, ...], block_size: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-  """Block sizes and which axes are preconditioned (matrices and higher; no length-1 axes)."""
+def _plan(shape: tuple[int, ...], block_size: int) -> tuple:
+  """``(block sizes, preconditioned axes)`` of a tensor (matrices and higher; no length-1 axes), or
+  ``()`` for a tensor that gets Adam's diagonal step."""
   if len(shape) < 2 or int(np.prod(shape)) == 0:
-    return tuple(shape), (False,) * len(shape)
+    return ()
   sizes = block_sizes(shape, block_size)
-  return sizes, tuple(b > 1 for b in sizes)
+  axes = tuple(a for a, b in enumerate(sizes) if b > 1)
+  return (sizes, axes) if axes else ()
 
 
 def _block_norms(x: jax.Array) -> jax.Array:
   """The Frobenius norm of each block of ``(num_blocks, ...)`` (real, kept broadcastable)."""
-  axes = tuple(range(1, x.ndim))
-  return jnp.sqrt(jnp.sum(abs_sq(x), axis=axes, keepdims=True))
+  return jnp.sqrt(jnp.sum(abs_sq(x), axis=tuple(range(1, x.ndim)), keepdims=True))
 
 
 def _check_graft_type(owner: str, graft_type: Any) -> None:
@@ -98,6 +89,7 @@ def _check_graft_type(owner: str, graft_type: Any) -> None:
 class ScaleByShampoo(Transformation):
   name = "scale_by_shampoo"
   State = ScaleByShampooState
+  cpu_chunks: ClassVar[tuple] = ("bytes", 512 * 1024)
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
@@ -112,84 +104,66 @@ class ScaleByShampoo(Transformation):
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
+  weight_dimension_numbers: Any = static_field(default=None)
+  execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def __post_init__(self):
     check_positive_int(self.owner, "block_size", self.block_size)
     check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
     _check_graft_type(self.owner, self.graft_type)
 
-  def _statistics(self, x):
-    sizes, axes = _plan(tuple(x.shape), self.block_size)
-    blocks = num_blocks(tuple(x.shape), sizes) if any(axes) else 0
-    sdt = stat_dtype(x.dtype, self.statistics_dtype)
-    return tuple(place_statistic(x, jnp.zeros((blocks, b, b), sdt)) if p else jnp.zeros((0, 0), sdt)
-                 for b, p in zip(sizes, axes))
+  def plan(self, shape):
+    return _plan(shape, self.block_size)
 
-  def _preconditioners(self, x):
-    sizes, axes = _plan(tuple(x.shape), self.block_size)
-    blocks = num_blocks(tuple(x.shape), sizes) if any(axes) else 0
-    pdt = stat_dtype(x.dtype, self.preconditioner_dtype)
-    eye = lambda b: jnp.broadcast_to(jnp.eye(b, dtype=pdt), (blocks, b, b))
-    return tuple(place_statistic(x, eye(b)) if p else jnp.zeros((0, 0), pdt) for b, p in zip(sizes, axes))
+  def stat_shapes(self, shape):
+    plan = self.plan(shape)
+    if not plan:
+      return (None,) * len(shape)
+    n = num_blocks(shape, plan[0])
+    return tuple((n, b, b) if a in plan[1] else None for a, b in enumerate(plan[0]))
 
   def init_fn(self, params):
-    roles = declared_roles(ScaleByShampooState)
-    per_param = lambda fn: jax.tree_util.tree_map(lambda x: None if x is None else fn(x), params,
-                                                  is_leaf=is_none)
-    return ScaleByShampooState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),
-                               nu=role_zeros(params, roles["nu"], self),
-                               statistics=per_param(self._statistics),
-                               preconditioners=per_param(self._preconditioners))
+    return init_adam_kron(self, params, "preconditioner_dtype")
+
+  def matrix_step(self, plan, k, shared, g, m, v, *matrices):
+    m = k.b1 * m + (1 - k.b1) * g
+    v = k.b2 * v + (1 - k.b2) * abs_sq(g)
+    m_hat = m / k.c1
+    adam = m_hat / (jnp.sqrt(v / k.c2) + k.eps)
+    if not plan:  # vectors, scalars, empty parameters: Adam's diagonal step
+      return adam, m, v
+    # Gupta et al. 2018, Algorithm 2, per block (Anil et al. 2020, §3.3).
+    (sizes, axes), blocks = plan, jax.vmap
+    stats, precs = matrices[:len(axes)], matrices[len(axes):]
+    g_blocks = to_blocks(g, sizes)
+    stats = tuple(k.beta * s + k.weight * blocks(lambda b, a=a: axis_statistic(b, a))(g_blocks)
+                  for a, s in zip(axes, stats))
+    exponent = 2 * len(axes) if k.exponent is None else k.exponent
+    precs = refresh_cond(shared[0], lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats), precs)
+    direction = to_blocks(m_hat, sizes)
+    for a, q in zip(axes, precs):
+      direction = blocks(lambda x, q, a=a: mode_product(x, q, a))(direction, q)
+    if self.graft_type != "none":
+      # Grafting (Anil et al. 2020, §3.2): each block takes the norm of Adam's (SGD's) step.
+      have, want = _block_norms(direction), _block_norms(to_blocks(adam if self.graft_type == "adam" else m_hat,
+                                                                   sizes))
+      direction = direction * jnp.where(have > 0, want / jnp.where(have > 0, have, jnp.ones_like(have)),
+                                        jnp.zeros_like(have))
+    return (from_blocks(direction, tuple(g.shape), sizes), m, v, *stats, *precs)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    refresh = (count - 1) % self.precondition_frequency == 0
 
-    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
+    @functools.cache  # once per real compute dtype
     def scalars(dt):
-      b2 = hyper(self.b2, dt)
-      beta = b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt)
-      exponent = None if self.exponent_override is None else hyper(self.exponent_override, dt)
-      return Scalars(b1=hyper(self.b1, dt), b2=b2, c1=one_minus_pow(self.b1, count, dt),
-                     c2=one_minus_pow(self.b2, count, dt), eps=hyper(self.eps, dt), beta=beta,
-                     # beta == 1 is the original (summed) statistics of Gupta et al.
-                     weight=jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta)),
-                     matrix_eps=hyper(self.matrix_eps, dt), exponent=exponent)
+      beta = hyper(self.b2 if self.shampoo_beta is None else self.shampoo_beta, dt)
+      # beta == 1 is the original (summed) statistics of Gupta et al.
+      return adam_scalars(self, dt, count, weight=jnp.where(beta < 1, 1 - beta, jnp.ones_like(beta)),
+                          matrix_eps=hyper(self.matrix_eps, dt), exponent=None if self.exponent_override is None
+                          else hyper(self.exponent_override, dt))
 
-    def leaf_fn(axes, refresh):
-      def leaf(k, g, m, v, *matrices):
-        m = k.b1 * m + (1 - k.b1) * g
-        v = k.b2 * v + (1 - k.b2) * abs_sq(g)
-        m_hat = m / k.c1
-        adam = m_hat / (jnp.sqrt(v / k.c2) + k.eps)
-        if not axes:  # vectors, scalars, empty parameters: Adam's diagonal step
-          return adam, m, v
-        # Gupta et al. 2018, Algorithm 2, per block (Anil et al. 2020, §3.3).
-        stats, precs = matrices[:len(axes)], matrices[len(axes):]
-        sizes = _plan(tuple(g.shape), self.block_size)[0]
-        g_blocks = to_blocks(g, sizes)
-        stats = tuple(k.beta * s + k.weight * jax.vmap(lambda b, axis=axis: axis_statistic(b, axis))(g_blocks)
-                      for axis, s in zip(axes, stats))
-        exponent = 2 * len(axes) if k.exponent is None else k.exponent
-        old = precs
-        precs = refresh_cond(refresh, lambda: tuple(inverse_root(s, exponent, k.matrix_eps) for s in stats), old)
-        direction = to_blocks(m_hat, sizes)
-        for axis, q in zip(axes, precs):
-          direction = jax.vmap(lambda x, q, axis=axis: mode_product(x, q, axis))(direction, q)
-        if self.graft_type != "none":
-          # Grafting (Anil et al. 2020, §3.2): each block takes the norm of Adam's (SGD's) step.
-          target = to_blocks(adam if self.graft_type == "adam" else m_hat, sizes)
-          have, want = _block_norms(direction), _block_norms(target)
-          ratio = jnp.where(have > 0, want / jnp.where(have > 0, have, jnp.ones_like(have)),
-                            jnp.zeros_like(have))
-          direction = direction * ratio
-        return (from_blocks(direction, tuple(g.shape), sizes), m, v, *stats, *precs)
-      return leaf
-
-    out, mu, nu, stats, precs = leafwise_with_matrices(
-        self, leaf_fn, updates, (state.mu, state.nu), (state.statistics, state.preconditioners),
-        params, scalars, shared=(refresh,))
-    return out, ScaleByShampooState(count=count, mu=mu, nu=nu, statistics=stats, preconditioners=precs)
+    return update_adam_kron(self, updates, state, params, count, scalars,
+                            ((count - 1) % self.precondition_frequency == 0,))
 
 
 @shared_args
@@ -208,6 +182,8 @@ def scale_by_shampoo(
     nu_dtype: DTypeLike | None = None,
     statistics_dtype: DTypeLike | None = None,
     preconditioner_dtype: DTypeLike | None = None,
+    weight_dimension_numbers: WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """Shampoo's Kronecker-factored preconditioning with blocking and grafting.
 
@@ -216,7 +192,9 @@ def scale_by_shampoo(
   preconditioned axes``, or ``exponent_override``) are recomputed under ``lax.cond`` at the first
   update and every ``precondition_frequency`` updates after it. The direction ``m_hat x_k P_k``
   (``m_hat`` Adam's bias-corrected first moment) is rescaled per block to the norm of Adam's step
-  (``graft_type="adam"``), of ``m_hat`` (``"sgd"``), or left as it is (``"none"``).
+  (``graft_type="adam"``), of ``m_hat`` (``"sgd"``), or left as it is (``"none"``). By default a
+  parameter is one tensor with a preconditioner per axis (a stacked ``(L, m, n)`` weight gets a
+  block over its layer axis); with ``weight_dimension_numbers`` each matrix of a stack has its own.
 
   Args:
     b1: first-moment decay (momentum).
@@ -232,6 +210,8 @@ def scale_by_shampoo(
     nu_dtype: dtype of the second moment.
     statistics_dtype: dtype of the statistics (default: the parameter's dtype, at least float32).
     preconditioner_dtype: dtype of the inverse roots (same default).
+    weight_dimension_numbers: <shared>
+    execution: <shared>
 
   Returns:
     A transformation with ``ScaleByShampooState(count, mu, nu, statistics, preconditioners)``.
@@ -252,4 +232,5 @@ def scale_by_shampoo(
   return ScaleByShampoo(b1, b2, eps, matrix_eps, shampoo_beta, exponent_override,
                         block_size=block_size, precondition_frequency=precondition_frequency,
                         graft_type=graft_type, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
-                        statistics_dtype=statistics_dtype, preconditioner_dtype=preconditioner_dtype)
+                        statistics_dtype=statistics_dtype, preconditioner_dtype=preconditioner_dtype,
+                        weight_dimension_numbers=weight_dimension_numbers, execution=execution)

@@ -21,7 +21,8 @@ Differences from the reference implementation, all deliberate:
 """
 
 import functools
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,25 +30,18 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_decay_below_one, check_nonnegative, check_range
+from .._core._checks import check_decay_below_one, check_nonnegative
+from .._core._docs import shared_args
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
 from .._core._policy import accumulator_dtype, compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zeros, state_roles
-from .._core._tree import is_none
+from .._core._types import ArrayTree, Params, Updates
 from ._adam import one_minus_pow
-from ._matrix import (
-    axis_statistic,
-    check_positive_int,
-    conj_t,
-    eigenbasis,
-    leafwise_with_matrices,
-    mode_product,
-    place_statistic,
-    refresh_cond,
-)
+from ._axes import WeightDimensionNumbers
+from ._kron import axis_statistic, check_positive_int, conj_t, eigenbasis, mode_product
 from ._moments import abs_sq
-from .._core._types import ArrayTree, Updates
+from ._runner import MatrixExecution, init_matrices, plans_of, refresh_cond, run_matrices
 
 __all__ = ["ScaleBySoapState", "scale_by_soap"]
 
@@ -62,7 +56,8 @@ class ScaleBySoapState(NamedTuple):
     mu: Adam's first moment, in the parameters' own basis.
     nu: Adam's second moment, in the eigenbasis (real).
     statistics: per parameter, a tuple with one ``(d, d)`` matrix ``EMA(G_(k) G_(k)^H)`` per axis
-      (shape ``(0, 0)`` for axes that are not preconditioned).
+      (shape ``(0, 0)`` for axes that are not preconditioned); with dimension numbers one per
+      matrix axis, batch axes leading (``(L, m, m)`` and ``(L, n, n)`` for ``(L, m, n)`` layers).
     eigenbases: per parameter, the matching tuple of eigenvector matrices (columns by decreasing
       eigenvalue). For a matrix, ``eigenbases[0]`` is ``Q_L`` and ``eigenbases[1]`` is
       ``conj(Q_R)`` (the eigenvectors of ``G^T conj(G)``; the same as ``Q_R`` for real parameters).
@@ -75,12 +70,11 @@ class ScaleBySoapState(NamedTuple):
   eigenbases: ArrayTree
 
 
-def preconditioned_axes(shape: tuple[int, ...], max_precond_dim: int,
-                        precondition_1d: bool) -> tuple[bool, ...]:
-  """Which axes of a parameter of ``shape`` get an eigenbasis."""
+def preconditioned_axes(shape: tuple[int, ...], max_precond_dim: int, precondition_1d: bool) -> tuple[int, ...]:
+  """The axes of a tensor of ``shape`` that get an eigenbasis."""
   if len(shape) == 0 or int(np.prod(shape)) == 0 or (len(shape) == 1 and not precondition_1d):
-    return (False,) * len(shape)
-  return tuple(1 < d <= max_precond_dim for d in shape)
+    return ()
+  return tuple(a for a, d in enumerate(shape) if 1 < d <= max_precond_dim)
 
 
 def stat_dtype(param_dtype: Any, override: Any) -> np.dtype:
@@ -98,6 +92,7 @@ def rotate(x: jax.Array, axes: tuple[int, ...], bases: tuple, adjoint: bool) -> 
 class ScaleBySoap(Transformation):
   name = "scale_by_soap"
   State = ScaleBySoapState
+  cpu_chunks: ClassVar[tuple] = ("bytes", 512 * 1024)
   b1: Any = hyper_field(0.95, check=check_decay_below_one)
   b2: Any = hyper_field(0.95, check=check_decay_below_one)
   shampoo_beta: Any = hyper_field(None, check=check_decay_below_one)
@@ -109,69 +104,89 @@ class ScaleBySoap(Transformation):
   statistics_dtype: Any = static_field(default=None)
   eigenbasis_dtype: Any = static_field(default=None)
   precondition_1d: bool = static_field(default=False)
+  weight_dimension_numbers: Any = static_field(default=None)
+  execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def __post_init__(self):
     check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
     check_positive_int(self.owner, "max_precond_dim", self.max_precond_dim)
 
-  def _statistics(self, x):
-    axes = preconditioned_axes(tuple(x.shape), self.max_precond_dim, self.precondition_1d)
-    sdt = stat_dtype(x.dtype, self.statistics_dtype)
-    return tuple(place_statistic(x, jnp.zeros((d, d) if p else (0, 0), sdt)) for d, p in zip(x.shape, axes))
+  def stat_shapes(self, shape):
+    axes = self.plan(shape)
+    return tuple((d, d) if a in axes else None for a, d in enumerate(shape))
 
-  def _eigenbases(self, x):
-    axes = preconditioned_axes(tuple(x.shape), self.max_precond_dim, self.precondition_1d)
-    edt = stat_dtype(x.dtype, self.eigenbasis_dtype)
-    return tuple(place_statistic(x, jnp.eye(d, dtype=edt)) if p else jnp.zeros((0, 0), edt)
-                 for d, p in zip(x.shape, axes))
+  def plan(self, shape):
+    return preconditioned_axes(shape, self.max_precond_dim, self.precondition_1d)
 
   def init_fn(self, params):
-    roles = declared_roles(ScaleBySoapState)
-    per_param = lambda fn: jax.tree_util.tree_map(lambda x: None if x is None else fn(x), params,
-                                                  is_leaf=is_none)
-    return ScaleBySoapState(count=zero_count(), mu=role_zeros(params, roles["mu"], self),
-                            nu=role_zeros(params, roles["nu"], self),
-                            statistics=per_param(self._statistics),
-                            eigenbases=per_param(self._eigenbases))
+    return init_adam_kron(self, params, "eigenbasis_dtype")
+
+  def matrix_step(self, axes, k, shared, g, m, v, *matrices):
+    # Vyas et al. 2024, Algorithm 3, with S_k the statistics and Q_k their eigenbases.
+    first, refresh = shared
+    stats, bases = matrices[:len(axes)], matrices[len(axes):]
+    m_new = k.b1 * m + (1 - k.b1) * g
+    v_new = k.b2 * v + (1 - k.b2) * abs_sq(rotate(g, axes, bases, adjoint=True))
+    m_hat = rotate(m_new, axes, bases, adjoint=True) / k.c1
+    direction = rotate(m_hat / (jnp.sqrt(v_new / k.c2) + k.eps), axes, bases, adjoint=False)
+    # The first update only sets up the statistics and eigenbases.
+    out = jnp.where(first, jnp.zeros_like(direction), direction)
+    m_new, v_new = jnp.where(first, m, m_new), jnp.where(first, v, v_new)
+    stats = tuple(k.beta * s + (1 - k.beta) * axis_statistic(g, axis) for axis, s in zip(axes, stats))
+    if axes:
+      bases = refresh_cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), bases)
+    return (out, m_new, v_new, *stats, *bases)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    first = count == 1
-    # A new basis after the update that first sees the statistics, then every f updates after it.
-    refresh = (count - 1) % self.precondition_frequency == 0
     adam_count = jnp.maximum(count - 1, 1)
 
-    @functools.cache  # once per real compute dtype, shared by the per-parameter calls below
+    @functools.cache  # once per real compute dtype
     def scalars(dt):
-      b2 = hyper(self.b2, dt)
-      return Scalars(b1=hyper(self.b1, dt), b2=b2, c1=one_minus_pow(self.b1, adam_count, dt),
-                     c2=one_minus_pow(self.b2, adam_count, dt), eps=hyper(self.eps, dt),
-                     beta=b2 if self.shampoo_beta is None else hyper(self.shampoo_beta, dt))
+      return adam_scalars(self, dt, adam_count)
 
-    def leaf_fn(axes, first, refresh):
-      def leaf(k, g, m, v, *matrices):
-        # Vyas et al. 2024, Algorithm 3, with S_k the statistics and Q_k their eigenbases.
-        stats, bases = matrices[:len(axes)], matrices[len(axes):]
-        m_new = k.b1 * m + (1 - k.b1) * g
-        v_new = k.b2 * v + (1 - k.b2) * abs_sq(rotate(g, axes, bases, adjoint=True))
-        m_hat = rotate(m_new, axes, bases, adjoint=True) / k.c1
-        direction = rotate(m_hat / (jnp.sqrt(v_new / k.c2) + k.eps), axes, bases, adjoint=False)
-        # The first update only sets up the statistics and eigenbases.
-        out = jnp.where(first, jnp.zeros_like(direction), direction)
-        m_new, v_new = jnp.where(first, m, m_new), jnp.where(first, v, v_new)
-        stats = tuple(k.beta * s + (1 - k.beta) * axis_statistic(g, axis) for axis, s in zip(axes, stats))
-        if axes:
-          old = bases
-          bases = refresh_cond(refresh, lambda: tuple(eigenbasis(s) for s in stats), old)
-        return (out, m_new, v_new, *stats, *bases)
-      return leaf
-
-    out, mu, nu, stats, bases = leafwise_with_matrices(
-        self, leaf_fn, updates, (state.mu, state.nu), (state.statistics, state.eigenbases), params,
-        scalars, shared=(first, refresh))
-    return out, ScaleBySoapState(count=count, mu=mu, nu=nu, statistics=stats, eigenbases=bases)
+    # A new basis after the update that first sees the statistics, then every f updates after it.
+    return update_adam_kron(self, updates, state, params, count, scalars,
+                            (count == 1, (count - 1) % self.precondition_frequency == 0))
 
 
+def adam_scalars(tx: Any, dt: Any, count: jax.Array, **more: Any) -> Scalars:
+  """Adam's scalars of SOAP and Shampoo in the real compute dtype ``dt`` (``beta``: the statistics'
+  decay, ``b2`` by default), bias corrections at ``count``."""
+  b2 = hyper(tx.b2, dt)
+  return Scalars(b1=hyper(tx.b1, dt), b2=b2, c1=one_minus_pow(tx.b1, count, dt),
+                 c2=one_minus_pow(tx.b2, count, dt), eps=hyper(tx.eps, dt),
+                 beta=b2 if tx.shampoo_beta is None else hyper(tx.shampoo_beta, dt), **more)
+
+
+def init_adam_kron(tx: Any, params: Any, second: str) -> Any:
+  """The state of SOAP or Shampoo: count, Adam's moments, zero statistics and identity matrices
+  (eigenbases, inverse roots; dtype field ``second``) of the shapes ``tx.stat_shapes`` gives per
+  axis of one matrix (None: a ``(0, 0)`` placeholder)."""
+  roles = declared_roles(tx.State)
+
+  def matrices(dtype_field, fill):
+    def make(x, shape):
+      dt = stat_dtype(x.dtype, getattr(tx, dtype_field))
+      return tuple(jnp.zeros((0, 0), dt) if s is None else fill(s, dt) for s in tx.stat_shapes(shape))
+    return init_matrices(tx, params, make)
+
+  return tx.State(zero_count(), role_zeros(params, roles["mu"], tx), role_zeros(params, roles["nu"], tx),
+                  matrices("statistics_dtype", jnp.zeros),
+                  matrices(second, lambda s, dt: jnp.broadcast_to(jnp.eye(s[-1], dtype=dt), s)))
+
+
+def update_adam_kron(tx: Any, updates: Any, state: Any, params: Any, count: jax.Array, scalars: Any,
+                     shared: tuple) -> tuple:
+  """SOAP's or Shampoo's update: ``tx.matrix_step`` on every matrix through the runner."""
+  views, plans = plans_of(tx, updates, tx.plan)
+  out, mu, nu, first, second = run_matrices(tx, tx.matrix_step, updates, params, views=views, plans=plans,
+                                            mirrored=state[1:3], matrices=state[3:5], scalars=scalars,
+                                            shared=shared)
+  return out, tx.State(count, mu, nu, first, second)
+
+
+@shared_args
 def scale_by_soap(
     b1: ArrayLike = 0.95,
     b2: ArrayLike = 0.95,
@@ -185,13 +200,17 @@ def scale_by_soap(
     statistics_dtype: DTypeLike | None = None,
     eigenbasis_dtype: DTypeLike | None = None,
     precondition_1d: bool = False,
+    weight_dimension_numbers: WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
+    execution: MatrixExecution = MatrixExecution(),
 ) -> Transformation:
   """Adam run in the eigenbasis of Shampoo's preconditioner (SOAP).
 
   Per parameter and axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H`` and its eigenvectors
   ``Q_k``, recomputed (``eigh``, under ``lax.cond``) after the first update and every
   ``precondition_frequency`` updates after that. The update is Adam's on ``G' = G x_k Q_k^H``,
-  rotated back with ``x_k Q_k``; the first update returns zeros.
+  rotated back with ``x_k Q_k``; the first update returns zeros. By default a parameter is one
+  tensor with a statistic per axis (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` one); with
+  ``weight_dimension_numbers`` each matrix of a stack has its own statistics and eigenbases.
 
   Args:
     b1: Adam's first-moment decay.
@@ -205,6 +224,8 @@ def scale_by_soap(
     statistics_dtype: dtype of ``S_k`` (default: the parameter's dtype promoted to at least float32).
     eigenbasis_dtype: dtype of ``Q_k`` (same default).
     precondition_1d: also rotate vectors (one ``d x d`` statistic each).
+    weight_dimension_numbers: <shared>
+    execution: <shared>
 
   Returns:
     A transformation with ``ScaleBySoapState(count, mu, nu, statistics, eigenbases)``.
@@ -228,4 +249,5 @@ def scale_by_soap(
   return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency=precondition_frequency,
                      max_precond_dim=max_precond_dim, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
                      statistics_dtype=statistics_dtype, eigenbasis_dtype=eigenbasis_dtype,
-                     precondition_1d=precondition_1d)
+                     precondition_1d=precondition_1d, weight_dimension_numbers=weight_dimension_numbers,
+                     execution=execution)
