@@ -16,7 +16,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_decay_below_one, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._docs import shared_args
 from ._moments import abs_sq, moving_average
@@ -65,22 +65,28 @@ class ScaleByAmsgradState(NamedTuple):
   nu_max: Params
 
 
-def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
-  """Adam's per-dtype scalars: the decays and the bias corrections at step ``count``.
+def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, *, one_minus_b1: Any = None,
+                 one_minus_b2: Any = None, **more: Any) -> Scalars:
+  """Adam's per-dtype scalars: the decays, their complements and the bias corrections at ``count``.
 
-  ``c1_next`` (``1 - b1**(count + 1)``) is there for Nesterov's look-ahead (Dozat 2016); further
-  keyword values (``eps=...``) are cast to ``dtype`` and added.
+  As Optax computes them: ``one_minus_b1``/``one_minus_b2`` are ``1 - b`` from the transformation's
+  derived fields (exact, see ``_core._module.derived_field``; ``1 - b`` on the values given when
+  None), the bias corrections ``1 - b**count`` are ``one_minus_pow``'s. ``c1_next``
+  (``1 - b1**(count + 1)``) is there for Nesterov's look-ahead (Dozat 2016); further keyword
+  values (``eps=...``) are passed as they are.
   """
-  t = count.astype(dtype)
-  b1, b2 = hyper(b1, dtype), hyper(b2, dtype)
-  return Scalars(b1=b1, b2=b2, c1=1 - b1**t, c1_next=1 - b1 ** (t + 1), c2=1 - b2**t,
-                 **{name: hyper(value, dtype) for name, value in more.items()})
+  return Scalars(b1=b1, b2=b2,
+                 one_minus_b1=1 - b1 if one_minus_b1 is None else one_minus_b1,
+                 one_minus_b2=1 - b2 if one_minus_b2 is None else one_minus_b2,
+                 c1=one_minus_pow(b1, count), c1_next=one_minus_pow(b1, safe_increment(count)),
+                 c2=one_minus_pow(b2, count), **more)
 
 
 def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool = False) -> jax.Array:
-  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
+  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016), in Optax's
+  order: ``b1 * (m / c1_next) + (1 - b1) * (g / c1)``."""
   if nesterov:
-    return k.b1 * m / k.c1_next + (1 - k.b1) * g / k.c1
+    return k.b1 * (m / k.c1_next) + k.one_minus_b1 * (g / k.c1)
   return m / k.c1
 
 
@@ -92,15 +98,13 @@ def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool = False) 
 def adam_moments(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Adam's moment estimates (Kingma & Ba 2015, Algorithm 1): ``m <- b1 m + (1 - b1) g``,
   ``v <- b2 v + (1 - b2) |g|^2`` (real for complex ``g``)."""
-  return moving_average(k.b1, m, g), moving_average(k.b2, v, abs_sq(g))
+  return (moving_average(k.b1, m, g, k.one_minus_b1),
+          moving_average(k.b2, v, abs_sq(g), k.one_minus_b2))
 
 
 def adam_denominator(k: Scalars, v: jax.Array) -> jax.Array:
   """``sqrt(v_hat + eps_root) + eps`` with the bias-corrected ``v_hat = v / (1 - b2^t)``."""
-  v_hat = v / k.c2
-  if not (isinstance(k.eps_root, float) and k.eps_root == 0.0):  # the default: nothing to add
-    v_hat = v_hat + k.eps_root
-  return jnp.sqrt(v_hat) + k.eps
+  return jnp.sqrt(v / k.c2 + k.eps_root) + k.eps
 
 
 def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
@@ -119,6 +123,13 @@ class _AdamFields(Transformation):
   eps: Any = hyper_field(1e-8, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
+
+  def adam_scalars(self, count: jax.Array, dtype: Any) -> Scalars:
+    """``adam_scalars`` of this transformation's fields at ``count``."""
+    return adam_scalars(self.b1, self.b2, count, dtype, one_minus_b1=derived(self, "one_minus_b1"),
+                        one_minus_b2=derived(self, "one_minus_b2"), eps=self.eps, eps_root=self.eps_root)
 
 
 class ScaleByAdam(_AdamFields):
@@ -134,7 +145,7 @@ class ScaleByAdam(_AdamFields):
     def leaf(k, g, m, v):
       return adam_step(k, g, m, v, self.nesterov)
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
@@ -194,7 +205,7 @@ class ScaleByAmsgrad(_AdamFields):
       v_max = jnp.maximum(v_max, v_hat)
       return m_hat / (jnp.sqrt(v_max + k.eps_root) + k.eps), m, v, v_max
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt)
     out, mu, nu, nu_max = self.leafwise(leaf, updates, state.mu, state.nu, state.nu_max, params=params,
                                         scalars=scalars)
     return out, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
@@ -246,16 +257,18 @@ class ScaleByAdamax(Transformation):
   b1: Any = hyper_field(0.9, check=check_decay_below_one)  # 1 - b1^t divides; b2 is not corrected
   b2: Any = hyper_field(0.999, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, u):
-      m = moving_average(k.b1, m, g)
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
       u = jnp.maximum(jnp.abs(g) + k.eps, k.b2 * u)   # the infinity norm, eps inside (§7.1)
-      return m / (k.c1 * u), m, u
+      return m / k.c1 / u, m, u
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps)
+    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps,
+                                      one_minus_b1=derived(self, "one_minus_b1"))
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 

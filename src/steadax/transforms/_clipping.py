@@ -93,12 +93,12 @@ class ClipByGlobalNorm(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
     norm = l2_norm(updates)
-    bound = hyper(self.max_norm, norm.dtype)
-    below = norm <= bound
-    # Dividing by 1 on the untaken branch keeps the gradient finite at a zero norm.
-    factor = jnp.where(below, np.asarray(1, norm.dtype), bound / jnp.where(below, np.asarray(1, norm.dtype), norm))
-    out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
-                         scalars=Scalars(factor=factor))
+    below = norm < self.max_norm
+    # Optax's arithmetic, ``(u / norm) * max_norm``; dividing by 1 on the untaken branch keeps the
+    # gradient finite at a zero norm (Optax's is NaN there).
+    safe_norm = jnp.where(below, np.asarray(1, norm.dtype), norm)
+    out, = self.leafwise(lambda k, g: jnp.where(k.below, g, (g / k.norm) * k.max_norm), updates, params=params,
+                         scalars=Scalars(below=below, norm=safe_norm, max_norm=self.max_norm))
     return out, state
 
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._core._leafwise import Scalars, leafwise
+from .._core._leafwise import Scalars, TreeScalar, leafwise
 from .._core._policy import cast, compute_dtype, hyper, real_dtype
 from .._core._types import Updates
 
@@ -50,12 +50,41 @@ def moving_average(decay: Any, average: jax.Array, x: jax.Array, one_minus_decay
     >>> moving_average(0.5, jnp.array([4.0]), jnp.array([2.0]))
     Array([3.], dtype=float32)
   """
-  return decay * average + ((1 - decay) if one_minus_decay is None else one_minus_decay) * x
+  return ((1 - decay) if one_minus_decay is None else one_minus_decay) * x + decay * average
 
 
-def one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  """``1 - decay**count`` in ``dtype``: Adam's bias-correction factor (Kingma & Ba 2015, §3)."""
-  return 1 - hyper(decay, dtype) ** jnp.asarray(count).astype(dtype)
+def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> jax.Array:
+  """``1 - decay**count``: Adam's bias-correction factor (Kingma & Ba 2015, §3), in ``dtype``.
+
+  Computed as Optax's ``bias_correction`` computes it: the decay as JAX holds it (a Python number
+  or a weakly typed leaf: float32, or float64 under x64) to the power of the integer count, then
+  rounded to ``dtype``. With ``dtype=None`` it is a ``TreeScalar`` for a leaf function's
+  ``Scalars``, left in the decay's precision: leafwise rounds it per leaf, as Optax's
+  ``t / c.astype(t.dtype)`` does, and gives it to the leaves as Optax's jitted bias correction
+  divides by it (see ``_core._leafwise.TreeScalar``).
+  """
+  base = decay if isinstance(decay, jax.Array) else jnp.asarray(decay)
+  if not jnp.issubdtype(base.dtype, jnp.inexact):
+    base = base.astype(jnp.asarray(0.0).dtype)
+  with jax.numpy_dtype_promotion("standard"):
+    # Optax's bias_correction is jitted, so its count is traced even when called eagerly:
+    # ``lax.pow`` of the decay to the count converted to it (XLA's power of two floats). The count
+    # enters as a weakly typed float (an integer times a Python float is one), so a weakly typed
+    # decay gives a weakly typed factor: rounded where it meets each leaf's arrays, one conversion
+    # per use, as Optax's ``t / c.astype(t.dtype)``.
+    exponent = jnp.asarray(count).astype(jnp.int32) * 1.0
+    factor = 1 - jax.lax.pow(base, exponent if jnp.issubdtype(base.dtype, jnp.floating) else exponent.astype(base.dtype))
+  return TreeScalar(factor) if dtype is None else cast(factor, dtype)
+
+
+def int_power(base: Any, exponent: Any) -> jax.Array:
+  """``base ** exponent`` for an integer exponent, as ``jnp.power`` computes it (strict-safe): a
+  concrete exponent by repeated multiplication (``lax.integer_pow``), a traced one by ``lax.pow``.
+  Eager Optax code meets concrete counts, jitted code traced ones; the two round differently."""
+  base = base if isinstance(base, jax.Array) else jnp.asarray(base)
+  if jax.core.is_concrete(exponent):
+    return jax.lax.integer_pow(base, int(exponent))
+  return jax.lax.pow(base, jnp.asarray(exponent).astype(jnp.int32))
 
 
 def _moments_of(owner: str, stat: Any, updates: Any, moments: Any, decay: Any) -> Any:
@@ -149,7 +178,7 @@ def bias_correction(moment: Updates, decay: ArrayLike, count: jax.Array) -> Any:
     >>> steadax.bias_correction(jnp.array([0.1]), 0.9, jnp.asarray(1, jnp.int32))
     Array([1.], dtype=float32)
   """
-  scalars = lambda dt: Scalars(c=one_minus_pow(decay, count, dt))
+  scalars = Scalars(c=one_minus_pow(decay, count))
   (corrected,) = leafwise("bias_correction", lambda k, m: m / k.c, moment, scalars=scalars)
   return corrected
 
