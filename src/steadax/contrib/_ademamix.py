@@ -28,7 +28,7 @@ from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
-from ..transforms._adam import adam_denominator, adam_moments, adam_scalars
+from ..transforms._adam import AdamDecays, adam_denominator, adam_moments, adam_scalars
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate, value_at
@@ -78,7 +78,7 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
   n: Params
 
 
-class ScaleByAdemamix(Transformation):
+class ScaleByAdemamix(AdamDecays):
   name = "scale_by_ademamix"
   elementwise = True
   State = ScaleByAdemamixState
@@ -90,8 +90,6 @@ class ScaleByAdemamix(Transformation):
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
 
-  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
-  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
   one_minus_b3: Any = derived_field(lambda t: 1 - t.b3)
 
   def update_fn(self, updates, state, params=None, **extra_args):
@@ -113,7 +111,7 @@ class ScaleByAdemamix(Transformation):
     return out, ScaleByAdemamixState(count=count, count_m2=safe_increment(state.count_m2), m1=m1, m2=m2, nu=nu)
 
 
-class ScaleBySimplifiedAdemamix(Transformation):
+class ScaleBySimplifiedAdemamix(AdamDecays):
   name = "scale_by_simplified_ademamix"
   elementwise = True
   State = ScaleBySimplifiedAdEMAMixState
@@ -135,7 +133,7 @@ class ScaleBySimplifiedAdemamix(Transformation):
       n = g2 + k.b2 * (n - g2)
       return (m + k.alpha * g) / adam_denominator(k, n), m, n
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, t, dt, alpha=alpha, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(t, dt, alpha=alpha, eps=self.eps, eps_root=self.eps_root)
     out, m, n = self.leafwise(leaf, updates, state.m, state.n, params=params, scalars=scalars)
     return out, ScaleBySimplifiedAdEMAMixState(t=t, m=m, n=n)
 

@@ -24,6 +24,7 @@ from ._moments import one_minus_pow  # noqa: F401  (imported from here by other 
 from .._core._types import Params, Updates
 
 __all__ = [
+    "AdamDecays",
     "ScaleByAdamState",
     "ScaleByAmsgradState",
     "scale_by_adam",
@@ -86,7 +87,8 @@ def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool = False) 
   """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016), in Optax's
   order: ``b1 * (m / c1_next) + (1 - b1) * (g / c1)``."""
   if nesterov:
-    return k.b1 * (m / k.c1_next) + k.one_minus_b1 * (g / k.c1)
+    one_minus_b1 = k.one_minus_b1 if "one_minus_b1" in dict(k.items()) else 1 - k.b1
+    return k.b1 * (m / k.c1_next) + one_minus_b1 * (g / k.c1)
   return m / k.c1
 
 
@@ -115,7 +117,21 @@ def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
   return debiased_mu(k, m, g, nesterov) / adam_denominator(k, v), m, v
 
 
-class _AdamFields(Transformation):
+class AdamDecays(Transformation):
+  """A transformation with Adam's decays ``b1`` and ``b2`` (its subclass declares them): their
+  complements ``1 - b1`` and ``1 - b2`` as Optax computes them (``derived_field``), and Adam's
+  per-dtype scalars of them."""
+
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
+
+  def adam_scalars(self, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
+    """``adam_scalars`` of this transformation's decays at ``count``, with ``more`` values."""
+    return adam_scalars(self.b1, self.b2, count, dtype, one_minus_b1=derived(self, "one_minus_b1"),
+                        one_minus_b2=derived(self, "one_minus_b2"), **more)
+
+
+class _AdamFields(AdamDecays):
   """The hyperparameters Adam and AMSGrad share (their defaults and checks, written once)."""
 
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
@@ -123,13 +139,6 @@ class _AdamFields(Transformation):
   eps: Any = hyper_field(1e-8, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
-  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
-  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
-
-  def adam_scalars(self, count: jax.Array, dtype: Any) -> Scalars:
-    """``adam_scalars`` of this transformation's fields at ``count``."""
-    return adam_scalars(self.b1, self.b2, count, dtype, one_minus_b1=derived(self, "one_minus_b1"),
-                        one_minus_b2=derived(self, "one_minus_b2"), eps=self.eps, eps_root=self.eps_root)
 
 
 class ScaleByAdam(_AdamFields):
@@ -145,7 +154,7 @@ class ScaleByAdam(_AdamFields):
     def leaf(k, g, m, v):
       return adam_step(k, g, m, v, self.nesterov)
 
-    scalars = lambda dt: self.adam_scalars(count, dt)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
@@ -205,7 +214,7 @@ class ScaleByAmsgrad(_AdamFields):
       v_max = jnp.maximum(v_max, v_hat)
       return m_hat / (jnp.sqrt(v_max + k.eps_root) + k.eps), m, v, v_max
 
-    scalars = lambda dt: self.adam_scalars(count, dt)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu, nu_max = self.leafwise(leaf, updates, state.mu, state.nu, state.nu_max, params=params,
                                         scalars=scalars)
     return out, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
@@ -250,14 +259,13 @@ def scale_by_amsgrad(
   )
 
 
-class ScaleByAdamax(Transformation):
+class ScaleByAdamax(AdamDecays):
   name = "scale_by_adamax"
   elementwise = True
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)  # 1 - b1^t divides; b2 is not corrected
   b2: Any = hyper_field(0.999, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
-  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
@@ -267,8 +275,7 @@ class ScaleByAdamax(Transformation):
       u = jnp.maximum(jnp.abs(g) + k.eps, k.b2 * u)   # the infinity norm, eps inside (§7.1)
       return m / k.c1 / u, m, u
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps,
-                                      one_minus_b1=derived(self, "one_minus_b1"))
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
