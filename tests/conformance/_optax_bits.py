@@ -44,15 +44,13 @@ def _trajectory(entry: Any, tx: Any, apply: Any, mode: str) -> list[tuple[Any, A
     return apply(params, updates), updates, state
 
   params = entry.problem.init()
+  state = tx.init(params)  # eagerly in every mode: one compiled program per mode, the step
   if mode == "eager":
-    state = tx.init(params)
     run = lambda p, s: step(tx, p, s)  # noqa: E731
   elif mode == "jit_argument":
-    state = jax.jit(tx.init)(params)
     jitted = jax.jit(step)
     run = lambda p, s: jitted(tx, p, s)  # noqa: E731
   else:
-    state = jax.jit(tx.init)(params)
     run = jax.jit(lambda p, s: step(tx, p, s))
   out = []
   for _ in range(STEPS):

@@ -18,7 +18,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper
+from .._core._policy import reciprocal, hyper
 from .._core._tree import l2_norm
 from ._moments import abs_sq
 
@@ -137,9 +137,10 @@ class ClipByBlockRms(Transformation):
         return g
       # Update clipping (Shazeer & Stern 2018, §6, eq. 12): u / max(1, RMS(u) / d), per block.
       rms = jnp.sqrt(jnp.mean(abs_sq(g)))
-      return g / jnp.maximum(1, rms / k.threshold)
+      # Optax's rms / threshold: compiled as a multiplication by the reciprocal of the constant.
+      return g / jnp.maximum(1.0, rms * k.inv_threshold)
 
-    scalars = Scalars(threshold=self.threshold)
+    scalars = lambda dt: Scalars(inv_threshold=reciprocal(self.threshold, dt))
     out, = self.leafwise(leaf, updates, params=params, scalars=scalars)
     return out, state
 

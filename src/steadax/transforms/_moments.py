@@ -232,7 +232,8 @@ def safe_root_mean_squares(x: jax.Array, min_rms: ArrayLike) -> jax.Array:
     12.5
   """
   xc = cast(x, compute_dtype(x.dtype))
-  floor = hyper(min_rms, real_dtype(xc.dtype))
-  ms = jnp.mean(abs_sq(xc))
-  small = ms <= floor**2
-  return cast(jnp.where(small, floor, jnp.sqrt(jnp.where(small, jnp.ones_like(ms), ms))), real_dtype(x.dtype))
+  floor = min_rms if isinstance(min_rms, (int, float)) else hyper(min_rms, real_dtype(xc.dtype))
+  # Optax's arithmetic: the root compared with the floor, and taken again of ones where it is below.
+  small = jnp.sqrt(jnp.mean(abs_sq(xc))) <= floor
+  xs = jnp.where(small, jnp.ones_like(xc), xc)
+  return cast(jnp.where(small, floor, jnp.sqrt(jnp.mean(abs_sq(xs)))), real_dtype(x.dtype))
