@@ -24,7 +24,7 @@ from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars, leafwise
 from .._core._module import child_field, derived, derived_field, hyper_field, static_field
-from .._core._policy import hyper, reciprocal, safe_increment, scalar_stat_dtype
+from .._core._policy import hyper, reciprocal, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, SCALAR, accumulator, state_roles
 from .._core._tree import copy_like
 from .._core._types import OptState, Params, ScalarOrSchedule
@@ -50,8 +50,7 @@ class ScheduleFreeState(NamedTuple):
   Attributes:
     b1: the interpolation coefficient β (kept for ``schedule_free_eval_params``).
     weight_sum: Σ of the averaging weights so far.
-    step_count: int32 number of updates so far plus one (starts at 1, as in Optax: the learning
-      rate schedule is evaluated at it).
+    step_count: int32 number of updates so far (starts at 0).
     max_lr: the largest learning rate seen.
     base_optimizer_state: the base optimizer's state.
     z: the base sequence, one leaf per parameter.
@@ -94,7 +93,7 @@ class ScheduleFree(Transformation):
     return ScheduleFreeState(
         b1=jnp.asarray(hyper(self.b1, stat)),
         weight_sum=jnp.zeros([], stat),
-        step_count=jnp.ones([], jnp.int32),  # as Optax: the schedule is evaluated from 1
+        step_count=zero_count(),
         max_lr=jnp.zeros([], stat),
         base_optimizer_state=self.base_optimizer.init(params),
         z=copy_like(params, self.state_dtype),
@@ -104,7 +103,8 @@ class ScheduleFree(Transformation):
     if params is None:
       raise ValueError("schedule_free: `params` must be passed to update().")
     stat = state.max_lr.dtype
-    # Optax's arithmetic: the schedule at step_count (which starts at 1), the weight max_lr ** power.
+    # The schedule at step_count (from 0: Optax 0.2.8 starts at 1 and skips the schedule's first
+    # value, fixed in Optax PR 1744), then Optax's arithmetic: the weight max_lr ** power.
     max_lr = jnp.maximum(state.max_lr, hyper(value_at(self.learning_rate, state.step_count), stat))
     with jax.numpy_dtype_promotion("standard"):
       weight = max_lr ** self.weight_lr_power

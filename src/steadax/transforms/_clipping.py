@@ -94,9 +94,9 @@ class ClipByGlobalNorm(Transformation):
     # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
     norm = l2_norm(updates)
     below = norm < self.max_norm
-    # Optax's arithmetic, ``(u / norm) * max_norm``; dividing by 1 on the untaken branch keeps the
-    # gradient finite at a zero norm (Optax's is NaN there).
-    safe_norm = jnp.where(below, np.asarray(1, norm.dtype), norm)
+    # Optax's arithmetic, ``(u / norm) * max_norm``; dividing by 1 on the untaken branch, and for a
+    # zero tree, keeps the value and the gradient finite at a zero norm (Optax's are NaN there).
+    safe_norm = jnp.where(below | (norm == 0), np.asarray(1, norm.dtype), norm)
     out, = self.leafwise(lambda k, g: jnp.where(k.below, g, (g / k.norm) * k.max_norm), updates, params=params,
                          scalars=Scalars(below=below, norm=safe_norm, max_norm=self.max_norm))
     return out, state

@@ -72,8 +72,11 @@ def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> jax.Array:
     # enters as a weakly typed float (an integer times a Python float is one), so a weakly typed
     # decay gives a weakly typed factor: rounded where it meets each leaf's arrays, one conversion
     # per use, as Optax's ``t / c.astype(t.dtype)``.
-    exponent = jnp.asarray(count).astype(jnp.int32) * 1.0
-    factor = 1 - jax.lax.pow(base, exponent if jnp.issubdtype(base.dtype, jnp.floating) else exponent.astype(base.dtype))
+    count = jnp.asarray(count).astype(jnp.int32)
+    exponent = count * 1.0
+    if exponent.dtype != base.dtype:  # a strong decay (an injected float32 one): as jnp.power converts
+      exponent = count.astype(base.dtype)
+    factor = 1 - jax.lax.pow(base, exponent)
   return TreeScalar(factor) if dtype is None else cast(factor, dtype)
 
 
