@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._core._leafwise import Scalars, TreeScalar, leafwise
@@ -35,15 +36,15 @@ def abs_sq(x: jax.Array) -> jax.Array:
 
 
 def moving_average(decay: Any, average: jax.Array, x: jax.Array, one_minus_decay: Any = None) -> jax.Array:
-  """One step of an exponential moving average: ``decay * average + (1 - decay) * x``.
+  """One step of an exponential moving average: ``(1 - decay) * x + decay * average``.
 
   The one moving average of the library, for leaf functions (inputs in the compute dtype, ``decay``
   a scalar of ``Scalars``): Adam's moments, AdEMAMix's slow average, AdaBelief's belief ...
 
-  ``one_minus_decay`` is ``1 - decay`` taken before rounding to the compute dtype, for the
-  optimizers that need it: for a decay near 1 the rounded difference is off (``1 - float32(0.999)``
-  by 1.3e-5 relative), which ACProp's and ADOPT's raw-gradient steps amplify. Adam keeps the rounded
-  form, so that ``m / (1 - b1^t)`` is exactly ``g`` at the first step.
+  Written in Optax's order, ``(1 - decay) * x + decay * average`` (XLA fuses multiply-adds, so the
+  order of the two products changes the rounding). ``one_minus_decay`` is ``1 - decay`` as Optax
+  computes it: a transformation's derived constant (``_core._module.derived_field``), exact where
+  the decay is a Python number; without it ``1 - decay`` is formed from the value given.
 
   Example:
     >>> import jax.numpy as jnp
@@ -64,8 +65,11 @@ def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> jax.Array:
   divides by it (see ``_core._leafwise.TreeScalar``).
   """
   base = decay if isinstance(decay, jax.Array) else jnp.asarray(decay)
-  if not jnp.issubdtype(base.dtype, jnp.inexact):
-    base = base.astype(jnp.asarray(0.0).dtype)
+  default = jnp.asarray(0.0).dtype  # JAX's default float: float32, or float64 under x64
+  if not jnp.issubdtype(base.dtype, jnp.inexact) or np.dtype(base.dtype).itemsize < np.dtype(default).itemsize:
+    # A narrower decay (an injected float32 one under x64, whether jit traced it or not) is raised
+    # to the default float, so the factor does not depend on how the transformation was called.
+    base = base.astype(default)
   with jax.numpy_dtype_promotion("standard"):
     # Optax's bias_correction is jitted, so its count is traced even when called eagerly:
     # ``lax.pow`` of the decay to the count converted to it (XLA's power of two floats). The count
