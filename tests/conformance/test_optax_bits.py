@@ -28,7 +28,7 @@ import pytest
 from tests.compile_flags import defaults_env
 
 from ._optax_bits import MODES
-from .registry import all_entries, entry_ids
+from .registry import all_entries
 
 X64 = bool(jax.config.jax_enable_x64)
 DIFFERENTIAL = [e for e in all_entries() if e.optax_factory is not None]
@@ -120,7 +120,9 @@ EXCEPTIONS: dict[str, Exception_] = {
     "multi_steps_k1_adam": Exception_(_WRAPPERS),
     "apply_every_sgd": Exception_(_WRAPPERS, modes=("jit", "jit_argument")),
     "adam_warmup_cosine": Exception_(_SCHEDULE, modes=("jit",)),
-    "inject_hyperparams_adam": Exception_(_SCHEDULE, modes=("jit",)),
+    "inject_hyperparams_adam": Exception_(
+        _SCHEDULE + " Under x64, documented: an injected Python float stays float32 (its declared "
+        "dtype), where Optax's x64 inject_hyperparams holds it in float64."),
     "acprop_schedule_weight_decay": Exception_(_SCHEDULE, modes=("jit",)),
     "ademamix_schedules_weight_decay": Exception_(_SCHEDULE, modes=("jit_argument", "eager")),
     "scale_by_simplified_ademamix_schedule": Exception_(_SCHEDULE, modes=("jit", "jit_argument")),
@@ -157,14 +159,17 @@ def test_every_exception_names_an_entry_with_an_optax_counterpart():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", DIFFERENTIAL, ids=entry_ids(DIFFERENTIAL))
-def test_bit_identical_to_optax(entry):
-  found = _results()[entry.name]
-  exception = EXCEPTIONS.get(entry.name)
-  failures = {mode: differences for mode, differences in found.items()
-              if differences and not (exception is not None and exception.covers(mode))}
-  assert not failures, "\n".join(
-      f"{entry.name} ({mode}, x64={X64}): {'; '.join(differences[:3])}" for mode, differences in failures.items())
+def test_bit_identical_to_optax():
+  # One test (not one per entry): one child process per x64 mode, whichever xdist worker runs it.
+  found = _results()
+  assert set(found) == {e.name for e in DIFFERENTIAL}
+  failures = []
+  for entry in DIFFERENTIAL:
+    exception = EXCEPTIONS.get(entry.name)
+    for mode, differences in found[entry.name].items():
+      if differences and not (exception is not None and exception.covers(mode)):
+        failures.append(f"{entry.name} ({mode}, x64={X64}): {'; '.join(differences[:3])}")
+  assert not failures, f"{len(failures)} not bit-identical to Optax:\n" + "\n".join(failures)
 
 
 def test_the_migration_guide_lists_the_exceptions():

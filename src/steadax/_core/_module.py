@@ -44,7 +44,7 @@ from collections.abc import Callable
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
-from typing import Any, ClassVar, Self, cast, dataclass_transform, get_origin
+from typing import Any, ClassVar, Literal, Self, cast, dataclass_transform, get_origin
 
 from ._policy import derived_correction, derived_value, hyperparam_dtype
 
@@ -143,7 +143,7 @@ def static_field(default: Any = dataclasses.MISSING, *, check: Callable | None =
   return _declare(_STATIC, default, default_factory, check, kwargs)
 
 
-def derived_field(fn: Callable[[Any], Any]) -> Any:
+def derived_field(fn: Callable[[Any], Any], *, init: Literal[False] = False) -> Any:
   """Declare a constant derived from the hyperparameters, as Optax computes it: ``fn(self)``.
 
   Optax computes ``1 - b2`` (Adam), ``2 / (1 - b2) - 1`` (RAdam) ... in Python from the numbers it
@@ -156,6 +156,7 @@ def derived_field(fn: Callable[[Any], Any]) -> Any:
 
   Args:
     fn: Optax's expression, a function of the object (``lambda t: 1 - t.b2``); it reads fields.
+    init: always False: no constructor argument (declared for type checkers, PEP 681).
 
   Returns:
     A dataclass field.
@@ -171,6 +172,7 @@ def derived_field(fn: Callable[[Any], Any]) -> Any:
     >>> float(jax.jit(lambda t: derived(t, "one_minus_b2"))(Decay())) == float(jax.numpy.float32(1 - 0.999))
     True
   """
+  del init
   return _declare(_DERIVED, 0.0, dataclasses.MISSING, None,
                   {"init": False, "repr": False, "metadata": {_DERIVE: fn}})
 

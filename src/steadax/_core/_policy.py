@@ -268,7 +268,7 @@ def derived_correction(obj: Any, fn: Any) -> float:
       rounded = fn(_Float32View(obj))
   except (_NotFloat, ArithmeticError, TypeError, ValueError):
     return 0.0
-  if type(exact) is not float or not isinstance(rounded, np.float32):
+  if type(exact) is not float or not (isinstance(rounded, np.floating) and rounded.dtype == np.float32):
     return 0.0
   correction = exact - float(rounded)
   return correction if np.isfinite(correction) else 0.0

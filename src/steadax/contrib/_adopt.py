@@ -26,7 +26,7 @@ from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment
+from .._core._policy import safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam import ScaleByAdamState

@@ -22,7 +22,7 @@ from .._core._checks import check_decay, check_nonnegative, check_range, check_s
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import copy_like, zeros_like
 from .._core._types import Params, ScalarOrSchedule

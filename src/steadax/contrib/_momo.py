@@ -34,7 +34,6 @@ from .._core._tree import zeros_like
 from .._core._types import Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._moments import abs_sq
-from ..transforms._scaling import value_at
 from ._reductions import real_inner, scalar_value, sq_norm
 
 __all__ = ["MomoState", "MomoAdamState", "momo", "momo_adam"]
@@ -84,12 +83,14 @@ class MomoAdamState(NamedTuple):
   count: jax.Array
 
 
-def _polyak_step(tx, adapt, count, barf, gamma, iprod, norm_sq, lb, bc1=None):
+def _polyak_step(tx: Any, adapt: bool, count: Any, barf: Any, gamma: Any, iprod: Any, norm_sq: Any, lb: Any,
+                 bc1: Any = None) -> tuple[Any, Any, Any]:
   """``(tau, -weight-decay factor, new lb)`` shared by momo (``bc1`` None) and momo_adam, in
   Optax's arithmetic (the bias correction ``bc1`` only where momo_adam has it)."""
   stat = barf.dtype
+  alpha: Any
   if callable(tx.learning_rate):
-    alpha = value_at(tx.learning_rate, count)
+    alpha = tx.learning_rate(count)
     one_plus = 1 + alpha * tx.weight_decay
     wd_factor = -(alpha * tx.weight_decay) / one_plus
   else:

@@ -17,7 +17,7 @@ from .._core._checks import check_decay, check_decay_below_one, check_nonnegativ
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import hyper, safe_increment
+from .._core._policy import safe_increment
 from .._core._docs import shared_args
 from ._moments import abs_sq, moving_average
 from ._moments import one_minus_pow  # noqa: F401  (imported from here by other modules)
@@ -127,7 +127,8 @@ class AdamDecays(Transformation):
 
   def adam_scalars(self, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
     """``adam_scalars`` of this transformation's decays at ``count``, with ``more`` values."""
-    return adam_scalars(self.b1, self.b2, count, dtype, one_minus_b1=derived(self, "one_minus_b1"),
+    b1, b2 = getattr(self, "b1"), getattr(self, "b2")  # declared by the subclass
+    return adam_scalars(b1, b2, count, dtype, one_minus_b1=derived(self, "one_minus_b1"),
                         one_minus_b2=derived(self, "one_minus_b2"), **more)
 
 

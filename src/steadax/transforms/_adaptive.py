@@ -20,7 +20,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_range
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import accumulator_dtype, hyper, safe_increment, zero_count
+from .._core._policy import accumulator_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import tree_map
 from .._core._docs import shared_args

@@ -18,7 +18,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import reciprocal, hyper
+from .._core._policy import reciprocal
 from .._core._tree import l2_norm
 from ._moments import abs_sq
 

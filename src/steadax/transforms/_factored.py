@@ -54,9 +54,9 @@ class FactoredState(NamedTuple):
 
 def _decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
   """Adafactor's default schedule ``1 - (step + 1)**(-exponent)`` (Shazeer & Stern 2018, §7.2)."""
-  t = jnp.asarray(step + 1).astype(jnp.float32)  # float32 whatever the parameters, as in Optax
+  t = (jnp.asarray(step) + 1).astype(jnp.float32)  # float32 whatever the parameters, as in Optax
   with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic, as written
-    return cast(1.0 - t ** (-exponent), jnp.float32)
+    return cast(1.0 - t ** (-jnp.asarray(exponent)), jnp.float32)
 
 
 def factored_dims(shape: tuple[int, ...], factored: bool, min_dim_size_to_factor: int):

@@ -13,7 +13,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import hyper, safe_increment
+from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Updates
 from ._moments import moving_average

@@ -54,7 +54,7 @@ def moving_average(decay: Any, average: jax.Array, x: jax.Array, one_minus_decay
   return ((1 - decay) if one_minus_decay is None else one_minus_decay) * x + decay * average
 
 
-def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> jax.Array:
+def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> Any:
   """``1 - decay**count``: Adam's bias-correction factor (Kingma & Ba 2015, §3), in ``dtype``.
 
   Computed as Optax's ``bias_correction`` computes it: the decay as JAX holds it (a Python number
@@ -82,16 +82,6 @@ def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> jax.Array:
       exponent = count.astype(base.dtype)
     factor = 1 - jax.lax.pow(base, exponent)
   return TreeScalar(factor) if dtype is None else cast(factor, dtype)
-
-
-def int_power(base: Any, exponent: Any) -> jax.Array:
-  """``base ** exponent`` for an integer exponent, as ``jnp.power`` computes it (strict-safe): a
-  concrete exponent by repeated multiplication (``lax.integer_pow``), a traced one by ``lax.pow``.
-  Eager Optax code meets concrete counts, jitted code traced ones; the two round differently."""
-  base = base if isinstance(base, jax.Array) else jnp.asarray(base)
-  if jax.core.is_concrete(exponent):
-    return jax.lax.integer_pow(base, int(exponent))
-  return jax.lax.pow(base, jnp.asarray(exponent).astype(jnp.int32))
 
 
 def _moments_of(owner: str, stat: Any, updates: Any, moments: Any, decay: Any) -> Any:

@@ -18,7 +18,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import filled_like, tree_map, zeros_like
 from ._moments import abs_sq, moving_average, one_minus_pow

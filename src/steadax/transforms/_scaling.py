@@ -10,7 +10,7 @@ from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars, leafwise
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Schedule
 from .._core._checks import check_schedule_or_scalar
