@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo example docs typecheck test test-x64 test-fast bench clean mutate fuzz clients optax-tests
+.PHONY: demo example docs typecheck test test-x64 test-fast bench device clean mutate fuzz clients optax-tests
 
 $(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3"; exit 1; }
@@ -93,6 +93,16 @@ optax-tests: $(VENV)/.optax-tests
 BENCH_ARGS ?=
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+# steadax on an accelerator in one call (docs/performance.md, "On a GPU"): device.json and device.md
+# in OUT, within 8 minutes. Runs with the python that has JAX with CUDA (no venv, no installs, no
+# network): make device OUT=/tmp/dev [DEVICE_PYTHON=python3] [DEVICE_ARGS=--dry-run]
+# (DEVICE_PYTHON default: the first python on PATH).
+DEVICE_ARGS ?=
+DEVICE_PYTHON ?=
+device:
+	@test -n "$(OUT)" || { echo "usage: make device OUT=<directory> [DEVICE_ARGS=--dry-run]"; exit 2; }
+	PYTHON=$(DEVICE_PYTHON) benchmarks/device.sh $(DEVICE_ARGS) $(OUT)
 
 # Libraries built on Optax (NumPyro, GPJax, BlackJAX, FlowJAX) run the tests of theirs that use
 # Optax twice, with Optax and under `python -m steadax.as_optax` (tools/clients/run.py): a table per

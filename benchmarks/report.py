@@ -487,6 +487,15 @@ TITLES["lm"] = "Proof on a language model (issue 22 §3):"
 TABLES["lm"] = lm_table
 
 
+def _stats_table(result: dict) -> list[str]:
+  from benchmarks.cases import stats  # the case owns its table (report loads before cases)
+  return stats.table(result)
+
+
+TITLES["stats"] = "Training statistics (issue 34 §4), with_stats(tx) against tx:"
+TABLES["stats"] = _stats_table
+
+
 def lm_chart_path(stem_path: str) -> str:
   """The lm case's chart beside the run's JSON: ``<machine>-<date>[-quick]-lm.png`` (it holds that
   case alone, so a partial run names it the same)."""

@@ -6,7 +6,9 @@ harness (columns, fused and flat-parameter columns, floors, the training step, a
 only repeat those pieces. The lm case (a language model, eight optimizers) is not run here: its
 smallest config still compiles four sweep programs (about 25 s, the suite's budget is 15 minutes);
 `python -m benchmarks.run --cases lm --quick` runs it (2 minutes) and reports its Optax twins'
-agreement. Its step-counting summary is tested below.
+agreement. Its step-counting summary is tested below, and its scanned layout's maths and dimension
+numbers; the device script's dry run (``benchmarks/device.py``) runs every section on toy sizes,
+the lm case and its per-layer/scanned comparison included.
 """
 
 import json
@@ -136,3 +138,78 @@ def test_matrix_depth_can_measure_one_batch_per_group():
   assert _matrix.chunk_bounds(64, per_core=4) == chunked
   with matrix_depth.one_batch_per_group(False):
     assert _matrix.chunk_bounds(64, per_core=4) == chunked
+
+
+def test_lm_scanned_layout_computes_the_same_loss_with_stacked_dimension_numbers():
+  # The scanned configuration (cases/lm_scanned.py): the same initial numbers stacked (layers, ...)
+  # and run by one lax.scan give the per-layer model's loss; the one-liner's dimension numbers make
+  # each layer's slice a matrix (Muon: blocks only; the others: every matrix, as per layer).
+  import dataclasses
+
+  import numpy as np
+
+  from benchmarks.cases import lm, lm_scanned
+  from steadax import WeightDimensionNumbers as Dims
+
+  config = dataclasses.replace(lm.CONFIGS["smoke"], layers=2)
+  per_layer = lm.init_params(config)
+  scanned = lm.stack_blocks(per_layer)
+  assert scanned["blocks"]["up"].shape == (2, config.d_model, 4 * config.d_model)
+  tokens = jax.numpy.asarray(np.arange(2 * (config.context + 1)).reshape(2, -1) % lm.VOCAB)
+  loss = jax.jit(lm.loss_fn, static_argnums=2)
+  with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+    np.testing.assert_allclose(loss(scanned, tokens, config.heads),
+                               loss(per_layer, tokens, config.heads), rtol=1e-6)
+  muon = lm_scanned.dimension_numbers("muon", scanned)
+  assert muon["blocks"]["query"] == Dims(1, 2) and muon["blocks"]["norm1"]["scale"] is None
+  assert muon["embed"] is None and muon["head"] is None
+  assert lm_scanned.dimension_numbers("muon", per_layer)["blocks"][1]["down"] == Dims(0, 1)
+  soap = lm_scanned.dimension_numbers("soap", scanned)
+  assert soap["embed"] == Dims(0, 1) and soap["blocks"]["down"] == Dims(1, 2)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 33 §1: soap, shampoo, psgd_kron and contrib.galore take weight_dimension_numbers with "
+    "batch axes once the matrix optimizers' branch lands. Then delete this marker: from then on the "
+    "device script's dry run below, the stacked-layer measurement and the lm layouts run all five."))
+def test_every_matrix_optimizer_takes_stacked_dimension_numbers():
+  from benchmarks import stacked
+  assert {name: stacked.stacked_support(name) for name in stacked.MATRIX_OPTIMIZERS} == dict.fromkeys(
+      stacked.MATRIX_OPTIMIZERS)
+
+
+@pytest.mark.slow
+def test_device_script_dry_run_writes_every_section(tmp_path, capsys):
+  """``benchmarks/device.py --dry-run``: every section in one child process on toy sizes (about
+  15 s of CPU, XLA's cheap code generation inherited from the suite), one JSON and one table."""
+  from benchmarks import device, stacked
+
+  device.main(["--dry-run", str(tmp_path)])
+  saved = json.loads((tmp_path / "device.json").read_text())
+  table = (tmp_path / "device.md").read_text()
+  assert saved["mode"] == "dry" and saved["machine"]["device_kind"]
+  assert list(saved["sections"]) == list(device.SECTIONS)
+  for name, entry in saved["sections"].items():
+    assert entry["status"] == "ok", (name, entry.get("traceback") or entry.get("log_tail"))
+    assert f"## {name} (ok, " in table
+  result = {name: entry["result"] for name, entry in saved["sections"].items()}
+  bandwidth = result["adamw_bandwidth"]
+  assert bandwidth["copy"]["best_bytes_per_s"] > 0 and bandwidth["bytes_per_step"] > 0
+  assert {"optax", "steadax", "floor"} <= set(bandwidth["bandwidth"])
+  assert all(f["of_copy"] > 0 for f in bandwidth["bandwidth"].values())
+  for kind in ("update", "train"):
+    ratios = result["many_leaves"][kind]["ratios"]
+    for column in ("steadax", "steadax fused", "steadax flat params"):
+      assert ratios[f"{column}/optax"] > 0, (kind, column)
+  # The matrix optimizers that take stacked dimension numbers, Muon at least, and the references.
+  ready = stacked.supported(report=lambda reason: None)
+  assert "muon" in ready
+  measured = {row["optimizer"] for row in result["stacked_matrix"]["rows"]}
+  assert measured == {*(f"steadax {n}" for n in ready), "steadax adamw", "optax contrib.muon"}
+  assert all(row["step/adamw"] > 0 and row["compile_s"] > 0 for row in result["stacked_matrix"]["rows"])
+  # Per layer and scanned train alike when each layer's slice is its own matrix.
+  layouts = result["lm_layouts"]["rows"]
+  assert set(layouts) == {"muon"} and layouts["muon"]["train_loss_max_rel_diff"] < 1e-5
+  assert layouts["muon"]["scanned"]["compile_s"] > 0 and layouts["muon"]["per-layer"]["step_s"] > 0
+  assert set(result["lm"]["rows"]) == {"adamw"} and "adamw" in result["lm"]["optax"]
+  assert "| steadax muon |" in table and "| muon | 0.04 |" in table

@@ -1,4 +1,5 @@
-"""The integration examples (examples/flax_nnx.py, flax_linen.py, equinox_loop.py) run and train.
+"""The integration examples (examples/flax_nnx.py, flax_linen.py, equinox_loop.py,
+scanned_transformer.py) run and train.
 
 Each example's ``main()`` runs in this process, under the suite's strict configuration (strict
 dtype promotion, rank promotion raising, steadax's strict contract mode), prints its table and
@@ -50,6 +51,25 @@ def test_equinox_example_traces_once_for_three_learning_rates(capsys):
   for name, first, final, _ in rows:
     assert final < 0.5 * first, name
   assert [traces for name, _, _, traces in rows if name.startswith("adamw, lr")] == [1, 0, 0]
+
+
+@pytest.mark.x32_only
+def test_scanned_transformer_trains_with_dimension_numbers_from_the_model(capsys):
+  # A small model (the defaults take 20-40 s): two stacked layers, 20 steps per optimizer.
+  module = runpy.run_path(str(EXAMPLES / "scanned_transformer.py"), run_name="scanned_transformer")
+  rows = module["main"](["--steps", "20", "--layers", "2", "--width", "16", "--context", "16",
+                         "--batch", "8", "--print-every", "10"])
+  out = capsys.readouterr().out
+  assert ("blocks.up.kernel (2, 16, 64) ('layers', 'embed', 'mlp'): "
+          "WeightDimensionNumbers(reduction_axis=1, output_axis=2)") in out
+  assert "blocks.norm1.scale (2, 16) ('layers', 'embed'): None" in out
+  # Every optimizer of the example's table that takes dimension numbers trains (SOAP joins Muon
+  # and AdamW once it takes them: tests/test_bench_smoke.py fails until this is switched on).
+  expected = {name for name, (factory, keyword, *_) in module["OPTIMIZERS"].items()
+              if keyword is None or module["takes_stacked_dimension_numbers"](factory, keyword)}
+  assert {"adamw", "muon"} <= expected and set(rows) == expected
+  for name, row in rows.items():
+    assert row["final"] < 0.8 * row["first"], name
 
 
 def test_every_example_says_how_to_run_it_with_the_projects_python():

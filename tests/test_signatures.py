@@ -51,6 +51,8 @@ GENUINELY_ANY = {
     ("hyper_field", "default_factory"): "as dataclasses.field's: a zero-argument callable or MISSING",
     ("child_field", "default_factory"): "as hyper_field",
     ("static_field", "default_factory"): "as hyper_field",
+    ("dimension_numbers_from", "axis_names"): "a tree of the parameters' structure whose leaves are "
+                                              "tuples of axis names (PartitionSpecs): no array type",
 }
 def _get(root, path):
   for part in filter(None, path.split(".")):

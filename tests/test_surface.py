@@ -299,7 +299,9 @@ def test_no_star_imports_in_public_surfaces():
 def test_extensions_page_is_read():
   # The parse found the page's bullets (a broken parse would list nothing and fail above, too).
   assert {"adam8bit", "soap", "Transformation", "as_optax"} <= EXTENSIONS[""]
-  assert EXTENSIONS["contrib"] == {"cautious", "CautiousState", "scale_by_dog", "scale_by_dowg"}
+  assert EXTENSIONS["contrib"] == {"cautious", "CautiousState", "scale_by_dog", "scale_by_dowg", "normuon",
+                                   "scale_by_normuon", "NorMuonState", "polar_express_coefficients",
+                                   "qk_clip", "QKClipSpec"}
 
 
 def _relative_imports(path):

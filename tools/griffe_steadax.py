@@ -64,19 +64,32 @@ class RedundantAliasesArePublic(griffe.Extension):
   """Marks ``from m import A as A`` as a public name in a module without a literal ``__all__``.
 
   The top-level ``steadax`` computes its ``__all__`` from its lazy re-exports (``_core/_lazy.py``),
-  which sit in an ``if _TYPE_CHECKING:`` block: that block is read too.
+  which sit in an ``if _TYPE_CHECKING:`` block: every name imported there is public, renamed ones
+  (``safe_increment as safe_int32_increment``) included, as ``lazy_surface`` serves them.
   """
 
   def on_module_members(self, *, node: Any, mod: griffe.Module, **kwargs: Any) -> None:
     if not isinstance(node, ast.Module) or _literal_all(node):
       return
-    statements = list(node.body)
-    statements += [s for block in node.body if isinstance(block, ast.If) for s in block.body]
-    for statement in statements:
+    for statement in node.body:
       if isinstance(statement, ast.ImportFrom):
-        for name in statement.names:
-          if name.asname is not None and name.asname == name.name and name.asname in mod.members:
-            mod.members[name.asname].public = True
+        _mark_public(mod, statement, redundant_only=True)
+      elif isinstance(statement, ast.If) and _is_type_checking(statement.test):
+        for inner in statement.body:  # the lazy block: every name in it is re-exported
+          if isinstance(inner, ast.ImportFrom):
+            _mark_public(mod, inner, redundant_only=False)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+  name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else ""
+  return name in ("TYPE_CHECKING", "_TYPE_CHECKING")
+
+
+def _mark_public(mod: griffe.Module, statement: ast.ImportFrom, *, redundant_only: bool) -> None:
+  for name in statement.names:
+    public = name.asname or name.name
+    if (name.asname == name.name or not redundant_only) and public in mod.members:
+      mod.members[public].public = True
 
 
 def _literal_all(node: ast.Module) -> bool:

@@ -3,14 +3,15 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, steps, sweep,
-               trace_time, train, wrappers)
+from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, stats, steps,
+               sweep, trace_time, train, wrappers)
 
 CASES = {
     "big": steps.big,
     "many_small": steps.many_small,
     "mixed": steps.mixed,
     "wrappers": wrappers.run,
+    "stats": stats.run,
     "train": train.run,
     "trace_time": trace_time.run,
     "first_call": first_call.run,

@@ -33,6 +33,7 @@ times on a CPU are dominated by their refreshes.
 
   python -m benchmarks.run --cases lm [--quick]
   python -m benchmarks.cases.lm --config gpu --json lm.json   # a larger model, for an accelerator
+  python -m benchmarks.cases.lm --config quick --scanned       # stacked, scanned layers (lm_scanned.py)
 """
 
 from __future__ import annotations
@@ -181,22 +182,40 @@ def _layer_norm(x, p):
   return (x - mean) * jax.lax.rsqrt(var + 1e-5) * p["scale"] + p["bias"]
 
 
-def forward(params: dict, tokens: jax.Array, heads: int) -> jax.Array:
-  """Logits ``(batch, time, VOCAB)`` of the next byte at every position of ``tokens``."""
-  batch, length = tokens.shape
-  x = params["embed"][tokens] + params["position"][:length]
-  d = x.shape[-1]
+def _block(x: jax.Array, block: dict, heads: int) -> jax.Array:
+  """One pre-norm block (causal self-attention, then the GELU MLP) on ``x`` ``(batch, time, d)``."""
+  batch, length, d = x.shape
   causal = jnp.tril(jnp.ones((length, length), bool))
-  for block in params["blocks"]:
-    h = _layer_norm(x, block["norm1"])
-    q, k, v = (jnp.reshape(h @ block[name], (batch, length, heads, d // heads))
-               for name in ("query", "key", "value"))
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.float32(np.sqrt(d // heads))
-    attention = jax.nn.softmax(jnp.where(causal, scores, np.float32(-1e9)), axis=-1)
-    mixed = jnp.reshape(jnp.einsum("bhqk,bkhd->bqhd", attention, v), (batch, length, d))
-    x = x + mixed @ block["out"]
-    x = x + jax.nn.gelu(_layer_norm(x, block["norm2"]) @ block["up"]) @ block["down"]
+  h = _layer_norm(x, block["norm1"])
+  q, k, v = (jnp.reshape(h @ block[name], (batch, length, heads, d // heads))
+             for name in ("query", "key", "value"))
+  scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.float32(np.sqrt(d // heads))
+  attention = jax.nn.softmax(jnp.where(causal, scores, np.float32(-1e9)), axis=-1)
+  mixed = jnp.reshape(jnp.einsum("bhqk,bkhd->bqhd", attention, v), (batch, length, d))
+  x = x + mixed @ block["out"]
+  return x + jax.nn.gelu(_layer_norm(x, block["norm2"]) @ block["up"]) @ block["down"]
+
+
+def forward(params: dict, tokens: jax.Array, heads: int) -> jax.Array:
+  """Logits ``(batch, time, VOCAB)`` of the next byte at every position of ``tokens``.
+
+  ``params["blocks"]`` is a list of per-layer dicts (the per-layer layout) or one dict of arrays
+  stacked ``(layers, ...)`` (the scanned layout, ``stack_blocks``): the same maths, the blocks run
+  by a Python loop or by one ``lax.scan``.
+  """
+  x = params["embed"][tokens] + params["position"][:tokens.shape[1]]
+  if isinstance(params["blocks"], dict):
+    x, _ = jax.lax.scan(lambda x, block: (_block(x, block, heads), None), x, params["blocks"])
+  else:
+    for block in params["blocks"]:
+      x = _block(x, block, heads)
   return _layer_norm(x, params["final_norm"]) @ params["head"]
+
+
+def stack_blocks(params: dict) -> dict:
+  """The scanned layout of ``params``: every weight of the blocks one array ``(layers, ...)``."""
+  blocks = jax.tree_util.tree_map(lambda *layers: jnp.stack(layers), *params["blocks"])
+  return {**params, "blocks": blocks}
 
 
 def loss_fn(params: dict, tokens: jax.Array, heads: int) -> jax.Array:
@@ -400,7 +419,10 @@ def compare(steadax_row: dict, optax_row: dict) -> dict:
           "train_max_rel_diff": float(np.max(rel))}
 
 
-def measure(config: Config, progress: harness.Progress | None = None) -> dict:
+def measure(config: Config, progress: harness.Progress | None = None,
+            on_optimizer: Callable[[dict, dict], None] | None = None) -> dict:
+  """The case's result; ``on_optimizer(rows, optax_rows)`` hears the curves after each optimizer's
+  sweep (``benchmarks/device.py`` keeps them should a time cap stop the run)."""
   progress = progress or harness.Progress(enabled=False)
   names = list(config.optimizers or OPTIMIZERS)
   twins = [n for n in names if OPTIMIZERS[n].optax_too]
@@ -433,6 +455,8 @@ def measure(config: Config, progress: harness.Progress | None = None) -> dict:
       optax_rows[name].update(compare(rows[name], optax_rows[name]))
       optax_state = jax.eval_shape(spec.make(optax, lrs[0], dims[optax]).init, params)
       optax_rows[name]["state_bytes"] = state_bytes(optax_state)
+    if on_optimizer is not None:
+      on_optimizer(rows, optax_rows)
   summary = summarize(rows, eval_steps)
 
   # One configuration's step (the best learning rate), timed in alternating rounds.
@@ -481,6 +505,9 @@ def main(argv=None) -> None:
   parser.add_argument("--steps", type=int, default=None, help="override the config's steps")
   parser.add_argument("--json", default=None, help="write the result here")
   parser.add_argument("--chart", default=None, help="write the chart here (PNG)")
+  parser.add_argument("--scanned", action="store_true",
+                      help="the scanned configuration: the layers stacked and scanned against the "
+                           "per-layer model (cases/lm_scanned.py; at least 4 layers)")
   args = parser.parse_args(argv)
   set_cpu_flag()
   config = CONFIGS[args.config]
@@ -489,6 +516,15 @@ def main(argv=None) -> None:
   if args.steps:
     config = dataclasses.replace(config, steps=args.steps)
   jax.config.update("jax_numpy_dtype_promotion", "standard")
+  if args.scanned:
+    from . import lm_scanned
+    result = lm_scanned.compare_layouts(lm_scanned.scanned_config(config),
+                                        list(config.optimizers) or None, harness.Progress())
+    print("\n".join(lm_scanned.table(result)))
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+    return
   result = measure(config, harness.Progress())
   from .. import report
   print("\n".join(report.lm_table(result)))

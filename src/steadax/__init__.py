@@ -102,7 +102,7 @@ if _TYPE_CHECKING:
       lbfgs as lbfgs,
   )
   from ._optimizers._lion import lion as lion
-  from ._optimizers._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit
+  from ._optimizers._lowmem import adam_lowmem as adam_lowmem, adam8bit as adam8bit, adamw8bit as adamw8bit
   from ._optimizers._mars import mars as mars
   from ._optimizers._optimistic import (
       optimistic_gradient_descent as optimistic_gradient_descent,
@@ -154,6 +154,7 @@ if _TYPE_CHECKING:
       piecewise_constant_schedule as piecewise_constant_schedule,
       piecewise_interpolate_schedule as piecewise_interpolate_schedule,
   )
+  from .schedules._wsd import warmup_stable_decay_schedule as warmup_stable_decay_schedule
   from . import contrib as contrib
   from . import transforms as transforms
   from .transforms._adam import (
@@ -283,6 +284,7 @@ if _TYPE_CHECKING:
       ZeroNansState as ZeroNansState,
       zero_nans as zero_nans,
   )
+  from ._wrappers._axis_names import dimension_numbers_from as dimension_numbers_from
   from ._wrappers._flatten import flatten as flatten
   from ._fusion._fuse import Fused as Fused, FusedState as FusedState, fuse as fuse
   from ._fusion._flat import (
@@ -312,6 +314,8 @@ if _TYPE_CHECKING:
       monitor as monitor,
       measure_with_ema as measure_with_ema,
   )
+  from ._wrappers._stats import WithStatsState as WithStatsState, with_stats as with_stats
+  from ._wrappers._stats_reader import stats as stats
   from ._wrappers._partition import (
       PartitionState as PartitionState,
       MultiTransformState as MultiTransformState,
@@ -321,6 +325,18 @@ if _TYPE_CHECKING:
       selective_transform as selective_transform,
   )
   from ._wrappers._spikes import SkipSpikesState as SkipSpikesState, skip_spikes as skip_spikes
+  from ._wrappers._averaging import (
+      ParamAveragingState as ParamAveragingState,
+      averaged_params as averaged_params,
+      ema_params as ema_params,
+      swa_params as swa_params,
+  )
+  from ._wrappers._low_precision import (
+      KahanSummationState as KahanSummationState,
+      StochasticRoundingState as StochasticRoundingState,
+      kahan_summation as kahan_summation,
+      stochastic_rounding as stochastic_rounding,
+  )
   from ._wrappers._sweep import sweep as sweep
   from ._wrappers._surgery import (
       reset_partition_state as reset_partition_state,

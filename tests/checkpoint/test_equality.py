@@ -139,8 +139,16 @@ def _per_build_callables(obj):
     for x in obj.values():
       yield from _per_build_callables(x)
   elif isinstance(obj, functools.partial) or (
-      inspect.isfunction(obj) and (obj.__name__ == "<lambda>" or obj.__closure__)):
+      inspect.isfunction(obj) and (obj.__name__ == "<lambda>" or obj.__closure__)
+      and not _module_level(obj)):
     yield obj
+
+
+def _module_level(fn) -> bool:
+  """A function its module holds by name: one object, however many builds hold it (a factory
+  decorated with ``shared_args`` is a closure over the function it wraps)."""
+  import sys
+  return getattr(sys.modules.get(fn.__module__), fn.__name__, None) is fn
 
 
 def test_every_registry_entry_compares_by_value():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import steadax
 from steadax import testing
-from steadax.testing import _check
 
 X64 = bool(jax.config.jax_enable_x64)
 
@@ -61,19 +61,27 @@ def type_signature(tree):
 
 
 def assert_same_types(expected, got, what: str):
-  problems = _check._compare(expected, got, what)
+  problems = testing.type_differences(expected, got, what)
   assert not problems, "\n".join(f"{path}: {message}" for path, message in problems)
 
 
 def assert_updates_follow_params(params, updates, what: str):
-  problems = _check._updates_follow_params(params, None, updates, what)
+  problems = testing.update_type_differences(params, updates, what)
   assert not problems, "\n".join(f"{path}: {message}" for path, message in problems)
 
 
 def assert_finite(tree, what: str):
-  # Under x64 float64 leaves are checked as float64: a finite value above float32's range is finite.
-  problems = _check._non_finite(tree, what)
-  assert not problems, "\n".join(f"{what}: non-finite values at {path}" for path, _ in problems)
+  # Under x64 float64 leaves are checked as float64: a finite value above float32's range is finite;
+  # 16-bit floats are read through numpy as float32.
+  bad = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+      values = np.asarray(leaf)
+      if values.dtype.itemsize <= 2 and not jnp.issubdtype(leaf.dtype, jnp.complexfloating):
+        values = values.astype(np.float32)
+      if not np.all(np.isfinite(values)):
+        bad.append(jax.tree_util.keystr(path))
+  assert not bad, "\n".join(f"{what}: non-finite values at {path}" for path in bad)
 
 
 def _feed(entry, params, loss_fn, grads_fn):

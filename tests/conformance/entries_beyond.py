@@ -4,6 +4,7 @@ No Optax factories: these are checked against their defining properties in tests
 tests/optimizers instead.
 """
 
+import jax
 import jax.numpy as jnp
 
 import steadax
@@ -32,6 +33,10 @@ ENTRIES = [
           notes="every test tensor is below min_8bit_size: full-precision moments"),
     Entry("adam8bit_quantized", lambda: steadax.adam8bit(0.1, min_8bit_size=1, block_size=4),
           notes="every tensor quantized, in blocks of 4 (several blocks, padding, scalars, zero-size)"),
+    Entry("adamw8bit_quantized_masked", lambda: steadax.adamw8bit(
+        0.1, weight_decay=0.01, mask=lambda p: jax.tree_util.tree_map(lambda x: x.size >= 4, p),
+        min_8bit_size=1, block_size=4),
+          notes="every tensor quantized; decay only on the leaves of 4 entries or more"),
     Entry("scale_by_adam_8bit_quantized_weight_decay",
           lambda: steadax.chain(steadax.scale_by_adam_8bit(block_size=3, min_8bit_size=2),
                                 steadax.add_decayed_weights(0.01), steadax.scale(-0.1))),

@@ -47,6 +47,13 @@ ENTRIES = [
           lambda o: o.partition({"nd": o.adamw(0.1, weight_decay=0.0), "d": o.adamw(0.1, weight_decay=0.01)},
                                 {"w": "d", "b": "nd"}),
           notes="the Optax equivalent is partition with the labels groups computes for the quadratic"),
+    Entry("groups_multipliers",
+          lambda: steadax.groups({"b|nested.*": {"lr_mult": 0.5, "wd_mult": 0.0}, "re:.*": {}},
+                                 steadax.adamw(0.1, weight_decay=0.01)),
+          lambda o: o.partition({"nd": o.adamw(0.05, weight_decay=0.0), "d": o.adamw(0.1, weight_decay=0.01)},
+                                {"w": "d", "b": "nd"}),
+          notes="lr_mult/wd_mult over a base; the Optax equivalent is partition with the labels groups "
+                "computes for the quadratic"),
     Entry("adam_adaptive_grad_clip", lambda: steadax.chain(steadax.adaptive_grad_clip(0.1), steadax.adam(0.1)),
           lambda o: o.chain(o.adaptive_grad_clip(0.1), o.adam(0.1))),
     Entry("sgd_keep_params_nonnegative",

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
 import inspect
+import pathlib
+import re
+import sys
 
 import pytest
 
@@ -80,6 +85,71 @@ def test_one_check_names_the_factory_called(build, message):
   with pytest.raises(ValueError, match=message):
     build()
 
+
+
+def test_the_outermost_steadax_factory_is_named_whoever_calls_it():
+  # A function of the user's named like a steadax factory is not taken for one (the factory says
+  # its own name; nothing matches function names on the stack), nor is a factory's own call of
+  # another factory (sm3 builds scale_by_sm3).
+  def adam(b1):
+    return steadax.sm3(0.1, momentum=b1)
+
+  with pytest.raises(ValueError, match=r"^sm3 > scale_by_sm3: b1 must lie"):
+    adam(1.0)
+  with pytest.raises(ValueError, match=r"^scale_by_sm3: b1 must lie"):  # no factory: the class's name
+    steadax.scale_by_sm3().replace(b1=1.0)
+
+
+# The public factories whose modules are being rewritten by issue 33 (the matrix optimizers): they
+# take ``@shared_args`` when they land. Until then a failed check of theirs names the block built.
+_PENDING = {"scale_by_galore", "galore", "muon", "scale_by_psgd_kron", "scale_by_soap"}
+_FACTORY_NAMESPACES = ("steadax", "steadax.contrib", "steadax.transforms", "steadax.schedules",
+                       "steadax.experimental.aggregating")
+
+
+def _returns_module(fn) -> bool:
+  """Whether ``fn``'s return annotation names a Module class (a transformation, a schedule)."""
+  annotation = fn.__annotations__.get("return")
+  if annotation is None:
+    return False
+  text = annotation if isinstance(annotation, str) else f"{annotation!r} {getattr(annotation, '__name__', '')}"
+  module = sys.modules[fn.__module__]
+  for name in re.findall(r"[A-Za-z_]\w*", text):
+    for namespace in (module, steadax):
+      value = vars(namespace).get(name) if namespace is module else getattr(namespace, name, None)
+      if isinstance(value, type) and issubclass(value, Module):
+        return True
+  return False
+
+
+def test_every_public_factory_says_its_own_name():
+  """Every public function that builds a transformation or a schedule is decorated with
+  ``shared_args``, which names it in the errors of the Modules it builds."""
+  undecorated, checked = [], 0
+  for space in _FACTORY_NAMESPACES:
+    namespace = importlib.import_module(space)
+    for name in namespace.__all__:
+      fn = getattr(namespace, name)
+      if not inspect.isfunction(fn) or not fn.__module__.startswith("steadax."):
+        continue
+      if not (_returns_module(fn) or space == "steadax.schedules"):
+        continue
+      checked += 1
+      if not hasattr(fn, "__wrapped__") and name not in _PENDING:
+        undecorated.append(f"{space}.{name}")
+  assert checked > 150, checked
+  assert not undecorated, undecorated
+
+
+def test_no_frame_is_inspected_in_the_core():
+  core = pathlib.Path(steadax.__file__).parent / "_core"
+  found = []
+  for path in sorted(core.glob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Attribute) and node.attr in (
+          "_getframe", "currentframe", "stack", "f_back", "f_locals", "f_globals", "f_code"):
+        found.append(f"{path.name}:{node.lineno} {node.attr}")
+  assert not found, found
 
 
 def test_adamax_leaves_its_uncorrected_b2_open():

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import steadax
+from steadax._core._diagnosis import diagnose_update
 from steadax._core._module import static_field
 from steadax._core._transformation import Transformation
 
@@ -98,14 +99,19 @@ def test_apply_updates_names_the_paths_when_jax_rewords_its_errors(monkeypatch):
 
 @pytest.mark.x32_only
 def test_the_path_is_the_innermost_container_and_other_trees_are_left_alone():
-  # MultiSteps' own arithmetic fails first; the part named is the moment inside the inner chain's
-  # state, not the chain's tuple of states.
+  # Before its maths runs, MultiSteps names its own accumulator (its declared role mirrors the
+  # parameters). The diagnosis of a failed call names the innermost container: the moment inside
+  # the inner chain's state, not the chain's tuple of states.
   params = {"w": jnp.ones(2), "b": jnp.ones(3)}
   tx = steadax.MultiSteps(steadax.adam(1e-3), 2)
+  grads = {"w": jnp.ones(2), "b": jnp.ones(4)}
   with pytest.raises(steadax.InputMismatchError, match=re.escape(
       "MultiSteps: at ['b'], the updates (gradients) have shape (4,), "
-      "state.inner_opt_state[0].mu (3,). The state was made by init for other parameters")):
-    tx.update({"w": jnp.ones(2), "b": jnp.ones(4)}, tx.init(params))
+      "state.acc_grads (3,). The state was made by init for other parameters")):
+    tx.update(grads, tx.init(params))
+  assert diagnose_update("MultiSteps", tx.init, grads, tx.init(params), None).startswith(
+      "MultiSteps: at ['b'], the updates (gradients) have shape (4,), "
+      "state.inner_opt_state[0].mu (3,). The state was made by init for other parameters")
   # lookahead's params are a LookaheadParams pair, not the updates' tree: its own message stands.
   tx = steadax.lookahead(steadax.adam(1e-3), 2, 0.5)
   with pytest.raises(ValueError, match="lookahead: update needs params=LookaheadParams") as info:

@@ -126,3 +126,32 @@ def test_bad_hyperparameters_are_named():
     steadax.scale_by_backtracking_linesearch(5, decrease_factor=1.5)
   with pytest.raises(ValueError, match="max_learning_rate"):
     steadax.scale_by_backtracking_linesearch(5, max_learning_rate=0.0)
+
+
+# Failed searches, each printing the report (objective, start, direction from the gradient): an
+# ascent direction (no step decreases), and trials that all overflow (the step taken is 0). The
+# numbers printed are exact in both libraries (power-of-two steps, integer-valued slopes).
+_REPORTED = {
+    "ascent": (lambda w: jnp.sum(w ** 2), [1.0, 2.0], lambda g: g),
+    "overflow": (lambda w: jnp.where(w[0] < 1.0, jnp.inf, jnp.sum(w ** 2)), [1.0], lambda g: -g),
+}
+
+
+@pytest.mark.parametrize("case", list(_REPORTED))
+def test_verbose_prints_what_optax_prints(case, capsys):
+  def printed(lib):
+    f, point, direction = _REPORTED[case]
+    tx = lib.scale_by_backtracking_linesearch(5, verbose=True)
+    w = jnp.asarray(point, DTYPE)
+    value, grad = jax.value_and_grad(f)(w)
+    jax.block_until_ready(tx.update(direction(grad), tx.init(w), w, value=value, grad=grad, value_fn=f))
+    jax.effects_barrier()
+    return capsys.readouterr().out
+
+  ours = printed(steadax)
+  with jax.numpy_dtype_promotion("standard"):
+    theirs = printed(optax)
+  assert theirs.startswith("INFO: optax.scale_by_backtracking_linesearch:\n")
+  # The one correction: Optax spells "sufficent".
+  assert ours == theirs.replace("sufficent", "sufficient")
+  assert ("Using a stepsize of 0 to avoid infinite or nan values." in ours) == (case == "overflow")

@@ -185,10 +185,11 @@ def test_state_dtypes_follow_the_widest_parameter_and_stay_fixed():
   assert float(f(steadax.apply_updates(params, updates))) < float(f(params))
 
 
-@pytest.mark.parametrize("make", [lambda: steadax.scale_by_zoom_linesearch(5, verbose=True),
-                                  lambda: steadax.scale_by_backtracking_linesearch(3, verbose=True)],
-                         ids=["zoom", "backtracking"])
-def test_verbose_prints_a_diagnostic_only_when_the_search_fails(make, capfd):
+@pytest.mark.parametrize("make,failure", [
+    (lambda: steadax.scale_by_zoom_linesearch(5, verbose=True), "Linesearch failed"),
+    (lambda: steadax.scale_by_backtracking_linesearch(3, verbose=True), "no step size")],
+    ids=["zoom", "backtracking"])
+def test_verbose_prints_a_diagnostic_only_when_the_search_fails(make, failure, capfd):
   tx = make()
   w = start([1.0, 1.0, -1.0, 0.5])
   value, grad = jax.value_and_grad(quadratic)(w)
@@ -198,4 +199,63 @@ def test_verbose_prints_a_diagnostic_only_when_the_search_fails(make, capfd):
   assert capfd.readouterr().out == ""
   run(w, grad)  # an ascent direction: the search fails
   jax.effects_barrier()
-  assert f"{tx.name}: no step size" in capfd.readouterr().out
+  assert failure in capfd.readouterr().out
+
+
+# Searches that end in each of the zoom search's diagnoses: (objective, start, direction from the
+# gradient, arguments). The numbers printed are exact in both libraries (power-of-two steps, one-
+# element or integer-valued slopes), so the lines can be compared as text.
+_REPORTED = {
+    # An ascent direction: no step decreases; "not a descent direction" with the slope's sign.
+    "ascent": (lambda w: jnp.sum(w ** 2), [1.0, 2.0], lambda g: g, {"max_linesearch_steps": 5}),
+    # Every trial overflows: steps halve to 2^-19 (Optax's "Stepsize reached 1.9e-06"), the
+    # bracket is below stepsize_precision, the slope above 1e16 ("badly conditioned").
+    "steep": (lambda w: 1e18 * jnp.sum(w ** 2), [1.0], lambda g: -g, {"max_linesearch_steps": 20}),
+    # The same, ten more halvings: a step below float32's epsilon (the advice to use x64).
+    "below_eps": (lambda w: 1e18 * jnp.sum(w ** 2), [1.0], lambda g: -g,
+                  {"max_linesearch_steps": 30}),
+    # A linear objective with a step cap: the cap is reached without a bracket.
+    "capped": (lambda w: -jnp.sum(w), [1.0], lambda g: -g,
+               {"max_linesearch_steps": 10, "max_learning_rate": 4.0}),
+    # log(w) is NaN past w = 0: the step returned is the last one with sufficient decrease.
+    "safe_step": (lambda w: jnp.sum(jnp.log(w)), [1.0], lambda g: -2 * g,
+                  {"max_linesearch_steps": 3}),
+}
+
+
+def _printed(lib, case, capsys):
+  f, point, direction, kwargs = _REPORTED[case]
+  tx = lib.scale_by_zoom_linesearch(verbose=True, **kwargs)
+  w = jnp.asarray(point, DTYPE)
+  value, grad = jax.value_and_grad(f)(w)
+  jax.block_until_ready(tx.update(direction(grad), tx.init(w), w, value=value, grad=grad, value_fn=f))
+  jax.effects_barrier()
+  return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", list(_REPORTED))
+def test_verbose_prints_what_optax_prints(case, capsys):
+  ours = _printed(steadax, case, capsys)
+  with jax.numpy_dtype_promotion("standard"):  # Optax compares float64 steps with a float32 epsilon
+    theirs = _printed(optax, case, capsys)
+  assert theirs.startswith("INFO: optax.scale_by_zoom_linesearch:\n")
+  # The two corrections (docs/linesearch.md): Optax glues FLAG_INTERVAL_NOT_FOUND to the end of the
+  # "Curvature Error" line, and advises x64 for a step below float32's epsilon in float64 too.
+  expected = theirs.replace("No interval", "\nNo interval")
+  if X64:
+    expected = "".join(line for line in expected.splitlines(keepends=True)
+                       if "consider passing to higher precision like x64" not in line)
+  assert ours == expected
+  lines = ours.splitlines()
+  if case == "capped":
+    assert lines[-2].startswith("No interval satisfying curvature condition.")
+    assert lines[-3].startswith("Curvature Error: ")
+  if case == "ascent":
+    assert "The slope (=20.0) at stepsize=0 should be negative" in ours
+  if case == "steep":
+    assert "Stepsize reached: 1.9073486328125e-06" in lines and "badly conditioned" in ours
+    assert "not a descent direction" not in ours
+  if case == "below_eps":
+    assert ("is below machine precision" in ours) == (not X64)
+  if case == "safe_step":
+    assert "Stepsize ensuring sufficient decrease: 0.5." in ours

@@ -1,4 +1,5 @@
-"""Schedules: agreement with Optax, dtypes in both x64 modes, leaves vs static, argument checks."""
+"""Schedules: Optax's values bit for bit, leaves vs static, argument checks (value types:
+test_value_types.py)."""
 
 from __future__ import annotations
 
@@ -85,16 +86,41 @@ def _optax_values(name, kwargs, counts):
     return np.array([np.float64(schedule(jnp.asarray(c))) for c in counts])
 
 
+# Where Optax's own arithmetic is wrong, under jit: XLA divides by multiplying with 1 / T, so
+# Optax's ``1 - t / T`` ends a hair below 0 at t = T. A fractional power of it is NaN
+# (polynomial_sqrt) and a linear schedule ends below its end value (-1.5e-8 for 0.0). steadax keeps
+# the fraction at 0 there; every other value is Optax's, bit for bit.
+OPTAX_NEGATIVE_FRACTION_UNDER_JIT = {"polynomial_sqrt", "linear_fractional_steps"}
+# Counts for the op-by-op forms (each count is a call): every case's boundaries and ends.
+EAGER_COUNTS = [0, 2, 5, 9, 10, 11, 20, 25, 30, 50, 85, 100, 101, 2**31 - 1]
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_matches_optax_in_float32(case):
+def test_matches_optax_bit_for_bit(case):
   name, kwargs = CASES[case]
-  schedule = getattr(steadax, name)(**kwargs)
-  ours = jax.vmap(schedule)(jnp.asarray(COUNTS))
-  assert ours.dtype == jnp.float32, f"{case}: output dtype {ours.dtype}"
-  theirs = _optax_values(name, kwargs, COUNTS)
-  # Optax evaluates in float64 under x64; we stay in float32 in both modes.
-  np.testing.assert_allclose(np.asarray(ours, np.float64), theirs, rtol=3e-6, atol=1e-7,
-                             err_msg=f"{case} differs from optax at counts {COUNTS}")
+  ours = getattr(steadax, name)(**kwargs)
+  with jax.numpy_dtype_promotion("standard"):
+    theirs = getattr(optax, name)(**kwargs)
+    forms = {
+        "Python int": lambda s: [s(c) for c in EAGER_COUNTS],
+        "int32 array": lambda s: [s(jnp.asarray(c, jnp.int32)) for c in EAGER_COUNTS],
+        "jit(vmap) over int32 counts": lambda s: [jax.jit(jax.vmap(s))(jnp.asarray(COUNTS))],
+    }
+    expected = {form: run(theirs) for form, run in forms.items()}
+  for form, run in forms.items():
+    got = np.concatenate([np.ravel(np.asarray(v)) for v in run(ours)])
+    want = np.concatenate([np.ravel(np.asarray(v)) for v in expected[form]])
+    if form.startswith("jit") and case in OPTAX_NEGATIVE_FRACTION_UNDER_JIT:
+      # Whether XLA rewrites the division depends on its flags: where the values differ, steadax's
+      # is the end value exactly and Optax's NaN or a hair past it.
+      end = kwargs["end_value"]
+      wrong = got != want
+      np.testing.assert_array_equal(got[wrong], end, err_msg=f"{case} ({form})")
+      assert np.all(np.isnan(want[wrong]) | (np.abs(want[wrong] - end) < 1e-6)), (case, want[wrong])
+      got, want = got[~wrong], want[~wrong]
+    # Bit for bit (assert_array_equal also tells -0.0 from 0.0 apart only through the sign check).
+    np.testing.assert_array_equal(got, want, err_msg=f"{case} ({form}) differs from Optax")
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{case} ({form}): sign of 0")
 
 
 @pytest.mark.parametrize("case", ["warmup_cosine", "piecewise_linear", "exponential_staircase_begin_end",
@@ -107,33 +133,17 @@ def test_scalar_call_forms_agree(case):
   for i in (0, 9, 10, 11, len(COUNTS) - 1):
     count = int(COUNTS[i])
     python = schedule(count)
+    # The schedule as a jit argument: its Python numbers are traced (computed in float32 where
+    # Python computed in float64), so the last bit may differ.
     traced = jitted(schedule, jnp.asarray(count, jnp.int32))
-    assert python.dtype == traced.dtype == jnp.float32
-    # Fused (jit) and op-by-op evaluation may round the last bit differently.
     np.testing.assert_allclose([float(python), float(traced)], [float(batched[i])] * 2, rtol=1e-6, atol=1e-8,
                                err_msg=f"{case} at {count}")
 
 
-def test_constant_keeps_declared_dtypes():
-  assert steadax.constant_schedule(0.5)(3).dtype == jnp.float32
-  assert steadax.constant_schedule(4)(3).dtype == jnp.int32
-  value = jnp.asarray(0.5, jnp.bfloat16)
-  assert steadax.constant_schedule(value)(3).dtype == jnp.bfloat16
-
-
-def test_wider_arrays_widen_the_output():
-  init = np.asarray(1.0, np.float64)
-  out = steadax.cosine_decay_schedule(init, 10)(jnp.asarray(3, jnp.int32))
-  # float64 where x64 is on, float32 (its canonical form) where it is off.
-  assert out.dtype == jax.dtypes.canonicalize_dtype(jnp.float64)
-  narrow = steadax.cosine_decay_schedule(1.0, 10)(jnp.asarray(3, jnp.int32))
-  assert narrow.dtype == jnp.float32
-  np.testing.assert_allclose(float(out), float(narrow), rtol=1e-6)
-
-
 def test_float_count_and_weak_leaves_inside_jit():
   schedule = steadax.warmup_cosine_decay_schedule(0.0, 1.0, 10, 100)
-  # A Python-float leaf reaches jit as a weak float (float64 under x64): the output stays float32.
+  # A Python-float leaf reaches jit as a weak float (float64 under x64); with an int32 count the
+  # value is float32, as Optax's (its linear warmup's `count / transition_steps` is).
   out = jax.jit(lambda s: s(jnp.asarray(50, jnp.int32)))(schedule)
   assert out.dtype == jnp.float32
   np.testing.assert_allclose(float(schedule(jnp.asarray(50.0, jnp.float32))), float(out), rtol=1e-6)
@@ -194,7 +204,7 @@ def test_schedule_built_from_traced_values():
 def test_join_with_plain_callables_has_one_dtype():
   schedule = steadax.join_schedules([lambda c: 0.5, steadax.linear_schedule(1.0, 0.0, 10)], [4])
   values = jax.vmap(schedule)(jnp.arange(8, dtype=jnp.int32))
-  assert values.dtype == jnp.float32
+  assert values.dtype == jnp.float32  # the linear piece's, with an int32 count (as in Optax)
   np.testing.assert_allclose(np.asarray(values), [0.5] * 4 + [1.0, 0.9, 0.8, 0.7], rtol=1e-6)
 
 

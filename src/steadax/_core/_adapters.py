@@ -10,6 +10,7 @@ import inspect
 from typing import Any
 
 from ._diagnosis import short_repr
+from ._docs import shared_args
 from ._interface import (
     GradientTransformation,
     GradientTransformationExtraArgs,
@@ -33,6 +34,7 @@ class _WithExtraArgs(GradientTransformationExtraArgs):
     return self.inner.update(updates, state, params)
 
 
+@shared_args
 def with_extra_args_support(tx: GradientTransformation | tuple[TransformInitFn, TransformUpdateFn]) -> GradientTransformationExtraArgs:
   """Wrap ``tx`` so its ``update`` accepts (and ignores) keyword extras.
 

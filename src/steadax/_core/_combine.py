@@ -2,6 +2,7 @@
 
 from ._adapters import as_inner
 from ._contract import InputMismatchError
+from ._docs import shared_args
 from ._interface import GradientTransformation
 from ._module import child_field, static_field
 from ._transformation import Transformation
@@ -37,6 +38,7 @@ class Chain(Transformation):
     return updates, tuple(new_state)
 
 
+@shared_args
 def chain(*args: GradientTransformation) -> Chain:
   """Applies a sequence of transformations one after the other.
 
@@ -84,6 +86,7 @@ class NamedChain(Transformation):
     return updates, new_state
 
 
+@shared_args
 def named_chain(*transforms: tuple[str, GradientTransformation]) -> NamedChain:
   """Chains transformations and keys their states by name.
 

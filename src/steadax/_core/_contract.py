@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._config import is_strict
+from ._config import entered, is_strict, mode
 from ._policy import compute_dtype, key_path_str
 
 __all__ = ["ContractError", "InputMismatchError", "collect_drift", "conform_init", "conform_state", "conform_updates", "is_weak"]
@@ -54,10 +54,9 @@ class InputMismatchError(TypeError, ValueError):
 
 # The contract checker's diagnosis (steadax.testing): strict mode raises on the first drifting leaf,
 # which would hide the others and those of later transformations. Inside ``collect_drift`` each
-# dtype drift is recorded and cast back instead, so one trace finds them all. The flag is a JAX user
-# context, part of the jit cache key like strict mode, so a trace made while collecting (drift cast
-# back) never serves a strict call; the records live in a context variable.
-_COLLECTING = jax.make_user_context(default_value=False)
+# dtype drift is recorded and cast back instead, so one trace finds them all. The flag is one of the
+# switches of ``_config``'s mode, part of the jit cache key like strict mode, so a trace made while
+# collecting (drift cast back) never serves a strict call; the records live in a context variable.
 _DRIFTS: contextvars.ContextVar[list[ContractError] | None] = contextvars.ContextVar(
     "steadax_contract_drifts", default=None)
 
@@ -70,7 +69,7 @@ def collect_drift() -> Iterator[list[ContractError]]:
   drifts: list[ContractError] = []
   token = _DRIFTS.set(drifts)
   try:
-    with _COLLECTING(True):
+    with entered(collecting=True):
       yield drifts
   finally:
     _DRIFTS.reset(token)
@@ -79,7 +78,7 @@ def collect_drift() -> Iterator[list[ContractError]]:
 def _drift(message: str) -> None:
   """Raise the drift ``message`` (strict mode), or record it inside ``collect_drift``."""
   drifts = _DRIFTS.get()
-  if drifts is None or not _COLLECTING.value:
+  if drifts is None or not mode().collecting:
     raise ContractError(message)
   drifts.append(ContractError(message))
 

@@ -9,7 +9,6 @@ and drops each entry when the Optax release it mirrors drops it. The names stay 
 ``__all__``, as in Optax.
 """
 
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -63,8 +62,9 @@ def warn_deprecated_call(message: str, *, at_caller: bool = False) -> None:
     the default filters and shown by pytest or ``-W default``. The default here: attributed to the
     steadax function that called this one.
   * At the caller (Optax's ``warn_deprecated_function`` decorator: ``second_order.hvp``,
-    ``hessian_diag``, ``fisher_diag``): ``at_caller=True`` attributes it to the first frame outside
-    steadax, so a script's call shows it, as Optax's does.
+    ``hessian_diag``, ``fisher_diag``): ``at_caller=True`` attributes it to the line that called
+    the deprecated function (one stack level further, as the decorator's ``stacklevel=2`` from its
+    wrapper does), so a script's call shows it, as Optax's does.
 
   Args:
     message: the warning's text (Optax's, with ``optax`` read as ``steadax``).
@@ -81,10 +81,5 @@ def warn_deprecated_call(message: str, *, at_caller: bool = False) -> None:
     >>> caught[0].category.__name__
     'DeprecationWarning'
   """
-  level = 2  # the deprecated steadax function
-  if at_caller:
-    frame = sys._getframe(1)
-    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "steadax":
-      frame = frame.f_back
-      level += 1
-  warnings.warn(message, DeprecationWarning, stacklevel=level)
+  # Level 2 is the deprecated steadax function that called this one, 3 the line that called it.
+  warnings.warn(message, DeprecationWarning, stacklevel=3 if at_caller else 2)

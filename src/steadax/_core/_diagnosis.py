@@ -1,5 +1,10 @@
 """Diagnosis of ``update`` and ``apply_updates`` arguments that do not belong together.
 
+Before ``update`` runs, ``input_shape_mismatch`` compares the gradients' shapes with the
+parameters' and with the state's accumulators' (the fields whose role says they mirror the
+parameters): a gradient that broadcasts against its parameter (``(4, 2)`` for a ``(2,)``
+parameter) would otherwise reach the maths and come back as the optimizer's fault.
+
 When a call fails with a ValueError or TypeError, the trees it was given are compared directly:
 their structures, then their leaves' shapes, and for ``update`` the state against the state that
 ``init`` makes for these parameters (run abstractly, with ``jax.eval_shape``). The first difference
@@ -11,6 +16,7 @@ A transformation that finds a mismatch itself (``fuse``'s layout, ``chain``'s st
 ``InputMismatchError``: its message is kept, with the enclosing transformations named in front.
 """
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +25,10 @@ import jax
 import numpy as np
 
 from ._policy import key_path_str
+from ._roles import roles_of
 from ._tree import is_none, unwrap_variables
 
-__all__ = ["diagnose_apply_updates", "diagnose_update", "short_repr"]
+__all__ = ["diagnose_apply_updates", "diagnose_update", "input_shape_mismatch", "short_repr"]
 
 _UPDATES = "the updates (gradients)"
 _OTHER_PARAMETERS = " The state was made by init for other parameters: call init with these parameters."
@@ -111,6 +118,79 @@ def _made_by_init(init: Callable[[Any], Any], reference: Any) -> Any:
       return jax.eval_shape(init, _abstract(reference))  # a leaf without a dtype raises here too
   except Exception:  # noqa: BLE001 - see the docstring
     return None
+
+
+def _shapes(leaves: list) -> list:
+  return [getattr(x, "shape", None) for x in leaves]
+
+
+@functools.lru_cache(maxsize=None)
+def _accumulator_fields(state_cls: type) -> tuple[str, ...]:
+  """The fields of a state record whose declared role mirrors the parameters."""
+  roles = roles_of(state_cls) or {}
+  return tuple(name for name, role in roles.items() if role.kind == "accumulator")
+
+
+def _first_shape_difference(owner: str, updates: Any, other_name: str,
+                            other_leaves: list) -> str | None:
+  paths = jax.tree_util.tree_flatten_with_path(updates)[0]
+  for (path, g), x in zip(paths, other_leaves):
+    g_shape, x_shape = getattr(g, "shape", None), getattr(x, "shape", None)
+    if g_shape is not None and x_shape is not None and g_shape != x_shape:
+      return (f"{owner}: at {key_path_str(path)}, {_UPDATES} have shape {tuple(g_shape)}, "
+              f"{other_name} {tuple(x_shape)}.")
+  return None  # the lists differed where a leaf has no shape
+
+
+def input_shape_mismatch(owner: str, updates: Any, state: Any, params: Any) -> str | None:
+  """Where the gradients' shapes differ from the parameters' or the state's accumulators', or None.
+
+  For a transformation whose state has accumulators (fields whose declared role mirrors the
+  parameters): the gradients must have the parameters' shapes, and the accumulators' (named as
+  ``the params`` when they are given, else as the state's field). Run by ``update`` before the
+  transformation's maths, at trace time (shapes only): one flatten
+  of each tree and a comparison of lists of shapes (about 0.3 ms for 200 leaves, params and two
+  moments; 1% of tracing ``adamw``). Trees of another structure are left to the
+  diagnosis of the failing call (``diagnose_update``); each leaf without a shape is skipped.
+
+  Args:
+    owner: the transformation's name, for the message.
+    updates: the updates (gradients) given to ``update``.
+    state: the state given (in ``init``'s containers).
+    params: the params given, or None.
+
+  Returns:
+    The message naming the path and both shapes, or None.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> tx = steadax.scale_by_adam()
+    >>> print(input_shape_mismatch("scale_by_adam", {"w": jnp.ones((4, 2))},
+    ...                            tx.init({"w": jnp.ones(2)}), None))  # doctest: +NORMALIZE_WHITESPACE
+    scale_by_adam: at ['w'], the updates (gradients) have shape (4, 2), state.mu (2,). The state
+    was made by init for other parameters: call init with these parameters.
+  """
+  accumulators = _accumulator_fields(type(state))
+  if not accumulators:
+    # No state mirrors the parameters: nothing says the updates must have their shapes here (a
+    # stateless transformation may pass per-example gradients, ``aggregating.process``); leafwise
+    # still compares each gradient with its parameter where the maths runs.
+    return None
+  leaves, treedef = jax.tree_util.tree_flatten(updates)
+  shapes = _shapes(leaves)
+  if params is not None:
+    param_leaves, param_def = jax.tree_util.tree_flatten(params)
+    if param_def == treedef and _shapes(param_leaves) != shapes:
+      message = _first_shape_difference(owner, updates, "the params", param_leaves)
+      if message is not None:
+        return message
+  for name in accumulators:
+    held_leaves, held_def = jax.tree_util.tree_flatten(getattr(state, name))
+    if held_def == treedef and _shapes(held_leaves) != shapes:
+      message = _first_shape_difference(owner, updates, f"state.{name}", held_leaves)
+      if message is not None:
+        return message + _OTHER_PARAMETERS
+  return None
 
 
 def diagnose_update(owner: str, init: Callable[[Any], Any], updates: Any, state: Any,

@@ -1,5 +1,6 @@
-"""Argument descriptions shared by the factories' docstrings, written once.
+"""The factories' decorator: argument descriptions written once, and the factory's own name.
 
+**Shared descriptions.** 
 A factory's docstring names a shared argument with the marker ``<shared>``::
 
     @shared_args
@@ -14,12 +15,22 @@ A factory's docstring names a shared argument with the marker ``<shared>``::
 and ``shared_args`` puts the one description from ``ARGS`` in its place when the module is imported
 (``help()`` and doctests see the full text); the docs site's griffe extension applies the same
 ``fill_shared`` to the source it reads. An unknown name raises at import time.
+
+**The factory's name in errors.** A field check fails inside the Module being built, which knows
+only its own name: ``adam(1e-3, b1=1.0)`` builds ``scale_by_adam``, whose check would say
+``scale_by_adam: b1 ...``. A factory decorated with ``shared_args`` says its own name while it
+runs: the outermost decorated factory of a call is recorded in a context variable (with its
+parameter names), and ``Module``'s checks name it (``adam: b1 must lie in [0.0, 1.0)``; ``sm3 >
+scale_by_sm3: b1 ...`` where the factory's argument has another name than the field). No frame is
+inspected: every public factory carries the decorator (tests/core/test_module_checks.py checks it).
 """
 
+import contextvars
+import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
-__all__ = ["ARGS", "fill_shared", "shared_args"]
+__all__ = ["ARGS", "called_factory", "fill_shared", "shared_args"]
 
 ARGS = {
     "learning_rate": "a scalar or a schedule (a callable of the int32 step count).",
@@ -72,14 +83,42 @@ def fill_shared(doc: str, owner: str) -> str:
   return "\n".join(lines) + ("\n" if doc.endswith("\n") else "")
 
 
-def shared_args(fn: F) -> F:
-  """Replace each ``name: <shared>`` line of ``fn``'s docstring with ``ARGS[name]``.
+# The outermost decorated factory running in this thread or task, with its parameter names.
+_CALLED: contextvars.ContextVar[tuple[str, frozenset[str]] | None] = contextvars.ContextVar(
+    "steadax_factory_called", default=None)
 
-  Args:
-    fn: a function whose docstring uses the marker.
+
+def called_factory() -> tuple[str, frozenset[str]] | None:
+  """The public factory the user called, and its parameter names, while it runs (else None).
+
+  The outermost call of a function decorated with ``shared_args``: ``adam`` while ``adam`` builds
+  ``scale_by_adam`` (whose own factory is decorated too).
 
   Returns:
-    ``fn``, with its docstring filled in.
+    ``(name, parameter names)``, or None outside any decorated factory.
+
+  Example:
+    >>> @shared_args
+    ... def outer(b1=0.9):
+    ...   return called_factory()
+    >>> outer()
+    ('outer', frozenset({'b1'}))
+  """
+  return _CALLED.get()
+
+
+def shared_args(fn: F) -> F:
+  """The decorator of every public factory: shared argument descriptions, and its name in errors.
+
+  Replaces each ``name: <shared>`` line of ``fn``'s docstring with ``ARGS[name]``, and returns a
+  function that calls ``fn`` with its name recorded for the checks of the Modules it builds (see
+  the module docstring); the function keeps ``fn``'s name, signature and docstring.
+
+  Args:
+    fn: a public factory (its docstring may use the marker).
+
+  Returns:
+    The factory, with its docstring filled in.
 
   Example:
     >>> @shared_args
@@ -91,4 +130,17 @@ def shared_args(fn: F) -> F:
     True
   """
   fn.__doc__ = fill_shared(fn.__doc__ or "", fn.__qualname__)
-  return fn
+  code = fn.__code__
+  called = (fn.__name__, frozenset(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]))
+
+  @functools.wraps(fn)
+  def factory(*args, **kwargs):
+    if _CALLED.get() is not None:  # inside another factory: the outermost one is the user's
+      return fn(*args, **kwargs)
+    token = _CALLED.set(called)
+    try:
+      return fn(*args, **kwargs)
+    finally:
+      _CALLED.reset(token)
+
+  return cast(F, factory)

@@ -33,7 +33,8 @@ per-dtype scalars computed once, and returns the update and its new state leaves
   real parameter always raises.
 * **Traced once per leaf type.** Under tracing, the first leaf of each combination of input
   shapes and dtypes runs the leaf function; every later leaf of that combination is a ``jit`` call
-  of that trace (see ``_Once``). A model repeats a few shapes over its layers, so tracing no longer
+  of that trace (``_reuse.py``), unless the leaf function could read per-leaf data from its
+  closure (a counter it advances, an iterator): it then runs for every leaf. A model repeats a few shapes over its layers, so tracing no longer
   grows with depth at the cost of every operation of the leaf function, and XLA inlines the calls:
   the compiled program is the same.
 
@@ -59,8 +60,9 @@ import numpy as np
 from jax.experimental.shard_alike import shard_alike
 
 from ._config import is_strict
-from ._contract import ContractError
+from ._contract import ContractError, InputMismatchError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
+from ._reuse import Captures, Once
 
 __all__ = ["Scalars", "TreeScalar", "leafwise", "place_kept_axes", "place_like", "split_record", "tree_reduce"]
 
@@ -380,6 +382,13 @@ def leafwise(
       continue
     leaf_states = [s[i] for s in state_leaves]
     p = param_leaves[i]
+    if p is not None and getattr(p, "shape", None) not in (None, g.shape):
+      # Before the leaf function: a gradient that broadcasts against its parameter is the caller's
+      # mismatch, not a leaf function returning the wrong shape (``Transformation.update`` also
+      # compares the state's accumulators, which only their declared roles say mirror the params).
+      raise InputMismatchError(
+          f"{owner}: at {_path(treedef, i)}, the updates (gradients) have shape {tuple(g.shape)}, "
+          f"the params {tuple(p.shape)}.")
     out_dtype = p.dtype if p is not None and hasattr(p, "dtype") else g.dtype
     inputs = [g, *leaf_states, *[r[i] for r in read_leaves]]
     signature = (out_dtype, *[None if x is None else x.dtype for x in inputs])
@@ -405,19 +414,29 @@ def leafwise(
   # dtype the policy did not expect.
   results = []
   calls: dict = {}
+  captures: Captures | None = None  # what ``fn`` captures, read at its first traced leaf
   with jax.numpy_dtype_promotion("standard"):
     for i, plan, k, cast_in in jobs:
       if isinstance(cast_in[0], jax.core.Tracer):
         # Traced: a leaf whose inputs have the types of an earlier leaf's reuses that leaf's trace
-        # (a call of the traced function, see _Once), so a model's repeated shapes are traced once.
+        # (a call of the traced function, see _reuse.py), so a model's repeated shapes are traced
+        # once; unless ``fn`` could read per-leaf data from its closure (``Captures``).
         types = (plan, *[None if x is None else x.shape for x in cast_in])
         call = calls.get(types)
         if call is None:
           calls[types] = False  # met once: traced directly
-          results.append(fn(k, *cast_in))
+          if captures is None:
+            captures = Captures(fn, records=(Scalars,))
+            results.append(fn(k, *cast_in))
+            captures.called()
+          else:
+            results.append(fn(k, *cast_in))
           continue
         if call is False:
-          call = calls[types] = _Once(fn, k)
+          if not (captures is not None and captures.reusable):
+            results.append(fn(k, *cast_in))
+            continue
+          call = calls[types] = Once(fn, *split_record(k))
         results.append(call(cast_in))
       else:
         results.append(fn(k, *cast_in))
@@ -509,33 +528,6 @@ def _checked_output(owner: str, plan: _Plan, j: int, value: Any, shape: tuple, s
   return value
 
 
-class _Once:
-  """A leaf function traced once for the input types of a leaf and called for every later leaf of
-  those types.
-
-  Tracing a leaf function binds each of its operations through ``jax.numpy``'s dispatch (a
-  fraction of a millisecond each); a model repeats a few parameter shapes many times (the layers
-  of an MLP or a transformer), so leafwise traces the leaf function again only where the types
-  differ: the later leaves' updates are one ``jit`` call each of the first trace (``jax.jit``
-  caches the trace by input types; XLA inlines the calls, so the compiled program is the same).
-  The scalars record ``k`` is split: its Python numbers stay in the function (folded as
-  constants), its traced values (bias corrections, injected hyperparameters) are arguments.
-  A type met once is traced directly: a call costs more than tracing a leaf once.
-  """
-
-  def __init__(self, fn: Callable[..., Any], k: Any):
-    self.traced, rebuild = split_record(k)
-
-    def leaf(traced: dict, *inputs: Any) -> Any:
-      return fn(rebuild(traced), *inputs)
-
-    leaf.__name__ = leaf.__qualname__ = getattr(fn, "__name__", "leaf")
-    self.jitted = jax.jit(leaf)
-
-  def __call__(self, inputs: list) -> Any:
-    return self.jitted(self.traced, *inputs)
-
-
 def saturating_cast(value: jax.Array, store: Any) -> jax.Array:
   """``value`` written in ``store``, saturating: a finite value beyond ``store``'s range is written
   as its largest finite value instead of infinity.
@@ -575,7 +567,7 @@ def _path(treedef: Any, index: int) -> str:
 
 
 def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
-                scalars: Any = None) -> jax.Array:
+                scalars: Any = None, owner: str = "tree_reduce") -> jax.Array:
   """``Σ_leaves fn(k, *leaves)``: a whole-tree reduction summed in the statistics dtype.
 
   Each leaf's term is computed in the compute dtype of its inputs (their promotion, at least
@@ -588,9 +580,11 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
     dtype: the dtype of the sum.
     tree: the first tree (gradients or updates); None leaves and non-floating leaves (integer
       parameters' gradients, float0) are skipped.
-    *rest: trees with the structure of ``tree``.
+    *rest: trees with the structure and the leaf shapes of ``tree`` (a leaf of another shape
+      raises an ``InputMismatchError`` naming its path before ``fn`` runs).
     scalars: as ``leafwise``'s: a ``Scalars`` record, or ``scalars(real compute dtype) ->
       Scalars`` built once per dtype.
+    owner: the name errors give (the transformation's).
 
   Returns:
     A scalar of ``dtype`` (0 for a tree without leaves).
@@ -606,8 +600,15 @@ def tree_reduce(fn: Callable[..., jax.Array], dtype: Any, tree: Any, *rest: Any,
   columns = [treedef.flatten_up_to(tree)] + [treedef.flatten_up_to(r) for r in rest]
   records: dict = {}
   total = jnp.zeros([], dtype)
-  for leaves in zip(*columns):
-    if leaves[0] is None or not jnp.issubdtype(leaves[0].dtype, jnp.inexact):
+  for i, leaves in enumerate(zip(*columns)):
+    if leaves[0] is None:
+      continue
+    if any(x is not None and getattr(x, "shape", None) not in (None, leaves[0].shape) for x in leaves[1:]):
+      # A leaf that broadcasts against the first tree's would be summed over the broadcast shape.
+      raise InputMismatchError(
+          f"{owner}: at {_path(treedef, i)}, the trees summed have shapes "
+          f"{', '.join(str(tuple(np.shape(x))) for x in leaves)}.")
+    if not jnp.issubdtype(leaves[0].dtype, jnp.inexact):
       # As in leafwise: an integer, boolean or float0 leaf (an integer parameter) is not
       # optimised, so it adds nothing to a statistic of the optimisation.
       continue

@@ -38,7 +38,6 @@ a Module can be a dictionary key or a ``static_argnums`` argument.
 
 import dataclasses
 import inspect
-import sys
 from collections.abc import Callable
 
 import jax
@@ -46,12 +45,14 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import numpy as np
 from typing import Any, ClassVar, Literal, Self, cast, dataclass_transform, get_origin
 
+from ._docs import called_factory
 from ._policy import derived_correction, derived_value, hyperparam_dtype
 
 __all__ = ["Module", "hyper_field", "child_field", "static_field", "derived_field", "derived", "Fn"]
 
 _KIND = "steadax_kind"
 _CHECK = "steadax_check"
+_AS_GIVEN = "steadax_as_given"
 _DERIVE = "steadax_derive"
 _HYPER, _CHILD, _STATIC, _DERIVED = "hyper", "child", "static", "derived"
 
@@ -69,7 +70,7 @@ def _declare(kind: str, default: Any, default_factory: Any, check: Any, kwargs: 
 
 
 def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = None,
-          default_factory: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+          default_factory: Any = dataclasses.MISSING, as_given: bool = False, **kwargs: Any) -> Any:
   """Declare a hyperparameter field: always a pytree child (a leaf when it holds a number).
 
   Args:
@@ -77,6 +78,10 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     check: ``check(owner, name, value)`` run on the value when the object is built; it should
       ignore tracers and non-numeric values (the helpers of ``_core._checks`` do).
     default_factory: as in ``dataclasses.field``.
+    as_given: keep a concrete scalar exactly as given (a Python number, a numpy scalar, a strong
+      or weakly typed jax array) instead of storing it as one canonical kind of leaf: for a value
+      whose type is part of what the object returns, as a schedule's arguments are (Optax's
+      schedules return the type of their arguments' arithmetic).
     **kwargs: passed to ``dataclasses.field``.
 
   Returns:
@@ -89,6 +94,8 @@ def hyper_field(default: Any = dataclasses.MISSING, *, check: Callable | None = 
     >>> jax.tree_util.tree_leaves(Scale(0.5))
     [0.5]
   """
+  if as_given:
+    kwargs["metadata"] = {**(kwargs.get("metadata") or {}), _AS_GIVEN: True}
   return _declare(_HYPER, default, default_factory, check, kwargs)
 
 
@@ -318,7 +325,8 @@ def _as_python_number(leaf: Any) -> Any:
 
 def _canonical_hyper(value: Any) -> Any:
   """``value`` with its concrete scalar leaves as Python numbers (``_as_python_number``); Modules
-  (schedules) are left alone: they canonicalize their own fields when built."""
+  (schedules) are left alone: their own fields are handled when they are built (schedules keep
+  theirs as given)."""
   if value is None or isinstance(value, Module):
     return value
   if isinstance(value, (tuple, list, dict)):
@@ -333,27 +341,21 @@ def _is_concrete(value: Any) -> bool:
 def _finish(obj: Any) -> None:
   """What every built Module gets, whoever wrote its ``__init__``: every field's check run on its
   (concrete) value as given, then plain callables in dynamic fields wrapped in ``Fn`` and concrete
-  scalar hyperparameters made one kind of leaf (``_canonical_hyper``)."""
+  scalar hyperparameters made one kind of leaf (``_canonical_hyper``; not in ``as_given`` fields)."""
   cls = type(obj)
   d = obj.__dict__
   for name in cls._derived_fields:
     d.setdefault(name, 0.0)  # no constructor argument: set below, once the fields are canonical
-  owner = getattr(obj, "owner", cls.__name__)
-  for name, check in cls._field_checks:
-    value = d[name]
-    if _is_concrete(value):
-      try:
-        check(owner, name, value)
-      except (ValueError, TypeError):
+  if cls._field_checks:
+    owner = getattr(obj, "owner", cls.__name__)
+    factory = called_factory()
+    for name, check in cls._field_checks:
+      value = d[name]
+      if _is_concrete(value):
         # The field's check is the one check of the value; the error names what the user called:
         # ``adam: b1 must lie in [0.0, 1.0)`` for ``adam(b1=1.0)``, and ``sm3 > scale_by_sm3: b1``
         # for ``sm3(momentum=1.0)``, whose argument has another name than the field.
-        factory = _factory_called()
-        if factory is None or factory[0] == owner:
-          raise
-        name_of_factory, parameters = factory
-        check(name_of_factory if name in parameters else f"{name_of_factory} > {owner}", name, value)
-        raise
+        check(_named(owner, name, factory), name, value)
   for name in cls._dynamic_fields:
     value = d[name]
     frozen = _freeze_callables(value)
@@ -368,22 +370,14 @@ def _finish(obj: Any) -> None:
     object.__setattr__(obj, name, derived_correction(obj, fn))
 
 
-def _factory_called() -> tuple[str, frozenset[str]] | None:
-  """The public steadax function the user called and its parameter names, found on the stack: the
-  outermost frame of a steadax module whose function is in that module's ``__all__`` (``adam`` when
-  ``adam`` called ``scale_by_adam``; a wrapper's inner closure, not being public, is passed over).
-  Read only when a check fails, so building a Module never walks the stack."""
-  found = None
-  frame = sys._getframe(1)  # pylint: disable=protected-access
-  while frame is not None:
-    module_globals = frame.f_globals
-    if str(module_globals.get("__name__", "")).startswith("steadax."):
-      code = frame.f_code
-      if code.co_name in module_globals.get("__all__", ()):
-        parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-        found = (code.co_name, frozenset(parameters))
-    frame = frame.f_back
-  return found
+def _named(owner: str, field: str, factory: tuple[str, frozenset[str]] | None) -> str:
+  """The name a failed check of ``owner``'s ``field`` gives: the public factory the user called
+  (``_docs.called_factory``) when it takes an argument of that name, the path from it to ``owner``
+  when it does not, ``owner`` itself outside any factory or inside its own."""
+  if factory is None or factory[0] == owner:
+    return owner
+  name, parameters = factory
+  return name if field in parameters else f"{name} > {owner}"
 
 
 class _ModuleMeta(type):
@@ -451,7 +445,9 @@ class Module(metaclass=_ModuleMeta):
     dataclasses.dataclass(frozen=True, eq=False, repr=True)(cls)
     fields = dataclasses.fields(cast(Any, cls))
     dynamic = tuple(f.name for f in fields if f.metadata[_KIND] != _STATIC)
-    hypers = tuple(f.name for f in fields if f.metadata[_KIND] == _HYPER)
+    # The hyperparameter fields whose concrete scalars ``_finish`` canonicalizes.
+    hypers = tuple(f.name for f in fields
+                   if f.metadata[_KIND] == _HYPER and not f.metadata.get(_AS_GIVEN, False))
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
     derived_fields = {f.name: f.metadata[_DERIVE] for f in fields if f.metadata[_KIND] == _DERIVED}

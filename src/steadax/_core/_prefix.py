@@ -29,15 +29,61 @@ def one_level(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
   return [(path[0] if path else None, child) for path, child in children], treedef
 
 
-def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple = ()) -> Any:
+def _is_sequence(x: Any) -> bool:
+  """A plain list or tuple (a NamedTuple is a record: JAX matches it by type, as any other node)."""
+  return isinstance(x, (list, tuple)) and not hasattr(x, "_fields")
+
+
+def _describe(x: Any) -> str:
+  """What a node of a mask or of the parameters is, for a message."""
+  if x is None:
+    return "None"
+  if isinstance(x, Mapping):
+    keys = list(x)
+    shown = ", ".join(repr(k) for k in keys[:6]) + (" ..." if len(keys) > 6 else "")
+    return f"a {type(x).__name__} with keys {shown}" if keys else f"an empty {type(x).__name__}"
+  if _is_sequence(x):
+    return f"a {type(x).__name__} of {len(x)} entr{'y' if len(x) == 1 else 'ies'}"
+  if hasattr(x, "shape") and hasattr(x, "dtype"):
+    return f"an array of shape {tuple(x.shape)}"
+  return f"a {type(x).__name__}"
+
+
+def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple = (), *,
+                 returned: bool = False) -> Any:
   """``prefix`` rebuilt with ``tree``'s container types wherever both are mappings or sequences.
 
   A ``dict`` mask for ``FrozenDict`` parameters (or a list for a tuple) would otherwise fail JAX's
-  prefix matching on the container type alone. Other nodes are kept as they are.
+  prefix matching on the container type alone. Where the two cannot match, the error names the
+  path and both nodes (``it has a list of 1 entry there, the parameters a dict with keys 'c'``),
+  never JAX's own text about "the prefix pytree tree_map tree": a mapping or a sequence in
+  ``prefix`` facing another kind of node, keys that differ, sequences of other lengths. Other nodes
+  (records, custom pytree nodes) are kept as they are, for JAX to match.
+
+  Args:
+    owner: the transformation's name, for the message.
+    argname: the argument that gave ``prefix`` (``mask``, ``param_labels``).
+    prefix: the mask or labels: a prefix tree of ``tree``.
+    tree: the parameters (or updates).
+    path: the key path of ``tree`` within the whole parameters.
+    returned: ``prefix`` is what a function given as ``argname`` returned (said in the message).
+
+  Returns:
+    ``prefix``, with ``tree``'s mapping and sequence types.
 
   Raises:
-    ValueError: naming ``owner``, ``argname`` and the tree path where the keys differ.
+    ValueError: naming ``owner``, ``argname`` and the tree path where the two differ.
+
+  Example:
+    >>> align_prefix("masked", "mask", [True], {"w": 1.0})
+    Traceback (most recent call last):
+    ...
+    ValueError: masked: `mask` does not match the parameters at <root>: it has a list of 1 entry there, the parameters a dict with keys 'w'.
   """
+  def mismatch(detail: str) -> ValueError:
+    what = f"the tree `{argname}` returned" if returned else f"`{argname}`"
+    return ValueError(f"{owner}: {what} does not match the parameters at {key_path_str(path)}: {detail}")
+
   if isinstance(prefix, Mapping) and isinstance(tree, Mapping):
     children, treedef = one_level(tree)
     if not all(isinstance(k, jax.tree_util.DictKey) for k, _ in children):
@@ -51,22 +97,25 @@ def align_prefix(owner: str, argname: str, prefix: Any, tree: Any, path: tuple =
         detail.append("no entry for " + ", ".join(repr(k) for k in missing))
       if extra:
         detail.append("unexpected " + ", ".join(repr(k) for k in extra))
-      raise ValueError(
-          f"{owner}: `{argname}` does not match the parameters at {key_path_str(path)}: "
-          + "; ".join(detail)
-      )
+      raise mismatch("; ".join(detail) + ".")
     return treedef.unflatten([
-        align_prefix(owner, argname, prefix[k.key], child, (*path, k)) for k, child in children
+        align_prefix(owner, argname, prefix[k.key], child, (*path, k), returned=returned)
+        for k, child in children
     ])
-  if (isinstance(prefix, (list, tuple)) and isinstance(tree, (list, tuple))
-      and not hasattr(prefix, "_fields") and len(prefix) == len(tree)):
+  if _is_sequence(prefix) and _is_sequence(tree):
+    if len(prefix) != len(tree):
+      raise mismatch(f"it has {_describe(prefix)} there, the parameters {_describe(tree)}.")
     children, treedef = one_level(tree)
     if len(children) != len(prefix):
       return prefix
     return treedef.unflatten([
-        align_prefix(owner, argname, p, child, (*path, k))
+        align_prefix(owner, argname, p, child, (*path, k), returned=returned)
         for p, (k, child) in zip(prefix, children)
     ])
+  if isinstance(prefix, Mapping) or _is_sequence(prefix):
+    # A container where the parameters have another kind of node (a leaf, None, a record, a
+    # container of the other kind): no prefix match exists.
+    raise mismatch(f"it has {_describe(prefix)} there, the parameters {_describe(tree)}.")
   return prefix
 
 
@@ -106,5 +155,6 @@ def resolve_prefix(owner: str, argname: str, spec: Any, tree: Any) -> Any:
   Raises:
     ValueError: naming ``owner``, ``argname`` and the tree path where the keys differ.
   """
-  value = spec(unwrap_variables(tree)) if is_mask_callable(spec) else spec
-  return align_prefix(owner, argname, value, tree)
+  returned = is_mask_callable(spec)
+  value = spec(unwrap_variables(tree)) if returned else spec
+  return align_prefix(owner, argname, value, tree, returned=returned)

@@ -5,6 +5,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from ._docs import shared_args
 from ._interface import GradientTransformationExtraArgs
 from ._module import static_field
 from ._transformation import Transformation
@@ -21,6 +22,7 @@ class _Identity(Transformation):
     return updates, state
 
 
+@shared_args
 def identity() -> GradientTransformationExtraArgs:
   """Leaves updates unchanged.
 
@@ -44,6 +46,7 @@ class _SetToZero(Transformation):
     return jax.tree_util.tree_map(jnp.zeros_like, updates), state
 
 
+@shared_args
 def set_to_zero() -> GradientTransformationExtraArgs:
   """Replaces every update with zeros (freezes the parameters it is applied to).
 
@@ -67,6 +70,7 @@ class _Stateless(Transformation):
     return self.fn(updates, params), state
 
 
+@shared_args
 def stateless(f: Callable[[Updates, Params | None], Updates]) -> GradientTransformationExtraArgs:
   """A stateless transformation from ``f(updates, params) -> updates``.
 
@@ -96,6 +100,7 @@ class _StatelessTreeMap(Transformation):
     return jax.tree_util.tree_map(self.fn, updates, params), state
 
 
+@shared_args
 def stateless_with_tree_map(
     f: Callable[[jax.Array, jax.Array | None], jax.Array]) -> GradientTransformationExtraArgs:
   """A stateless transformation applying ``f(update, param)`` leaf by leaf.

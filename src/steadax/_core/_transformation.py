@@ -12,7 +12,7 @@ import jax
 
 from ._containers import in_init_containers
 from ._contract import ContractError, InputMismatchError, conform_init, conform_state, conform_updates
-from ._diagnosis import diagnose_update, short_repr
+from ._diagnosis import diagnose_update, input_shape_mismatch, short_repr
 from ._interface import EmptyState, GradientTransformationExtraArgs
 from ._leafwise import leafwise
 from ._policy import check_float_params, key_path_str
@@ -120,6 +120,12 @@ class Transformation(GradientTransformationExtraArgs):
     _check_state_type(self, state)
     # A framework may have given the state back in other containers (NNX): see _containers.
     state, back, context = in_init_containers(self, state, updates if params is None else params)
+    if self.updates_follow_params:
+      # A gradient of another shape than its parameter or its moments may broadcast in the maths:
+      # named here, before it runs, as the caller's mismatch (not the transformation's fault).
+      mismatch = input_shape_mismatch(self.owner, updates, state, params)
+      if mismatch is not None:
+        raise InputMismatchError(mismatch)
     try:
       with context:
         new_updates, new_state = self.update_fn(updates, state, params, **extra_args)

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._module import child_field, static_field
 from .._core._roles import INNER, OTHER, state_roles
@@ -145,6 +146,7 @@ class Fused(Transformation):
     return FusedState(inner, layout)
 
 
+@shared_args
 def fuse(inner: GradientTransformation, *, max_leaf_size: int = DEFAULT_MAX_LEAF_SIZE,
          max_same_shape: int | None = DEFAULT_MAX_SAME_SHAPE) -> Fused:
   """Runs an elementwise transformation on one flat buffer per dtype instead of leaf by leaf.

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
@@ -158,10 +159,16 @@ class ScaleByBacktrackingLinesearch(Transformation):
       at = add_scaled(params, final.learning_rate, updates)
       new_grad = cast_like(jax.grad(lambda p: value_fn(p, **fn_kwargs))(at), state.grad)
     if self.verbose:
+      # Optax's report, line for line (its "sufficent" spelled right), read by users and notebooks.
       print_if(final.decrease_error > atol,
-               "scale_by_backtracking_linesearch: no step size with sufficient decrease found "
-               "(value {value}, slope {slope}, step {step}, decrease error {error}).",
-               value=value, slope=slope, step=final.learning_rate, error=final.decrease_error)
+               "INFO: optax.scale_by_backtracking_linesearch:\n"
+               "Backtracking linesearch failed to find a stepsize ensuring sufficient decrease.\n"
+               "Value at current params: {value},\n"
+               "Slope along update direction: {slope}\n"
+               "Stepsize: {stepsize}\n"
+               "Decrease Error: {decrease_error}",
+               value=value, slope=slope, stepsize=final.learning_rate, decrease_error=final.decrease_error)
+      print_if(jnp.isinf(final.decrease_error), "Using a stepsize of 0 to avoid infinite or nan values.")
     new_state = ScaleByBacktrackingLinesearchState(
         learning_rate=stepsize,
         value=final.new_value,
@@ -171,6 +178,7 @@ class ScaleByBacktrackingLinesearch(Transformation):
     return scale_tree(self.owner, stepsize, updates), new_state
 
 
+@shared_args
 def scale_by_backtracking_linesearch(
     max_backtracking_steps: ArrayLike,
     slope_rtol: ArrayLike = 1e-4,

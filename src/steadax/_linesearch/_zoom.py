@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._module import hyper_field, static_field
@@ -38,6 +39,26 @@ from ._common import (
 from .._core._types import Params
 
 __all__ = ["ZoomLinesearchInfo", "ScaleByZoomLinesearchState", "scale_by_zoom_linesearch"]
+
+# What ``verbose=True`` prints is what Optax 0.2.8 prints (users and Optax's notebooks read it),
+# with two corrections (docs/linesearch.md): the report of a capped search gets the line break
+# Optax's lacks before FLAG_INTERVAL_NOT_FOUND, and the advice to enable x64 for a step below
+# float32's machine epsilon is not given when the search already runs in float64. Under
+# steadax.as_optax, ``optax._src.linesearch.FLAG_*`` are these strings.
+FLAG_INTERVAL_NOT_FOUND = ("No interval satisfying curvature condition. "
+                           "Consider increasing maximal possible stepsize of the linesearch.")
+FLAG_INTERVAL_TOO_SMALL = "Length of searched interval has been reduced below threshold."
+FLAG_CURVATURE_COND_NOT_SATISFIED = ("Returning stepsize with sufficient decrease "
+                                     "but curvature condition not satisfied.")
+FLAG_NO_STEPSIZE_FOUND = "Linesearch failed, no stepsize satisfying sufficient decrease found."
+FLAG_NOT_A_DESCENT_DIRECTION = ("The linesearch failed because the provided direction "
+                                "is not a descent direction. ")
+_REPORT = ("INFO: optax.scale_by_zoom_linesearch:\n"
+           "Value at current params: {value_init}\n"
+           "Slope along update direction: {slope_init}\n"
+           "Stepsize reached: {stepsize}\n"
+           "Decrease Error: {decrease_error}\n"
+           "Curvature Error: {curvature_error}")
 
 
 @state_roles(num_linesearch_steps=COUNTER, decrease_error=SCALAR, curvature_error=SCALAR)
@@ -278,6 +299,11 @@ class ScaleByZoomLinesearch(Transformation):
         new_low, new_high = _where(low_is_trial, (new, last), (last, new))
         new_ref = new_low[:2]
         found = high_is_trial | low_is_trial | done
+        if self.verbose:
+          print_if(reached_cap & ~found,
+                   f"{_REPORT}\n{FLAG_INTERVAL_NOT_FOUND}\n{FLAG_CURVATURE_COND_NOT_SATISFIED}",
+                   value_init=value_init, slope_init=slope_init, stepsize=stepsize,
+                   decrease_error=dec_err, curvature_error=curv_err)
         done = done | (reached_cap & ~found)  # capped: the cap satisfies Armijo, take it
         keep_safe = sufficient
         too_narrow = jnp.zeros([], bool)
@@ -321,12 +347,8 @@ class ScaleByZoomLinesearch(Transformation):
                                    (final.stepsize, final.value, final.grad))
 
     if self.verbose:
-      print_if(final.failed,
-               "scale_by_zoom_linesearch: no step size satisfying both Wolfe conditions found "
-               "(value {value}, slope {slope}, step {step}, decrease error {dec}, curvature error "
-               "{curv}); a non-negative slope means the updates are not a descent direction.",
-               value=value_init, slope=slope_init, step=stepsize,
-               dec=final.decrease_error, curv=final.curvature_error)
+      jax.lax.cond(final.failed, lambda: _print_failure(final, value_init, slope_init, precision),
+                   lambda: None)
     new_state = ScaleByZoomLinesearchState(
         learning_rate=stepsize,
         value=value,
@@ -336,6 +358,44 @@ class ScaleByZoomLinesearch(Transformation):
     return scale_tree(self.owner, stepsize, updates), new_state
 
 
+def _print_failure(final: _Search, value_init: jax.Array, slope_init: jax.Array,
+                   precision: jax.Array) -> None:
+  """The diagnosis of a failed search (``verbose=True``), in Optax's words: the last trial, then
+  the step returned and, when no step had sufficient decrease, the likely causes."""
+  jax.debug.print(_REPORT, value_init=value_init, slope_init=slope_init, stepsize=final.stepsize,
+                  decrease_error=final.decrease_error, curvature_error=final.curvature_error,
+                  ordered=True)
+  interval_length = jnp.abs(final.low - final.high)
+  print_if(interval_length <= precision, FLAG_INTERVAL_TOO_SMALL + " Interval length: {length}.",
+           length=interval_length)
+  safe = final.safe_stepsize > 0
+  print_if(safe, FLAG_CURVATURE_COND_NOT_SATISFIED
+           + " Stepsize ensuring sufficient decrease: {safe_stepsize}.",
+           safe_stepsize=final.safe_stepsize)
+  print_if(~safe, FLAG_NO_STEPSIZE_FOUND)
+  descent = slope_init < 0
+  print_if(~safe & ~descent, FLAG_NOT_A_DESCENT_DIRECTION
+           + "The slope (={slope_init}) at stepsize=0 should be negative", slope_init=slope_init)
+  print_if(~safe & descent, "Consider augmenting the maximal number of linesearch iterations.")
+  if final.stepsize.dtype != jnp.float64:  # in float64, advice to switch to x64 would be wrong
+    eps = jnp.asarray(jnp.finfo(jnp.float32).eps)
+    print_if(~safe & descent & (final.stepsize < eps),
+             "Computed stepsize (={stepsize}) is below machine precision (={eps}), consider "
+             "passing to higher precision like x64, using "
+             "jax.config.update('jax_enable_x64', True).", stepsize=final.stepsize, eps=eps)
+  print_if(~safe & descent & (jnp.abs(slope_init) > 1e16),
+           "Very large absolute slope at stepsize=0. (|slope|={abs_slope_init}). The objective is "
+           "badly conditioned. Consider reparameterizing objective (e.g., normalizing parameters) "
+           "or finding a better guess for the initial parameters for the solver.",
+           abs_slope_init=jnp.abs(slope_init))
+  outside_domain = jnp.isinf(final.decrease_error)
+  print_if(~safe & outside_domain, "Cannot even make a step without getting Inf or Nan. "
+           "The linesearch won't make a step and the optimizer is stuck.")
+  print_if(~safe & ~outside_domain, "Making an unsafe step, not decreasing enough the objective. "
+           "Convergence of the solver is compromised as it does not reduce values.")
+
+
+@shared_args
 def scale_by_zoom_linesearch(
     max_linesearch_steps: ArrayLike,
     max_learning_rate: ArrayLike | None = None,
@@ -380,7 +440,8 @@ def scale_by_zoom_linesearch(
       sufficient decrease.
     initial_guess_strategy: ``"keep"`` starts from the previous step size (suits SGD), ``"one"``
       from 1 (suits quasi-Newton directions such as L-BFGS).
-    verbose: print a diagnostic when the search fails.
+    verbose: print Optax's diagnosis when the search fails or stops at ``max_learning_rate``
+      (docs/linesearch.md).
 
   Returns:
     A transformation with ``ScaleByZoomLinesearchState``.

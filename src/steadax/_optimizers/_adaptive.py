@@ -14,6 +14,7 @@ from ..transforms._scaling import scale_by_learning_rate
 __all__ = ["adadelta", "novograd", "sm3"]
 
 
+@shared_args
 def adadelta(
     learning_rate: ScalarOrSchedule | None = None,
     rho: ArrayLike = 0.9,
@@ -101,6 +102,7 @@ def novograd(
   )
 
 
+@shared_args
 def sm3(learning_rate: ScalarOrSchedule, momentum: ArrayLike = 0.9) -> Chain:
   """SM3: ``chain(scale_by_sm3(momentum), scale_by_learning_rate(learning_rate))``.
 

@@ -7,6 +7,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._combine import Chain, chain
+from .._core._docs import shared_args
 from .._core._types import MaskOrFn, ScalarOrSchedule
 from ..transforms._clipping import clip_by_block_rms
 from ..transforms._decay import add_decayed_weights
@@ -17,6 +18,7 @@ from ..transforms._trust_ratio import scale_by_param_block_rms
 __all__ = ["adafactor"]
 
 
+@shared_args
 def adafactor(
     learning_rate: ScalarOrSchedule | None = None,
     min_dim_size_to_factor: int = 128,

@@ -5,6 +5,7 @@ from jax.typing import ArrayLike
 
 from .._core._checks import check_nonnegative
 from .._core._combine import Chain, chain
+from .._core._docs import shared_args
 from .._core._types import ScalarOrSchedule
 from ..transforms._decay import add_decayed_weights
 from ..transforms._scaling import scale_by_learning_rate
@@ -18,6 +19,7 @@ def _shrink(lr: Any) -> Any:
   return 1 / (1 + lr**2) ** 0.5
 
 
+@shared_args
 def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Chain:
   """Fromage (Frobenius matched gradient descent).
 

@@ -15,6 +15,7 @@ import jax.core  # jax.core.Tracer: jax does not re-export the submodule for typ
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._stateless import identity
 from .._core._transformation import Transformation
@@ -190,6 +191,7 @@ class ScaleByLBFGS(Transformation):
     return direction, new_state
 
 
+@shared_args
 def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Transformation:
   """Multiplies the updates by the L-BFGS approximation of the inverse Hessian.
 
@@ -225,6 +227,7 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Tr
   return ScaleByLBFGS(memory_size=memory_size, scale_init_precond=bool(scale_init_precond))
 
 
+@shared_args
 def lbfgs(
     learning_rate: ScalarOrSchedule | None = None,
     memory_size: int = 10,

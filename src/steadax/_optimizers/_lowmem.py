@@ -18,7 +18,7 @@ from ..transforms._decay import add_decayed_weights
 from ..transforms._lowmem import scale_by_adam_lowmem
 from ..transforms._scaling import scale_by_learning_rate
 
-__all__ = ["adam_lowmem", "adam8bit"]
+__all__ = ["adam_lowmem", "adam8bit", "adamw8bit"]
 
 
 def _check(owner: str, learning_rate: Any, weight_decay: Any) -> None:
@@ -126,6 +126,63 @@ def adam8bit(
     Array([0.9, 0.9, 0.9, 0.9], dtype=float32)
   """
   _check("adam8bit", learning_rate, weight_decay)
+  return chain(
+      scale_by_adam_8bit(b1, b2, eps, eps_root, block_size=block_size, min_8bit_size=min_8bit_size),
+      add_decayed_weights(weight_decay, mask),
+      scale_by_learning_rate(learning_rate),
+  )
+
+
+@shared_args
+def adamw8bit(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 1e-4,
+    mask: MaskOrFn = None,
+    *,
+    block_size: int = 256,
+    min_8bit_size: int = 4096,
+) -> Chain:
+  """AdamW with 8-bit block-quantized moments: ``adam8bit`` with decoupled weight decay on.
+
+  bitsandbytes' and torchao's name (``AdamW8bit``) for the same optimizer: ``chain(
+  scale_by_adam_8bit(...), add_decayed_weights(weight_decay, mask), scale_by_learning_rate(lr))``,
+  so the update is ``-lr * (adam_direction + weight_decay * params)`` as ``adamw``'s (Loshchilov &
+  Hutter's decoupled decay, scaled by the learning rate), with the moments held as ``adam8bit``
+  holds them (the same ``ScaleByAdam8bitState``). The default ``weight_decay`` is ``adamw``'s
+  (1e-4, Optax's); bitsandbytes and torchao default to 1e-2.
+
+  Args:
+    learning_rate: <shared>
+    b1: <shared>
+    b2: <shared>
+    eps: <shared>
+    eps_root: <shared>
+    weight_decay: <shared>
+    mask: <shared>
+    block_size: elements per quantization block.
+    min_8bit_size: tensors with fewer elements keep full-precision moments.
+
+  Returns:
+    The optimizer; its first state is ``ScaleByAdam8bitState(count, mu, nu)``.
+
+  References:
+    Dettmers et al., "8-bit Optimizers via Block-wise Quantization", ICLR 2022; Loshchilov &
+    Hutter, "Decoupled Weight Decay Regularization", ICLR 2019.
+
+  Example:
+    >>> import jax.numpy as jnp, steadax
+    >>> opt = steadax.adamw8bit(0.1, weight_decay=0.5, mask={"w": True, "b": False})
+    >>> p = {"w": jnp.ones(2), "b": jnp.ones(2)}
+    >>> g = {"w": jnp.full(2, 3.0), "b": jnp.full(2, 3.0)}
+    >>> updates, _ = opt.update(g, opt.init(p), p)
+    >>> updates["w"], updates["b"]
+    (Array([-0.15, -0.15], dtype=float32), Array([-0.1, -0.1], dtype=float32))
+  """
+  _check("adamw8bit", learning_rate, weight_decay)
   return chain(
       scale_by_adam_8bit(b1, b2, eps, eps_root, block_size=block_size, min_8bit_size=min_8bit_size),
       add_decayed_weights(weight_decay, mask),

@@ -53,6 +53,7 @@ def noisy_sgd(
   return chain(add_noise(eta, gamma, key, seed=seed), scale_by_learning_rate(learning_rate))
 
 
+@shared_args
 def polyak_sgd(
     max_learning_rate: ArrayLike = 1.0,
     scaling: ScalarOrSchedule = 1.0,

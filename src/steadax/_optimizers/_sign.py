@@ -73,6 +73,7 @@ def signum(learning_rate: ScalarOrSchedule, beta: ArrayLike = 0.9, accumulator_d
   )
 
 
+@shared_args
 def rprop(
     learning_rate: ArrayLike,
     eta_minus: ArrayLike = 0.5,

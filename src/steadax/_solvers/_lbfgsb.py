@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_positive
 from .._core._module import child_field, hyper_field, static_field
@@ -278,6 +279,7 @@ class LBFGSB(Transformation):
     return _bounds.unflatten(x_new - _bounds.flatten(params, stat), params), new_state
 
 
+@shared_args
 def lbfgsb(
     lower: ArrayLike | Params | None = None,
     upper: ArrayLike | Params | None = None,

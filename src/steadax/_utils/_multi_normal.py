@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field
 from .._core._policy import cast, compute_dtype, result_dtype, with_weak
 
@@ -98,6 +99,7 @@ class MultiNormalDiagFromLogScale(Module):
     return cast(jnp.sum(log_density, axis=axes), out_dtype)
 
 
+@shared_args
 def multi_normal(loc: ArrayLike, log_scale: ArrayLike) -> MultiNormalDiagFromLogScale:
   """A diagonal Gaussian with mean ``loc`` and standard deviation ``exp(log_scale)``.
 

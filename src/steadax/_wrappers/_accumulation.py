@@ -10,6 +10,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._checks import check_schedule_output
@@ -401,6 +402,7 @@ class _ApplyEvery(Transformation):
     return out, ApplyEvery(count=count, grad_acc=grad_acc)
 
 
+@shared_args
 def apply_every(k: int = 1, *, accumulator_dtype: DTypeLike | None = None) -> Transformation:
   """Sums updates over ``k`` calls and emits the sum on every ``k``-th call, zeros otherwise.
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._module import child_field, hyper_field, static_field
@@ -112,6 +113,7 @@ class _ConditionallyMask(_Conditional):
   zero_when_skipped = True
 
 
+@shared_args
 def conditionally_transform(
     inner: GradientTransformation,
     should_transform_fn: ConditionFn,
@@ -144,6 +146,7 @@ def conditionally_transform(
       bool(forward_extra_args))
 
 
+@shared_args
 def conditionally_mask(
     inner: GradientTransformation,
     should_transform_fn: ConditionFn,
@@ -225,6 +228,7 @@ class _ApplyIfFinite(Transformation):
         inner_state=inner_state)
 
 
+@shared_args
 def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) -> Transformation:
   """Skips updates holding a NaN or an infinity, up to ``max_consecutive_errors`` in a row.
 
@@ -285,6 +289,7 @@ class _ZeroNans(Transformation):
     return cleaned, ZeroNansState(found_nan=found)
 
 
+@shared_args
 def zero_nans() -> Transformation:
   """Replaces NaNs in the updates by zeros and records, per parameter, whether there were any.
 

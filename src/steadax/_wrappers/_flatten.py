@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._policy import promote_types
@@ -78,6 +79,7 @@ class Flatten(Transformation):
     return _unravel(updates, flat_updates, params), state
 
 
+@shared_args
 def flatten(inner: GradientTransformation) -> Flatten:
   """Runs ``inner`` on a single vector concatenating every leaf (fewer, larger operations).
 

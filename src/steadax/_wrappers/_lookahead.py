@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._checks import check_range
@@ -116,6 +117,7 @@ class Lookahead(Transformation):
     return LookaheadParams(fast=new_fast, slow=new_slow), LookaheadState(fast_state, steps)
 
 
+@shared_args
 def lookahead(
     fast_optimizer: GradientTransformation,
     sync_period: int,

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._adapters import with_extra_args_support
+from .._core._docs import shared_args
 from .._core._interface import EmptyState, GradientTransformation, GradientTransformationExtraArgs
 from .._core._transformation import Transformation
 from .._core._module import hyper_field, static_field
@@ -62,6 +63,7 @@ class _Snapshot(Transformation):
     return updates, SnapshotState({self.measure_name: value})
 
 
+@shared_args
 def snapshot(measure_name: str, measure: Callable[[Params], Params]) -> Transformation:
   """Stores ``measure(updates)`` in the state, to look at updates midway through a chain.
 
@@ -132,6 +134,7 @@ class _Monitor(Transformation):
     return updates, MonitorState(measurements=measurements, measure_states=tuple(states))
 
 
+@shared_args
 def monitor(measures: dict[str, Callable[[Params], Params] | GradientTransformationExtraArgs]) -> Transformation:
   """Records several measurements of the updates, some of them stateful (``measure_with_ema``).
 
@@ -187,6 +190,7 @@ class _MeasureWithEma(Transformation):
     return out, (state[0], ema_state)
 
 
+@shared_args
 def measure_with_ema(
     measure: Callable[[Params], Params], decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None
 ) -> Transformation:

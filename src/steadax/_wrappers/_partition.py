@@ -12,6 +12,7 @@ import jax
 
 from .._core._adapters import as_inner
 from .._core._contract import InputMismatchError
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._stateless import set_to_zero
 from .._core._transformation import Transformation
@@ -134,6 +135,7 @@ class Partition(Transformation):
     )
 
 
+@shared_args
 def partition(
     transforms: Mapping[Hashable, GradientTransformation],
     param_labels: Any | Callable[[Any], Any],
@@ -180,6 +182,7 @@ def partition(
   )
 
 
+@shared_args
 def multi_transform(
     transforms: Mapping[Hashable, GradientTransformation],
     param_labels: Any | Callable[[Any], Any],
@@ -205,6 +208,7 @@ def multi_transform(
   return partition(transforms, param_labels, mask_compatible_extra_args=mask_compatible_extra_args)
 
 
+@shared_args
 def freeze(mask: Params) -> Masked:
   """Sets the updates of the parameters where ``mask`` is True to zero (holds them constant).
 
@@ -235,6 +239,7 @@ class _FreezeLabels:
     return jax.tree_util.tree_map(lambda m: "freeze" if m else "train", mask)
 
 
+@shared_args
 def selective_transform(optimizer: GradientTransformation, *, freeze_mask: Params) -> Partition:
   """Applies ``optimizer`` to the parameters where ``freeze_mask`` is False; zero updates elsewhere.
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._module import child_field, hyper_field, static_field
@@ -132,6 +133,7 @@ class _SkipSpikes(Transformation):
     )
 
 
+@shared_args
 def skip_spikes(
     inner: GradientTransformation,
     factor: float = 2.0,

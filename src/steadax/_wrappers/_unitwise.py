@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._docs import shared_args
 from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars, leafwise, place_like
@@ -155,6 +156,7 @@ class AdaptiveGradClip(Transformation):
     return out, state
 
 
+@shared_args
 def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis: int | tuple[int, ...] | None = None) -> AdaptiveGradClip:
   """Adaptive gradient clipping (AGC): unit-wise norms at most ``clipping`` x the parameters'.
 
@@ -309,6 +311,7 @@ class KeepParamsNonnegative(Transformation):
     return out, state
 
 
+@shared_args
 def keep_params_nonnegative() -> KeepParamsNonnegative:
   """Changes updates so the parameters stay >= 0 (place it last in a chain).
 

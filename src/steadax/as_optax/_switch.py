@@ -4,8 +4,9 @@ A finder at the front of ``sys.meta_path`` answers every import of ``optax`` or 
 - ``optax`` is the ``steadax`` module object itself, and ``optax.<path>`` (every part public) is
   ``steadax.<path>``: the same module objects, so ``optax.adam is steadax.adam`` and a library's
   ``isinstance(tx, optax.GradientTransformation)`` sees steadax's class;
-- a path with a private part (``optax._src.base``, ``optax.contrib._muon``) raises
-  ``ModuleNotFoundError`` naming the public steadax names for what that Optax module defines;
+- a private module of Optax 0.2.8 (``optax._src.base``, ``optax.contrib._muon``) is a module whose
+  names are steadax's objects (``_private_modules.py``); another path with a private part raises
+  ``ModuleNotFoundError``;
 - a public path steadax does not have raises ``ModuleNotFoundError`` too. The finder never answers
   ``None`` for an ``optax`` name: the path finder would then look in ``steadax.__path__`` and load
   a second copy of a steadax module under an ``optax`` name, or fall through to the real Optax.
@@ -24,7 +25,7 @@ import sys
 import types
 from typing import Any
 
-from ._optax_private import PRIVATE_NAMES
+from . import _private_modules
 
 _OPTAX = "optax"
 
@@ -35,40 +36,8 @@ def _is_optax_name(name: str) -> bool:
 
 def _is_steadax_module(module: Any) -> bool:
   name = getattr(module, "__name__", "")
-  return isinstance(module, types.ModuleType) and (name == "steadax" or name.startswith("steadax."))
-
-
-def _private_module_error(fullname: str) -> ModuleNotFoundError:
-  """The error for ``optax._src.*`` and other Optax-private modules, naming the public names."""
-  names = PRIVATE_NAMES.get(fullname)
-  head = (f"No module named {fullname!r}: optax resolves to steadax (steadax.as_optax), and Optax's "
-          f"private modules have no counterpart there.")
-  if names:
-    public = ", ".join(f"{name} -> steadax.{path}" for name, path in names.items())
-    hint = (f" Import what {fullname} defines from its public name instead (the same object as "
-            f"optax.<name> while the switch is on): {public}.")
-  elif fullname in PRIVATE_NAMES:
-    hint = f" None of the names {fullname} defines is public in Optax 0.2.8 or steadax."
-  else:
-    hint = " Import the public name (optax.<name>, the same object as steadax.<name>) instead."
-  return ModuleNotFoundError(head + hint, name=fullname)
-
-
-def _requested(fullname: str) -> str:
-  """The module the running import statement asked for, where ``fullname`` is its parent.
-
-  ``import optax._src.base`` first imports the parent ``optax._src``, and that import fails; the
-  error should name ``optax._src.base``, whose names it lists. importlib's ``_find_and_load``
-  frames hold the names being imported (CPython; elsewhere the error names ``fullname``).
-  """
-  frame, asked = sys._getframe(1), fullname
-  while frame is not None:
-    if frame.f_code.co_name == "_find_and_load_unlocked":
-      name = frame.f_locals.get("name")
-      if isinstance(name, str) and name.startswith(asked + "."):
-        asked = name
-    frame = frame.f_back
-  return asked
+  return _private_modules.is_private_module(module) or (
+      isinstance(module, types.ModuleType) and (name == "steadax" or name.startswith("steadax.")))
 
 
 class _SteadaxLoader(importlib.abc.Loader):
@@ -96,7 +65,12 @@ class _OptaxFinder(importlib.abc.MetaPathFinder):
       return None
     parts = fullname.split(".")[1:]
     if any(part.startswith("_") for part in parts):
-      raise _private_module_error(_requested(fullname))
+      spec = _private_modules.find_spec(fullname)
+      if spec is None:
+        # A private path Optax 0.2.8 does not have either (``optax._src.clipping``): the error names
+        # the first missing module, as Python's own does (no reading of importlib's frames).
+        raise _private_modules.private_module_error(fullname)
+      return spec
     steadax_name = ".".join(["steadax", *parts])
     try:
       found = importlib.util.find_spec(steadax_name)
@@ -162,10 +136,11 @@ def install() -> Switch:
   ``python -m steadax.as_optax script.py`` (or ``-m module``), which calls it for you. Optax itself
   need not be installed.
 
-  An import of an Optax-private module (``optax._src.base``, ``optax.contrib._muon``, ...) raises
-  ``ModuleNotFoundError`` naming, for each name that module defines, its public steadax name
-  (``GradientTransformation -> steadax.GradientTransformation``). A public module path steadax does
-  not have raises ``ModuleNotFoundError`` too, never falling back to Optax.
+  Optax's private modules (``optax._src.base``, ``optax.contrib._muon``, ...) resolve too: their
+  names are steadax's objects (``base.GradientTransformation is steadax.GradientTransformation``),
+  and a name steadax has no counterpart for raises ``ImportError`` when read, naming what to use
+  instead. A module path neither steadax nor Optax 0.2.8 has raises ``ModuleNotFoundError``, never
+  falling back to Optax.
 
   Calling it again while the switch is on does nothing. :func:`restore` undoes it for imports made
   afterwards; modules that imported ``optax`` under the switch keep the steadax objects they hold.
@@ -215,7 +190,8 @@ def restore() -> None:
   """Turns the switch off: later ``import optax ...`` statements find Optax itself again.
 
   Removes the import hook and the ``optax`` entries it put in ``sys.modules`` (the steadax modules
-  themselves stay imported). Modules that imported ``optax`` while the switch was on keep the
+  themselves stay imported), and the attributes imports of Optax's private modules set on steadax's
+  packages (``steadax._src``). Modules that imported ``optax`` while the switch was on keep the
   steadax objects they hold: import them again (or restart the process) to get Optax. Does nothing
   when the switch is off.
 
@@ -229,6 +205,7 @@ def restore() -> None:
   while finder is not None:
     sys.meta_path.remove(finder)
     finder = _finder()
+  _private_modules.unbind()
   for name, module in list(sys.modules.items()):
     if _is_optax_name(name) and _is_steadax_module(module):
       del sys.modules[name]

@@ -3,7 +3,9 @@
 See ``docs/checkpointing.md``. ``state_to_arrays`` / ``arrays_to_state`` convert a state to and
 from ``{path: numpy array}``, validating structure, shapes and dtypes path by path; ``save`` /
 ``restore`` and ``save_step`` / ``restore_step`` write and read Orbax checkpoints (sharded states
-included) with the same validation, and still read the ZIP files of format version 1.
+included) with the same validation, and still read the ZIP files of format version 1;
+``restore_state`` restores into a chain whose ``named_chain`` stages were added, removed or renamed,
+stage by stage, with a ``StageReport``.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -23,6 +25,7 @@ if _TYPE_CHECKING:
       state_manifest as state_manifest,
       state_to_arrays as state_to_arrays,
   )
+  from ._stages import StageReport as StageReport, restore_state as restore_state
   from ._files import (
       all_steps as all_steps,
       latest_step as latest_step,
@@ -35,8 +38,8 @@ if _TYPE_CHECKING:
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "CheckpointError", "all_steps", "arrays_to_state",
-    "describe_transformation", "latest_step", "leaf_path", "read_manifest", "restore", "restore_step",
-    "save", "save_step", "state_manifest", "state_to_arrays",
+    "StageReport", "describe_transformation", "latest_step", "leaf_path", "read_manifest", "restore",
+    "restore_state", "restore_step", "save", "save_step", "state_manifest", "state_to_arrays",
 ]
 
 __getattr__, __dir__ = _lazy_surface(__name__, __file__)[:2]

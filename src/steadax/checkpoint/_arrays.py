@@ -196,6 +196,20 @@ def _check_options(missing: str, unused: str) -> None:
                      f"'raise' or 'ignore' (got {unused!r}).")
 
 
+def _misfit(leaf: Any, shape: tuple[int, ...], dtype: str) -> str:
+  """How a stored array of ``shape`` and ``dtype`` does not fit a template leaf ("" if it fits)."""
+  if _is_key(leaf):  # stored as its key data; raw uint32 key data fits too
+    expected_shape, expected_dtypes = jax.eval_shape(jax.random.key_data, leaf).shape, (str(leaf.dtype), "uint32")
+  else:
+    expected_shape, expected_dtypes = tuple(leaf.shape), (str(jnp.dtype(leaf.dtype)),)
+  problem = []
+  if tuple(shape) != tuple(expected_shape):
+    problem.append(f"shape {tuple(shape)} in the checkpoint, {tuple(expected_shape)} expected")
+  if dtype not in expected_dtypes:
+    problem.append(f"dtype {dtype} in the checkpoint, {expected_dtypes[0]} expected")
+  return "; ".join(problem)
+
+
 def _fit(found: Mapping[str, tuple[tuple[int, ...], str]], like: Any, *, missing: str, unused: str,
          written_for: str | None) -> list[tuple[str, Any, str]]:
   """How each template leaf is filled: ``(path, leaf, "read" | "keep" | "empty")``.
@@ -220,18 +234,9 @@ def _fit(found: Mapping[str, tuple[tuple[int, ...], str]], like: Any, *, missing
                       f"{jnp.dtype(leaf.dtype)})"
                       + ("; missing='keep' needs a concrete template leaf" if missing == "keep" else ""))
       continue
-    shape, dtype = found[path]
-    if _is_key(leaf):  # stored as its key data; raw uint32 key data fits too
-      expected_shape, expected_dtypes = jax.eval_shape(jax.random.key_data, leaf).shape, (str(leaf.dtype), "uint32")
-    else:
-      expected_shape, expected_dtypes = tuple(leaf.shape), (str(jnp.dtype(leaf.dtype)),)
-    problem = []
-    if tuple(shape) != tuple(expected_shape):
-      problem.append(f"shape {tuple(shape)} in the checkpoint, {tuple(expected_shape)} expected")
-    if dtype not in expected_dtypes:
-      problem.append(f"dtype {dtype} in the checkpoint, {expected_dtypes[0]} expected")
+    problem = _misfit(leaf, *found[path])
     if problem:
-      problems.append(f"{path}: " + "; ".join(problem))
+      problems.append(f"{path}: {problem}")
     plan.append((path, leaf, "empty" if empty else "read"))
   if unused == "raise":
     extra = [p for p in found if p not in {path for path, _ in pairs}]

@@ -187,6 +187,17 @@ def _read_arrays(path: str, plan: list[tuple[str, Any, str]], records: Mapping[s
   return dict(restored[_ARRAYS])
 
 
+def _read_orbax_tree(path: str) -> Any:
+  """A pytree checkpoint Orbax wrote itself (``StandardCheckpointer``), read without a template:
+  NamedTuples come back as dicts and tuples as lists, so the leaf paths are the state's."""
+  try:
+    with ocp.StandardCheckpointer() as checkpointer:
+      return checkpointer.restore(path)
+  except Exception as e:  # noqa: BLE001 - whatever Orbax raises for a directory it cannot read
+    raise CheckpointError(f"checkpoint: {path} is neither a steadax checkpoint nor a pytree "
+                          f"checkpoint Orbax can read without a template ({type(e).__name__}: {e}).") from e
+
+
 def _check_transformation(manifest: dict, tx: Any, path: str) -> None:
   if tx is None:
     return

@@ -96,18 +96,29 @@ if _TYPE_CHECKING:
       muon as muon,
   )
 
+  # The Muon family as the 2025 reports use it (issue 34 §1).
+  from ._normuon import (
+      NorMuonState as NorMuonState,
+      scale_by_normuon as scale_by_normuon,
+      normuon as normuon,
+  )
+  from ._polar_express import polar_express_coefficients as polar_express_coefficients
+  from ._qk_clip import QKClipSpec as QKClipSpec, qk_clip as qk_clip
+
 __all__ = [
     "COCOBState", "CautiousState", "DAdaptAdamWState", "DifferentiallyPrivateAggregateState",
     "DoGState", "DoWGState", "GaLoreDimensionNumbers", "GaLoreState", "HutchinsonState",
     "MadgradState", "MechanicState", "MomoAdamState", "MomoState", "MuonDimensionNumbers",
-    "MuonState", "NormalizeState", "ProdigyState", "ReduceLROnPlateauState", "SAMState",
+    "MuonState", "NorMuonState", "NormalizeState", "ProdigyState", "QKClipSpec",
+    "ReduceLROnPlateauState", "SAMState",
     "ScaleByAdemamixState", "ScaleBySimplifiedAdEMAMixState", "ScheduleFreeState", "SophiaState",
     "SplitRealAndImaginaryState", "acprop", "ademamix", "adopt", "cautious", "cocob",
     "dadapt_adamw", "differentially_private_aggregate", "dog", "dowg", "dpsgd", "galore",
     "hutchinson_estimator_diag_hessian", "madgrad", "mechanize", "momo", "momo_adam", "muon",
-    "normalize", "prodigy", "reduce_on_plateau", "sam", "scale_by_acprop", "scale_by_ademamix",
+    "normalize", "normuon", "polar_express_coefficients", "prodigy", "qk_clip",
+    "reduce_on_plateau", "sam", "scale_by_acprop", "scale_by_ademamix",
     "scale_by_adopt", "scale_by_cocob", "scale_by_dog", "scale_by_dowg", "scale_by_galore",
-    "scale_by_madgrad", "scale_by_muon", "scale_by_simplified_ademamix", "schedule_free",
+    "scale_by_madgrad", "scale_by_muon", "scale_by_normuon", "scale_by_simplified_ademamix", "schedule_free",
     "schedule_free_adamw", "schedule_free_eval_params", "schedule_free_sgd", "simplified_ademamix",
     "sophia", "split_real_and_imaginary",
 ]

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .._core._adapters import as_inner
 from .._core._checks import check_range
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._leafwise import Scalars
 from .._core._module import child_field, hyper_field
@@ -62,6 +63,7 @@ class Cautious(Transformation):
     return out, CautiousState(inner_state=inner_state)
 
 
+@shared_args
 def cautious(inner: GradientTransformation, min_fraction: float = 1e-3) -> Cautious:
   """Masks the coordinates of ``inner``'s update that would not descend, and rescales the rest.
 

@@ -98,6 +98,7 @@ class ScaleByCOCOB(Transformation):
     return out, COCOBState(state.init_particles, theta, big_l, big_g, reward)
 
 
+@shared_args
 def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> Transformation:
   """Replaces the updates by COCOB-Backprop's coin-betting step (no learning rate).
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._module import child_field
@@ -75,6 +76,7 @@ class SplitRealAndImaginary(Transformation):
     return out, SplitRealAndImaginaryState(inner_state=inner_state)
 
 
+@shared_args
 def split_real_and_imaginary(inner: GradientTransformation) -> Transformation:
   """Runs ``inner`` on the real and imaginary parts of complex leaves as separate real leaves.
 

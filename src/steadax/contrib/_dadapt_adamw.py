@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._leafwise import Scalars, tree_reduce
@@ -143,6 +144,7 @@ class DAdaptAdamW(Transformation):
     return out, DAdaptAdamWState(exp_avg, exp_avg_sq, grad_sum, estim_lr, numerator, count)
 
 
+@shared_args
 def dadapt_adamw(
     learning_rate: ScalarOrSchedule = 1.0,
     betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),

@@ -174,6 +174,7 @@ def _check_init_step(owner: str, init_step: Any) -> tuple[str, Any]:
   return kind, value
 
 
+@shared_args
 def scale_by_dog(init_step: tuple[Literal["distance", "learning_rate", "heuristic"], ArrayLike], eps: ArrayLike = 1e-8) -> Transformation:
   """Scales updates by DoG's step size ``max_dist / sqrt(Σ ||g||^2 + eps)`` (no sign flip).
 
@@ -201,6 +202,7 @@ def scale_by_dog(init_step: tuple[Literal["distance", "learning_rate", "heuristi
   return ScaleByDoG(value, eps, init_step_type=kind)
 
 
+@shared_args
 def scale_by_dowg(init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 1e-4) -> Transformation:
   """Scales updates by DoWG's step size ``r̄^2 / (sqrt(Σ r̄^2 ||g||^2) + eps)`` (no sign flip).
 

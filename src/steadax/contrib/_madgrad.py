@@ -96,6 +96,7 @@ def _check(owner: str, learning_rate: Any, momentum: Any, eps: Any) -> None:
   check_nonnegative(owner, "eps", eps)
 
 
+@shared_args
 def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, eps: float = 1e-6) -> Transformation:
   """MADGRAD's step ``x_{k+1} - x_k`` (learning rate included; no sign flip needed).
 

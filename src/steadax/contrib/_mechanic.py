@@ -23,6 +23,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
@@ -175,6 +176,7 @@ def _norm(updates: Any, params: Any, x0: Any, *, which: int, stat: Any) -> jax.A
   return jax.lax.cond(jnp.isfinite(sq), lambda: jnp.sqrt(sq), rescaled)
 
 
+@shared_args
 def mechanize(
     base_optimizer: GradientTransformation,
     weight_decay: ArrayLike = 1e-2,

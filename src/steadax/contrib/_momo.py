@@ -263,6 +263,7 @@ class MomoAdam(Transformation):
                               count=count)
 
 
+@shared_args
 def momo(
     learning_rate: ScalarOrSchedule = 1.0,
     beta: ArrayLike = 0.9,

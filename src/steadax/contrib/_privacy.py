@@ -100,6 +100,7 @@ def _check(owner: str, l2_norm_clip: Any, noise_multiplier: Any) -> None:
   check_nonnegative(owner, "noise_multiplier", noise_multiplier)
 
 
+@shared_args
 def differentially_private_aggregate(
     l2_norm_clip: ArrayLike,
     noise_multiplier: ArrayLike,

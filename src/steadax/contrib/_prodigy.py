@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
 from .._core._module import derived, derived_field, hyper_field, static_field
@@ -153,6 +154,7 @@ class Prodigy(Transformation):
     return out, ProdigyState(exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, numerator, count)
 
 
+@shared_args
 def prodigy(
     learning_rate: ScalarOrSchedule = 1.0,
     betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._leafwise import Scalars
@@ -140,6 +141,7 @@ class ReduceOnPlateau(Transformation):
     return out, new_state
 
 
+@shared_args
 def reduce_on_plateau(
     factor: float = 0.1,
     patience: ArrayLike = 10,

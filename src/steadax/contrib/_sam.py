@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import EmptyState, GradientTransformation
 from .._core._transformation import Transformation
 from .._core._updates import apply_updates
@@ -67,6 +68,7 @@ class Normalize(Transformation):
     return out, state
 
 
+@shared_args
 def normalize() -> Transformation:
   """Divides the updates by their global l2 norm (a zero tree stays zero).
 
@@ -171,6 +173,7 @@ class SAM(Transformation):
     return out, SAMState(steps_since_sync=zero_count(), opt_state=opt_state, adv_state=adv_state, cache=None)
 
 
+@shared_args
 def sam(
     optimizer: GradientTransformation,
     adv_optimizer: GradientTransformation,

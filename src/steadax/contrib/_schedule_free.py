@@ -129,6 +129,7 @@ class ScheduleFree(Transformation):
         max_lr=max_lr, base_optimizer_state=base_state, z=z)
 
 
+@shared_args
 def schedule_free(
     base_optimizer: GradientTransformation,
     learning_rate: ScalarOrSchedule,
@@ -210,6 +211,7 @@ def schedule_free_adamw(
                        state_dtype=state_dtype)
 
 
+@shared_args
 def schedule_free_sgd(
     learning_rate: ArrayLike = 1.0,
     warmup_steps: int | None = None,

@@ -119,6 +119,7 @@ class HutchinsonEstimator(Transformation):
     return out, HutchinsonState(key=key)
 
 
+@shared_args
 def hutchinson_estimator_diag_hessian(random_seed: jax.Array | None = None) -> Transformation:
   """Hutchinson's estimator of the Hessian's diagonal, ``v ⊙ (H v)`` with Rademacher ``v``.
 

@@ -34,6 +34,7 @@ if _TYPE_CHECKING:
       piecewise_constant_schedule as piecewise_constant_schedule,
       piecewise_interpolate_schedule as piecewise_interpolate_schedule,
   )
+  from ._wsd import warmup_stable_decay_schedule as warmup_stable_decay_schedule
 
 __all__ = [
     "InjectHyperparamsState", "InjectStatefulHyperparamsState", "Schedule", "StatefulSchedule",
@@ -42,6 +43,7 @@ __all__ = [
     "linear_onecycle_schedule", "linear_schedule", "piecewise_constant_schedule",
     "piecewise_interpolate_schedule", "polynomial_schedule", "sgdr_schedule", "warmup_constant_schedule",
     "warmup_cosine_decay_schedule", "warmup_exponential_decay_schedule",
+    "warmup_stable_decay_schedule",
 ]
 
 __getattr__, __dir__ = _lazy_surface(__name__, __file__)[:2]

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._core._checks import check_positive
+from .._core._docs import shared_args
 from .._core._types import Schedule
-from ._common import cast, static_steps, value_dtype
+from ._common import concrete_number, standard_promotion, static_steps
 from ._join import JoinedSchedule, join_schedules
 from ._schedule import (
     PiecewiseInterpolate,
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 
+@shared_args
 def warmup_constant_schedule(init_value: ArrayLike, peak_value: ArrayLike, warmup_steps: int) -> Schedule:
   """Linear warmup from ``init_value`` to ``peak_value``, then constant at ``peak_value``.
 
@@ -37,27 +39,28 @@ def warmup_constant_schedule(init_value: ArrayLike, peak_value: ArrayLike, warmu
     warmup_steps: the length of the warmup.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
-    >>> steadax.warmup_constant_schedule(0.0, 1.0, warmup_steps=4)(2)
-    Array(0.5, dtype=float32)
+    >>> import steadax
+    >>> print(steadax.warmup_constant_schedule(0.0, 1.0, warmup_steps=4)(2))
+    0.5
   """
   return linear_schedule(init_value, peak_value, warmup_steps)
 
 
 def _end_over_peak(end_value: Any, peak_value: Any) -> Any:
-  """``end / peak``, 0 when peak is 0: Python arithmetic for Python numbers, jnp for arrays."""
-  if isinstance(end_value, (int, float)) and isinstance(peak_value, (int, float)):
-    return 0.0 if peak_value == 0 else end_value / peak_value
-  # Arrays and tracers (a schedule built inside jit) cannot take the Python branch.
-  dtype = value_dtype(peak_value, end_value)
-  peak, end = cast(peak_value, dtype), cast(end_value, dtype)
-  zero = peak == 0
-  return jnp.where(zero, jnp.zeros([], dtype), end / jnp.where(zero, jnp.ones([], dtype), peak))
+  """``end / peak``, 0 when peak is 0, computed as Optax computes it (Python arithmetic for Python
+  numbers, the arrays' own for arrays); a traced peak (a schedule built inside jit) selects."""
+  with standard_promotion():
+    peak = concrete_number(peak_value)
+    if peak is not None:
+      return 0.0 if peak == 0 else end_value / peak_value
+    zero = peak_value == 0
+    return jnp.where(zero, 0.0, end_value / jnp.where(zero, 1.0, peak_value))
 
 
+@shared_args
 def warmup_cosine_decay_schedule(
     init_value: ArrayLike,
     peak_value: ArrayLike,
@@ -78,13 +81,13 @@ def warmup_cosine_decay_schedule(
     exponent: the power applied to the cosine factor.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=2, decay_steps=12)
-    >>> sched(1), sched(7)
-    (Array(0.5, dtype=float32), Array(0.5, dtype=float32))
+    >>> print(sched(1), sched(7))
+    0.5 0.5
 
   References:
     Loshchilov & Hutter, `SGDR: Stochastic Gradient Descent with Warm Restarts
@@ -110,6 +113,7 @@ def warmup_cosine_decay_schedule(
   )
 
 
+@shared_args
 def warmup_exponential_decay_schedule(
     init_value: ArrayLike,
     peak_value: ArrayLike,
@@ -133,14 +137,14 @@ def warmup_exponential_decay_schedule(
     end_value: an optional bound on the decayed value.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.warmup_exponential_decay_schedule(
     ...     0.0, 1.0, warmup_steps=2, transition_steps=1, decay_rate=0.5)
-    >>> sched(1), sched(4)
-    (Array(0.5, dtype=float32), Array(0.25, dtype=float32))
+    >>> print(sched(1), sched(4))
+    0.5 0.25
   """
   warmup_steps = static_steps("warmup_exponential_decay_schedule", "warmup_steps", warmup_steps)
   return join_schedules(
@@ -163,6 +167,7 @@ def _check_onecycle(owner: str, transition_steps: Any, div_factor: Any, final_di
   return transition_steps
 
 
+@shared_args
 def linear_onecycle_schedule(
     transition_steps: int,
     peak_value: ArrayLike,
@@ -186,13 +191,13 @@ def linear_onecycle_schedule(
     final_div_factor: the final value is the initial value over ``final_div_factor``.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.linear_onecycle_schedule(100, 1.0)
-    >>> sched(30)
-    Array(1., dtype=float32)
+    >>> print(sched(30))
+    1.0
 
   References:
     Smith & Topin, `Super-Convergence: Very Fast Training of Neural Networks Using Large Learning
@@ -200,9 +205,11 @@ def linear_onecycle_schedule(
   """
   owner = "linear_onecycle_schedule"
   transition_steps = _check_onecycle(owner, transition_steps, div_factor, final_div_factor)
+  with standard_promotion():
+    init_value = peak_value / div_factor
   return piecewise_interpolate_schedule(
       "linear",
-      peak_value / div_factor,
+      init_value,
       {
           int(pct_start * transition_steps): div_factor,
           int(pct_final * transition_steps): 1.0 / div_factor,
@@ -211,6 +218,7 @@ def linear_onecycle_schedule(
   )
 
 
+@shared_args
 def cosine_onecycle_schedule(
     transition_steps: int,
     peak_value: ArrayLike,
@@ -232,13 +240,13 @@ def cosine_onecycle_schedule(
     final_div_factor: the final value is the initial value over ``final_div_factor``.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.cosine_onecycle_schedule(100, 1.0)
-    >>> sched(30)
-    Array(1., dtype=float32)
+    >>> print(sched(30))
+    1.0
 
   References:
     Smith & Topin, `Super-Convergence: Very Fast Training of Neural Networks Using Large Learning
@@ -246,9 +254,11 @@ def cosine_onecycle_schedule(
   """
   owner = "cosine_onecycle_schedule"
   transition_steps = _check_onecycle(owner, transition_steps, div_factor, final_div_factor)
+  with standard_promotion():
+    init_value = peak_value / div_factor
   return piecewise_interpolate_schedule(
       "cosine",
-      peak_value / div_factor,
+      init_value,
       {
           int(pct_start * transition_steps): div_factor,
           transition_steps: 1.0 / (div_factor * final_div_factor),
@@ -256,6 +266,7 @@ def cosine_onecycle_schedule(
   )
 
 
+@shared_args
 def sgdr_schedule(cosine_kwargs: Iterable[dict[str, float]]) -> JoinedSchedule:
   """SGD with warm restarts: ``warmup_cosine_decay_schedule`` cycles one after another.
 
@@ -264,14 +275,14 @@ def sgdr_schedule(cosine_kwargs: Iterable[dict[str, float]]) -> JoinedSchedule:
       lasts its ``decay_steps``.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> cycle = dict(init_value=0.0, peak_value=1.0, warmup_steps=1, decay_steps=5)
     >>> sched = steadax.sgdr_schedule([cycle, cycle])
-    >>> sched(5), sched(6)
-    (Array(0., dtype=float32), Array(1., dtype=float32))
+    >>> print(sched(5), sched(6))
+    0.0 1.0
 
   References:
     Loshchilov & Hutter, `SGDR: Stochastic Gradient Descent with Warm Restarts

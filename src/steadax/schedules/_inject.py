@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._contract import ContractError
@@ -313,6 +314,7 @@ class InjectHyperparams(Transformation):
     )
 
 
+@shared_args
 def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
@@ -422,6 +424,7 @@ def inject_hyperparams(
   return wrapped
 
 
+@shared_args
 def inject_stateful_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),

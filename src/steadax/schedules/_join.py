@@ -6,9 +6,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
-from .._core._policy import promote_types
-from ._common import as_count, cast, declared_dtype, static_steps
+from ._common import as_count, standard_promotion, static_steps
 from .._core._types import Schedule
 
 __all__ = ["join_schedules"]
@@ -21,18 +21,16 @@ class JoinedSchedule(Module):
   boundaries: tuple = static_field(default=())
 
   def __call__(self, count: Any) -> jax.Array:
-    count = as_count(count, *self.boundaries)
-    outputs = [self.schedules[0](count)]
+    count = as_count(count)
+    value = self.schedules[0](count)
     for boundary, schedule in zip(self.boundaries, self.schedules[1:]):
-      outputs.append(schedule(count - boundary))
-    # One output dtype whatever each piece returns (a user's lambda may return a Python float).
-    dtype = promote_types(*(declared_dtype(o) for o in outputs))
-    value = cast(outputs[0], dtype)
-    for boundary, output in zip(self.boundaries, outputs[1:]):
-      value = jnp.where(count < boundary, value, cast(output, dtype))
+      piece = schedule(count - boundary)
+      with standard_promotion():  # Optax's select: the pieces' values promote as JAX promotes them
+        value = jnp.where(count < boundary, value, piece)
     return value
 
 
+@shared_args
 def join_schedules(schedules: Sequence[Schedule],
                    boundaries: Sequence[int | float]) -> JoinedSchedule:
   """Runs ``schedules`` in sequence, switching at ``boundaries``.
@@ -46,15 +44,16 @@ def join_schedules(schedules: Sequence[Schedule],
     boundaries: ``len(schedules) - 1`` sorted step counts (static).
 
   Returns:
-    A schedule. Its output dtype is the promotion of the pieces' declared dtypes (float32 for
-    Python floats and for steadax schedules built from Python numbers).
+    A schedule. Its value is Optax's: the pieces' values selected with ``jnp.where`` (so of their
+    promoted type, weakly typed when every piece's is); the first piece's value itself when there
+    is one piece.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.join_schedules(
     ...     [steadax.constant_schedule(1.0), steadax.linear_schedule(1.0, 0.0, 10)], [5])
-    >>> sched(10)
-    Array(0.5, dtype=float32)
+    >>> print(sched(10))
+    0.5
   """
   owner = "join_schedules"
   schedules = tuple(schedules)

@@ -4,9 +4,11 @@ Every schedule is a ``Module``: its numeric arguments (``init_value``, ``end_val
 scales ...) are pytree leaves, so a jitted step that receives the optimizer as an argument does not
 recompile when they change; step counts and boundaries shape the computation and are static.
 
-Values are computed in float32 from the int32 step count (wider only when the user passed a wider
-array), so a schedule returns the same dtype with ``jax_enable_x64`` on or off. Offsets and clips of
-the count are taken in integers, then cast explicitly (the code runs under strict dtype promotion).
+A schedule computes what Optax's computes, operation for operation, on its arguments as the user
+gave them (the leaves are not canonicalized) under JAX's standard promotion (``_common``): so its
+value has Optax's type (a Python number where Optax returns one, weakly typed where Optax's is,
+float64 under x64 where Optax's is) and Optax's bits. Where Optax's arithmetic can produce a NaN,
+a guard is added that leaves every other value unchanged (the comments say where).
 """
 
 from typing import Any
@@ -15,9 +17,10 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from .._core._types import Schedule
-from ._common import as_count, cast, concrete_number, declared_dtype, static_steps, value_dtype
+from ._common import as_count, concrete_number, divide, standard_promotion, static_steps
 
 __all__ = [
     "constant_schedule",
@@ -31,15 +34,16 @@ __all__ = [
 
 
 class ConstantSchedule(Module):
-  """``count -> value``, in the value's declared dtype (Python floats as float32)."""
+  """``count -> value``: the value itself, as Optax returns it."""
 
-  value: Any = hyper_field()
+  value: Any = hyper_field(as_given=True)
 
-  def __call__(self, count: Any) -> jax.Array:
+  def __call__(self, count: Any) -> Any:
     del count
-    return cast(self.value, declared_dtype(self.value))
+    return self.value
 
 
+@shared_args
 def constant_schedule(value: ArrayLike) -> ConstantSchedule:
   """A schedule that always returns ``value``.
 
@@ -47,13 +51,13 @@ def constant_schedule(value: ArrayLike) -> ConstantSchedule:
     value: the value (a leaf: changing it does not recompile a jitted step).
 
   Returns:
-    A schedule (a callable of the step count). Python floats come back as float32, Python ints as
-    int32, arrays in their own dtype.
+    A schedule (a callable of the step count) returning ``value`` itself, as Optax's does: a Python
+    number stays one (JAX reads it as weakly typed), an array keeps its dtype.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
-    >>> steadax.constant_schedule(0.5)(100)
-    Array(0.5, dtype=float32)
+    >>> import steadax
+    >>> steadax.constant_schedule(5)(0)  # the Python 5, as in Optax
+    5
   """
   return ConstantSchedule(value)
 
@@ -61,23 +65,23 @@ def constant_schedule(value: ArrayLike) -> ConstantSchedule:
 class PolynomialSchedule(Module):
   """``(init - end) * (1 - t / T) ** power + end`` with ``t`` the clipped steps since the start."""
 
-  init_value: Any = hyper_field()
-  end_value: Any = hyper_field()
-  power: Any = hyper_field()
+  init_value: Any = hyper_field(as_given=True)
+  end_value: Any = hyper_field(as_given=True)
+  power: Any = hyper_field(as_given=True)
   transition_steps: Any = static_field()
   transition_begin: Any = static_field(default=0)
 
   def __call__(self, count: Any) -> jax.Array:
-    dtype = value_dtype(self.init_value, self.end_value, self.power)
-    count = as_count(count, self.transition_steps, self.transition_begin)
-    steps = jnp.clip(count - self.transition_begin, 0, self.transition_steps)
-    # (T - t) / T rather than 1 - t / T: exact 0 at the end even when XLA divides by multiplying
-    # with 1 / T, so a fractional power never sees a negative base.
-    frac = cast(self.transition_steps - steps, dtype) / self.transition_steps
-    init, end = cast(self.init_value, dtype), cast(self.end_value, dtype)
-    return (init - end) * frac ** cast(self.power, dtype) + end
+    with standard_promotion():
+      steps = jnp.clip(as_count(count) - self.transition_begin, 0, self.transition_steps)
+      frac = 1 - divide(steps, self.transition_steps)
+      # Rounding may leave 1 - t / T a hair below 0 at the end, where a fractional power would be
+      # NaN; 0 and every positive value are kept as they are.
+      frac = jnp.maximum(frac, 0)
+      return (self.init_value - self.end_value) * frac ** self.power + self.end_value
 
 
+@shared_args
 def polynomial_schedule(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -100,13 +104,15 @@ def polynomial_schedule(
     transition_begin: how many steps to hold ``init_value`` first; negative values count as 0.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types: weakly typed
+    float32 (float64 under x64) for Python numbers and a Python int count; strongly typed for an
+    int32 array count (float32 in both x64 modes, as Optax's ``count / transition_steps`` gives).
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.polynomial_schedule(1.0, 0.0, power=2, transition_steps=10)
-    >>> sched(5)
-    Array(0.25, dtype=float32)
+    >>> print(sched(5), sched(5).weak_type)
+    0.25 True
   """
   owner = "polynomial_schedule"
   transition_steps = static_steps(owner, "transition_steps", transition_steps)
@@ -118,6 +124,7 @@ def polynomial_schedule(
   )
 
 
+@shared_args
 def linear_schedule(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -133,12 +140,14 @@ def linear_schedule(
     transition_begin: how many steps to hold ``init_value`` first.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) with ``polynomial_schedule``'s value types.
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> steadax.linear_schedule(1.0, 0.0, transition_steps=4)(jnp.asarray(1))
+    >>> steadax.linear_schedule(1.0, 0.0, transition_steps=4)(jnp.asarray(1, jnp.int32))
     Array(0.75, dtype=float32)
+    >>> print(steadax.linear_schedule(1.0, 0.0, transition_steps=4)(1))
+    0.75
   """
   return polynomial_schedule(init_value, end_value, 1, transition_steps, transition_begin)
 
@@ -146,29 +155,37 @@ def linear_schedule(
 class ExponentialDecay(Module):
   """``init * rate ** ((count - begin) / T)``, optionally floored exponent and bounded by ``end``."""
 
-  init_value: Any = hyper_field()
-  decay_rate: Any = hyper_field()
-  end_value: Any = hyper_field(None)
+  init_value: Any = hyper_field(as_given=True)
+  decay_rate: Any = hyper_field(as_given=True)
+  end_value: Any = hyper_field(None, as_given=True)
   transition_steps: Any = static_field(default=1)
   transition_begin: Any = static_field(default=0)
   staircase: bool = static_field(default=False)
 
   def __call__(self, count: Any) -> jax.Array:
-    dtype = value_dtype(self.init_value, self.decay_rate, self.end_value)
-    shifted = as_count(count, self.transition_begin) - self.transition_begin
-    exponent = cast(shifted, dtype) / self.transition_steps
-    if self.staircase:
-      exponent = jnp.floor(exponent)
-    init, rate = cast(self.init_value, dtype), cast(self.decay_rate, dtype)
-    value = jnp.where(shifted <= 0, init, init * rate ** exponent)
-    if self.end_value is not None:
-      # end_value bounds the decay from below when decaying, from above when growing.
-      end = cast(self.end_value, dtype)
-      value = jnp.where(rate < 1, jnp.maximum(value, end), jnp.minimum(value, end))
-    # A zero rate means "no decay" (Optax returns the constant init_value then).
-    return jnp.where(rate == 0, init, value)
+    init, rate, end = self.init_value, self.decay_rate, self.end_value
+    with standard_promotion():
+      shifted = as_count(count) - self.transition_begin
+      exponent = divide(shifted, self.transition_steps)
+      if self.staircase:
+        exponent = jnp.floor(exponent)
+      value = jnp.where(shifted <= 0, init, init * jnp.power(rate, exponent))
+      if end is not None:
+        # end_value bounds the decay from below when decaying, from above when growing (Optax
+        # picks the bound from the Python rate; a traced rate picks it in the program).
+        concrete_rate = concrete_number(rate)
+        if concrete_rate is not None:
+          value = (jnp.maximum if concrete_rate < 1 else jnp.minimum)(value, end)
+        else:
+          value = jnp.where(rate < 1, jnp.maximum(value, end), jnp.minimum(value, end))
+      if concrete_number(rate) is None:
+        # A zero rate means "no decay": Optax's factory returns the constant init_value then, as
+        # steadax's does for a concrete zero; a traced rate (built in jit, swept) decides here.
+        value = jnp.where(rate == 0, init, value)
+      return value
 
 
+@shared_args
 def exponential_decay(
     init_value: ArrayLike,
     transition_steps: int | float,
@@ -194,13 +211,15 @@ def exponential_decay(
     end_value: an optional bound on the decayed value.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) with ``polynomial_schedule``'s value types
+    (``init_value`` itself, as in Optax, when ``transition_steps`` is not positive or
+    ``decay_rate`` is 0).
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
-    >>> sched(20)
-    Array(0.25, dtype=float32)
+    >>> print(sched(20))
+    0.25
   """
   owner = "exponential_decay"
   transition_steps = static_steps(owner, "transition_steps", transition_steps)
@@ -211,7 +230,7 @@ def exponential_decay(
         f"{owner}: decay_rate must be non-negative without staircase (a fractional power of "
         f"{decay_rate!r} is NaN), got {decay_rate!r}."
     )
-  if transition_steps <= 0:
+  if transition_steps <= 0 or rate == 0:
     return ConstantSchedule(init_value)
   return ExponentialDecay(
       init_value,
@@ -226,22 +245,27 @@ def exponential_decay(
 class CosineDecay(Module):
   """``init * ((1 - alpha) * (0.5 * (1 + cos(pi * t / T))) ** exponent + alpha)``, ``t <= T``."""
 
-  init_value: Any = hyper_field()
-  alpha: Any = hyper_field(0.0)
-  exponent: Any = hyper_field(1.0)
+  init_value: Any = hyper_field(as_given=True)
+  alpha: Any = hyper_field(0.0, as_given=True)
+  exponent: Any = hyper_field(1.0, as_given=True)
   decay_steps: Any = static_field(default=1)
 
   def __call__(self, count: Any) -> jax.Array:
-    dtype = value_dtype(self.init_value, self.alpha, self.exponent)
-    t = cast(jnp.minimum(as_count(count, self.decay_steps), self.decay_steps), dtype)
-    cosine = 0.5 * (1 + jnp.cos(jnp.pi * t / self.decay_steps))
-    # Rounding can leave cos(pi) a hair above -1; a negative base with a fractional exponent is NaN.
-    cosine = jnp.maximum(cosine, 0)
-    alpha = cast(self.alpha, dtype)
-    decayed = (1 - alpha) * cosine ** cast(self.exponent, dtype) + alpha
-    return cast(self.init_value, dtype) * decayed
+    count = as_count(count)
+    # Optax takes Python int step counts as floats here (its int(1e10) decay_steps fits then).
+    decay_steps = float(self.decay_steps) if isinstance(self.decay_steps, int) else self.decay_steps
+    count = float(count) if isinstance(count, int) else count
+    with standard_promotion():
+      count = jnp.minimum(count, decay_steps)
+      cosine = 0.5 * (1 + jnp.cos(divide(jnp.pi * count, decay_steps)))
+      # Rounding can leave cos(pi) a hair above -1, where a fractional exponent gives NaN;
+      # 0 and every positive value are kept as they are.
+      cosine = jnp.maximum(cosine, 0)
+      decayed = (1 - self.alpha) * cosine ** self.exponent + self.alpha
+      return self.init_value * decayed
 
 
+@shared_args
 def cosine_decay_schedule(
     init_value: ArrayLike,
     decay_steps: int | float,
@@ -260,12 +284,14 @@ def cosine_decay_schedule(
     exponent: the power applied to the cosine factor.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types: weakly typed
+    float32 (float64 under x64) for Python numbers, whatever the integer count.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
-    >>> steadax.cosine_decay_schedule(1.0, decay_steps=10)(5)
-    Array(0.5, dtype=float32)
+    >>> import steadax
+    >>> value = steadax.cosine_decay_schedule(1.0, decay_steps=10)(5)
+    >>> print(value, value.weak_type)
+    0.5 True
 
   References:
     Loshchilov & Hutter, `SGDR: Stochastic Gradient Descent with Warm Restarts
@@ -303,19 +329,22 @@ def _boundaries_and_scales(owner: str, boundaries_and_scales: Any) -> tuple[tupl
 class PiecewiseConstant(Module):
   """``init_value`` times every scale whose boundary the count has reached."""
 
-  init_value: Any = hyper_field()
-  scales: tuple = hyper_field(())
+  init_value: Any = hyper_field(as_given=True)
+  scales: tuple = hyper_field((), as_given=True)
   boundaries: tuple = static_field(default=())
 
   def __call__(self, count: Any) -> jax.Array:
-    dtype = value_dtype(self.init_value, *self.scales)
-    count = as_count(count, *self.boundaries)
-    value = cast(self.init_value, dtype)
-    for boundary, scale in zip(self.boundaries, self.scales):
-      value = jnp.where(count < boundary, value, value * cast(scale, dtype))
+    count = as_count(count)
+    value = self.init_value
+    with standard_promotion():
+      for boundary, scale in zip(self.boundaries, self.scales):
+        # Optax's arithmetic (an indicator, not a select), for its types and bits.
+        indicator = jnp.maximum(0.0, jnp.sign(boundary - count))
+        value = value * indicator + (1 - indicator) * scale * value
     return value
 
 
+@shared_args
 def piecewise_constant_schedule(
     init_value: ArrayLike,
     boundaries_and_scales: dict[int, float] | None = None,
@@ -331,13 +360,15 @@ def piecewise_constant_schedule(
       scales are leaves.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types: weakly typed
+    float32 (float64 under x64) for Python numbers, whatever the integer count; ``init_value``
+    itself when there is no boundary.
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.piecewise_constant_schedule(1.0, {10: 0.1, 20: 0.5})
-    >>> sched(25)
-    Array(0.05, dtype=float32)
+    >>> print(sched(25))
+    0.05
   """
   boundaries, scales = _boundaries_and_scales("piecewise_constant_schedule", boundaries_and_scales)
   return PiecewiseConstant(init_value, scales, boundaries)
@@ -345,35 +376,33 @@ def piecewise_constant_schedule(
 
 def _interpolate(kind: str, start: jax.Array, end: jax.Array, pct: jax.Array) -> jax.Array:
   if kind == "linear":
-    return start + (end - start) * pct
-  return end + (start - end) * 0.5 * (jnp.cos(jnp.pi * pct) + 1)
+    return (end - start) * pct + start
+  return end + (start - end) / 2.0 * (jnp.cos(jnp.pi * pct) + 1)
 
 
 class PiecewiseInterpolate(Module):
   """Linear or cosine interpolation between the cumulative products of the scales."""
 
-  init_value: Any = hyper_field()
-  scales: tuple = hyper_field(())
+  init_value: Any = hyper_field(as_given=True)
+  scales: tuple = hyper_field((), as_given=True)
   boundaries: tuple = static_field(default=())
   interpolate_type: str = static_field(default="linear")
 
   def __call__(self, count: Any) -> jax.Array:
-    dtype = value_dtype(self.init_value, *self.scales)
-    count = as_count(count, *self.boundaries)
-    values = [cast(self.init_value, dtype)]
-    for scale in self.scales:
-      values.append(values[-1] * cast(scale, dtype))
-    bounds = (0, *self.boundaries)
-    # Before step 0 the value is 0 and from the last boundary on it is the last product (Optax's).
-    value = jnp.where(bounds[-1] <= count, values[-1], jnp.zeros([], dtype))
-    for i in range(len(self.boundaries)):
-      low, high = bounds[i], bounds[i + 1]
-      pct = cast(count - low, dtype) / max(high - low, 1)
-      inside = (low <= count) & (count < high)
-      value = jnp.where(inside, _interpolate(self.interpolate_type, values[i], values[i + 1], pct), value)
-    return value
+    count = as_count(count)
+    with standard_promotion():
+      # Optax's vectorised form: one interval holds the count (a one-hot dot, exact), or none;
+      # before step 0 the value is 0, from the last boundary on the last product.
+      bounds = jnp.stack((0, *self.boundaries))
+      values = jnp.cumprod(jnp.stack((self.init_value, *self.scales)))
+      sizes = jnp.maximum(bounds[1:] - bounds[:-1], 1)
+      inside = jnp.logical_and(bounds[:-1] <= count, count < bounds[1:])
+      pct = divide(count - bounds[:-1], sizes)
+      between = _interpolate(self.interpolate_type, values[:-1], values[1:], pct)
+      return inside.dot(between) + (bounds[-1] <= count) * values[-1]
 
 
+@shared_args
 def piecewise_interpolate_schedule(
     interpolate_type: str,
     init_value: ArrayLike,
@@ -391,13 +420,14 @@ def piecewise_interpolate_schedule(
     boundaries_and_scales: ``{step: scale}``; scales must be non-negative.
 
   Returns:
-    A schedule (a callable of the step count) returning float32 values.
+    A schedule (a callable of the step count) returning Optax's values and types: float32
+    (float64 under x64), not weakly typed (Optax stacks the values into an array).
 
   Example:
-    >>> import jax.numpy as jnp, steadax
+    >>> import steadax
     >>> sched = steadax.piecewise_interpolate_schedule("linear", 1.0, {10: 0.5})
-    >>> sched(5)
-    Array(0.75, dtype=float32)
+    >>> print(sched(5))
+    0.75
   """
   owner = "piecewise_interpolate_schedule"
   if interpolate_type not in ("linear", "cosine"):

@@ -2,7 +2,9 @@
 
 ``check_transformation(tx, params)`` runs the checks of steadax's own conformance suite (which is
 built on it) and returns a ``ConformanceReport`` listing every violation with the check that failed,
-the configuration (x64 mode, mixed precision) and the tree path. See ``docs/testing.md``.
+the configuration (x64 mode, mixed precision) and the tree path; ``type_differences`` and
+``update_type_differences`` are its comparisons of two trees' types, for a test of your own. See
+``docs/testing.md``.
 
 Example:
   >>> import jax.numpy as jnp, steadax
@@ -24,7 +26,11 @@ if _TYPE_CHECKING:
       check_transformation as check_transformation,
       default_grads as default_grads,
       perturb_hyperparameters as perturb_hyperparameters,
+  )
+  from ._compare import (
+      type_differences as type_differences,
       type_signature as type_signature,
+      update_type_differences as update_type_differences,
   )
   from ._pytest import parametrize_transformations as parametrize_transformations
   from ._report import (
@@ -42,7 +48,9 @@ __all__ = [
     "default_grads",
     "parametrize_transformations",
     "perturb_hyperparameters",
+    "type_differences",
     "type_signature",
+    "update_type_differences",
 ]
 
 __getattr__, __dir__ = _lazy_surface(__name__, __file__)[:2]

@@ -27,12 +27,12 @@ from .._core._config import is_strict, strict_mode
 from .._core._contract import collect_drift
 from .._core._module import Module
 from .._core._policy import key_path_str
+from ._compare import non_finite, type_differences, type_signature, update_type_differences, weak_leaves
 from ._report import ConformanceReport, Violation, path_in_message, violation_from_exception
 from .._core._interface import GradientTransformation
 from .._core._types import Params, Updates
 
-__all__ = ["CHECKS", "check_transformation", "default_grads", "perturb_hyperparameters",
-           "type_signature"]
+__all__ = ["CHECKS", "check_transformation", "default_grads", "perturb_hyperparameters"]
 
 CHECKS = ("init", "abstract_init", "update", "eager", "jit", "recompile", "scan", "cond",
           "while_loop", "finite")
@@ -43,120 +43,6 @@ _FORMS = ("scan", "cond", "while_loop")
 # After a failed update check, these would fail the same way (the contract raises at the first
 # step): they are skipped with this reason instead of repeating the update check's violations.
 _AFTER_UPDATE = ("eager", "jit", "recompile", "scan", "cond", "while_loop", "finite")
-
-
-# --- Types of trees --------------------------------------------------------------------------------
-
-def type_signature(tree: Params) -> tuple[Any, list[tuple[str, tuple, Any, bool]]]:
-  """The types of a tree of arrays or abstract values.
-
-  Args:
-    tree: a pytree of arrays, ``jax.ShapeDtypeStruct`` values or Python scalars.
-
-  Returns:
-    ``(treedef, [(path, shape, dtype, weak_type), ...])``, one entry per leaf.
-
-  Example:
-    >>> import jax.numpy as jnp
-    >>> from steadax.testing import type_signature
-    >>> type_signature({"w": jnp.zeros(2)})[1]
-    [("['w']", (2,), dtype('float32'), False)]
-  """
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
-  return treedef, [_leaf_type(path, leaf) for path, leaf in leaves]
-
-
-def _leaf_type(path: Any, leaf: Any) -> tuple[str, tuple, Any, bool]:
-  if isinstance(leaf, (bool, int, float, complex)):
-    # A Python scalar in a state is weakly typed: it takes its dtype from whatever meets it.
-    return key_path_str(path), (), jnp.result_type(leaf), True
-  aval = getattr(leaf, "aval", None)
-  weak = bool(getattr(aval, "weak_type", getattr(leaf, "weak_type", False)))
-  # leaf.dtype itself, not np.dtype(...): typed PRNG keys have no numpy dtype.
-  return key_path_str(path), tuple(np.shape(leaf)), leaf.dtype, weak
-
-
-def _dtype_name(dtype: Any) -> str:
-  return getattr(dtype, "name", str(dtype))
-
-
-def _describe(shape: tuple, dtype: Any, weak: bool) -> str:
-  return f"{_dtype_name(dtype)}{list(shape)}" + (" (weak)" if weak else "")
-
-
-def _compare(expected: Any, got: Any, what: str) -> list[tuple[str, str]]:
-  """``(path, message)`` for every leaf of ``got`` whose type differs from ``expected``'s."""
-  exp_def, exp_sig = type_signature(expected)
-  got_def, got_sig = type_signature(got)
-  problems = []
-  if exp_def != got_def:
-    exp_paths = [s[0] for s in exp_sig]
-    got_paths = [s[0] for s in got_sig]
-    missing = [p for p in exp_paths if p not in set(got_paths)]
-    extra = [p for p in got_paths if p not in set(exp_paths)]
-    problems += [(p, f"{what}: leaf missing (the structure changed)") for p in missing]
-    problems += [(p, f"{what}: unexpected leaf (the structure changed)") for p in extra]
-    if not problems:
-      problems.append(("<root>", f"{what}: structure changed from {exp_def} to {got_def}"))
-    return problems
-  for (path, e_shape, e_dtype, e_weak), (_, g_shape, g_dtype, g_weak) in zip(exp_sig, got_sig):
-    if e_shape != g_shape:
-      problems.append((path, f"{what}: shape changed from {e_shape} to {g_shape}"))
-    elif e_dtype != g_dtype:
-      problems.append((path, f"{what}: dtype changed from {_dtype_name(e_dtype)} to "
-                             f"{_dtype_name(g_dtype)}"))
-    elif g_weak and not e_weak:
-      problems.append((path, f"{what}: became weakly typed ({_dtype_name(g_dtype)})"))
-  return problems
-
-
-def _weak_leaves(tree: Any, what: str) -> list[tuple[str, str]]:
-  return [(path, f"{what}: weakly typed leaf {_describe(shape, dtype, weak)}; state leaves must be "
-                 "strongly typed arrays (a weak type drifts at the first step)")
-          for path, shape, dtype, weak in type_signature(tree)[1] if weak]
-
-
-def _updates_follow_params(params: Any, incoming: Any, updates: Any, what: str) -> list[tuple[str, str]]:
-  """Each update leaf has its parameter's shape and dtype (the incoming update's without params)."""
-  reference = incoming if params is None else params
-  problems = _structure_only(reference, updates, what)
-  if problems:
-    return problems
-  ref_paths = jax.tree_util.tree_flatten_with_path(reference)[0]
-  for (path, ref), upd in zip(ref_paths, jax.tree_util.tree_leaves(updates)):
-    if upd.dtype == jax.dtypes.float0:
-      continue  # the tangent of an integer parameter: no value to type
-    ref_dtype = getattr(ref, "dtype", None) or jnp.result_type(ref)
-    if tuple(np.shape(upd)) != tuple(np.shape(ref)):
-      problems.append((key_path_str(path), f"{what}: shape {tuple(np.shape(upd))} for a parameter "
-                                           f"of shape {tuple(np.shape(ref))}"))
-    elif upd.dtype != ref_dtype:
-      owner = "an incoming update" if params is None else "a parameter"
-      problems.append((key_path_str(path), f"{what}: dtype {_dtype_name(upd.dtype)} for {owner} "
-                                           f"of dtype {_dtype_name(ref_dtype)}"))
-  return problems
-
-
-def _structure_only(reference: Any, got: Any, what: str) -> list[tuple[str, str]]:
-  ref_def = jax.tree_util.tree_structure(reference)
-  got_def = jax.tree_util.tree_structure(got)
-  if ref_def == got_def:
-    return []
-  return [("<root>", f"{what}: structure {got_def} differs from the parameters' {ref_def}")]
-
-
-def _non_finite(tree: Any, what: str) -> list[tuple[str, str]]:
-  problems = []
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    dtype = getattr(leaf, "dtype", None)
-    if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
-      continue
-    values = np.asarray(leaf)
-    if values.dtype.itemsize <= 2 and not jnp.issubdtype(dtype, jnp.complexfloating):
-      values = values.astype(np.float32)  # bfloat16/float16 through numpy, not a compiled cast
-    if not np.all(np.isfinite(values)):
-      problems.append((key_path_str(path), f"{what}: non-finite values"))
-  return problems
 
 
 # --- Inputs --------------------------------------------------------------------------------------
@@ -340,7 +226,7 @@ class _Config:
             self.skip(check, "init failed")
         return
       if "init" in wanted:
-        self.record("init", _weak_leaves(state, "fresh state"))
+        self.record("init", weak_leaves(state, "fresh state"))
     if "abstract_init" in wanted or state is None:
       try:
         abstract = jax.eval_shape(self.tx.init, params)
@@ -351,8 +237,8 @@ class _Config:
             self.skip(check, "init from abstract values failed")
         return
       if "abstract_init" in wanted:
-        problems = (_compare(state, abstract, "init from jax.eval_shape") if state is not None
-                    else _weak_leaves(abstract, "fresh state (from jax.eval_shape)"))
+        problems = (type_differences(state, abstract, "init from jax.eval_shape") if state is not None
+                    else weak_leaves(abstract, "fresh state (from jax.eval_shape)"))
         self.record("abstract_init", problems)
       if state is None:
         state = abstract
@@ -386,11 +272,11 @@ class _Config:
       self.error("update", e)
       return False
     problems = [(path_in_message(str(d)), str(d)) for d in drifts]
-    problems += _compare(state, new_state, "state after one update")
+    problems += type_differences(state, new_state, "state after one update")
     if isinstance(self.tx, Transformation) and self.tx.updates_follow_params:
       # A steadax transformation writes each update in its parameter's dtype itself; a function
       # pair's updates are cast by the contract (checked on the result by jit and the forms).
-      problems += _updates_follow_params(params, grads, updates, "update (before the contract)")
+      problems += update_type_differences(params, updates, "update (before the contract)", incoming=grads)
     return self.record("update", problems)
 
   def check_eager(self, params: Any, state: Any) -> None:
@@ -399,8 +285,8 @@ class _Config:
     except Exception as e:  # pylint: disable=broad-except
       self.error("eager", e)
       return
-    self.record("eager", _compare(state, new_state, "state after an un-jitted update")
-                + _updates_follow_params(params, None, updates, "updates of an un-jitted update"))
+    self.record("eager", type_differences(state, new_state, "state after an un-jitted update")
+                + update_type_differences(params, updates, "updates of an un-jitted update"))
 
   def check_jit(self, params: Any, state: Any) -> None:
     traces = []
@@ -425,9 +311,9 @@ class _Config:
     try:
       for i, call in enumerate(calls):
         p, s, u = call(p, s)
-        problems += _compare(state, s, f"state after jitted step {i + 1}")
-        problems += _compare(params, p, f"params after jitted step {i + 1}")
-        problems += _updates_follow_params(params, None, u, f"updates of jitted step {i + 1}")
+        problems += type_differences(state, s, f"state after jitted step {i + 1}")
+        problems += type_differences(params, p, f"params after jitted step {i + 1}")
+        problems += update_type_differences(params, u, f"updates of jitted step {i + 1}")
         if problems:
           break
     except Exception as e:  # pylint: disable=broad-except
@@ -512,11 +398,11 @@ class _Config:
       p, s, u = results[form]
       what = {"scan": f"after {self.run.steps} steps of lax.scan", "cond": "after lax.cond",
               "while_loop": f"after {min(self.run.steps, 2)} steps of lax.while_loop"}[form]
-      problems = _compare(state, s, f"state {what}")
+      problems = type_differences(state, s, f"state {what}")
       if p is not None:
-        problems += _compare(params, p, f"params {what}")
+        problems += type_differences(params, p, f"params {what}")
       if u is not None:
-        problems += _updates_follow_params(params, None, u, f"updates {what}")
+        problems += update_type_differences(params, u, f"updates {what}")
       self.record(form, problems)
 
   def check_finite(self, params: Any, state: Any) -> None:
@@ -537,10 +423,10 @@ class _Config:
     try:
       for i in range(self.run.steps):
         p, s = call(p, s)
-        problems += _compare(state, s, f"state after compiled step {i + 1}")
-        problems += _compare(params, p, f"params after compiled step {i + 1}")
-        problems += _non_finite(s, f"state after compiled step {i + 1}")
-        problems += _non_finite(p, f"params after compiled step {i + 1}")
+        problems += type_differences(state, s, f"state after compiled step {i + 1}")
+        problems += type_differences(params, p, f"params after compiled step {i + 1}")
+        problems += non_finite(s, f"state after compiled step {i + 1}")
+        problems += non_finite(p, f"params after compiled step {i + 1}")
         if problems:
           break
     except Exception as e:  # pylint: disable=broad-except

@@ -102,6 +102,7 @@ class ScaleByAdaDelta(Transformation):
     return out, ScaleByAdaDeltaState(e_g=e_g, e_x=e_x)
 
 
+@shared_args
 def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> Transformation:
   """Rescales updates by Adadelta's ratio of past step sizes to past gradient sizes.
 
@@ -280,6 +281,7 @@ class ScaleBySM3(Transformation):
     return out, ScaleBySM3State(mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8) -> Transformation:
   """Rescales updates by SM3's cover-set accumulators (Adagrad with sublinear memory).
 

@@ -7,6 +7,7 @@ References:
 
 import jax.numpy as jnp
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 
 __all__ = ["centralize"]
@@ -27,6 +28,7 @@ class Centralize(Transformation):
     return out, state
 
 
+@shared_args
 def centralize() -> Transformation:
   """Gradient centralisation: subtracts from each slice ``g[i]`` of a leaf its mean.
 

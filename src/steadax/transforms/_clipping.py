@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
@@ -65,6 +66,7 @@ class Clip(Transformation):
     return out, state
 
 
+@shared_args
 def clip(max_delta: ArrayLike) -> Transformation:
   """Clips each element of the updates to ``[-max_delta, max_delta]``.
 
@@ -102,6 +104,7 @@ class ClipByGlobalNorm(Transformation):
     return out, state
 
 
+@shared_args
 def clip_by_global_norm(max_norm: ArrayLike) -> Transformation:
   """Rescales the updates so their global l2 norm is at most ``max_norm``.
 
@@ -145,6 +148,7 @@ class ClipByBlockRms(Transformation):
     return out, state
 
 
+@shared_args
 def clip_by_block_rms(threshold: ArrayLike) -> Transformation:
   """Rescales each leaf (block) of the updates so its root mean square is at most ``threshold``.
 

@@ -5,6 +5,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
@@ -61,6 +62,7 @@ class AddDecayedWeights(Transformation):
     return out, state
 
 
+@shared_args
 def add_decayed_weights(weight_decay: ScalarOrSchedule | ArrayLike = 0.0, mask: MaskOrFn = None) -> Transformation:
   """Adds ``weight_decay * params`` to the updates (decoupled weight decay).
 

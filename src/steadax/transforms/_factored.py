@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars, place_kept_axes, place_like
@@ -161,6 +162,7 @@ class ScaleByFactoredRms(Transformation):
     return out, FactoredState(count=safe_increment(state.count), v_row=v_row, v_col=v_col, v=v)
 
 
+@shared_args
 def scale_by_factored_rms(
     factored: bool = True,
     decay_rate: ArrayLike = 0.8,

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_decay
 from .._core._leafwise import Scalars
@@ -67,6 +68,7 @@ class ScaleByLion(Transformation):
     return out, ScaleByLionState(count=safe_increment(state.count), mu=mu)
 
 
+@shared_args
 def scale_by_lion(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.99,

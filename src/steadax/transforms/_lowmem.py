@@ -52,8 +52,10 @@ def _fmix32(h: jax.Array) -> jax.Array:
   return h ^ (h >> 16)
 
 
-def _salt(seed: int, leaf: int, moment: int) -> np.uint32:
-  return np.uint32((seed * 0x27D4EB2F + leaf * 0x165667B1 + moment * 0x61C88647 + 1) & 0xFFFFFFFF)
+def stream_salt(seed: int, leaf: int, stream: int) -> np.uint32:
+  """The salt of ``dither_bits`` for one random stream (a moment, a rounding) of one leaf: distinct
+  seeds, leaves and streams give independent bits."""
+  return np.uint32((seed * 0x27D4EB2F + leaf * 0x165667B1 + stream * 0x61C88647 + 1) & 0xFFFFFFFF)
 
 
 def dither_bits(shape: tuple[int, ...], count: jax.Array, salt: Any) -> jax.Array:
@@ -165,7 +167,7 @@ class ScaleByAdamLowmem(AdamDecays):
     # one. The dither of leaf i is salted by (seed, i, moment): a read-only tree of uint32 salts.
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     grads, mus, nus = (treedef.flatten_up_to(tree) for tree in (updates, state.mu, state.nu))
-    salts = treedef.unflatten([jnp.asarray([_salt(self.seed, i, 0), _salt(self.seed, i, 1)], jnp.uint32)
+    salts = treedef.unflatten([jnp.asarray([stream_salt(self.seed, i, 0), stream_salt(self.seed, i, 1)], jnp.uint32)
                                for i in range(len(grads))])
     groups: dict = {}
     for i, (g, m, v) in enumerate(zip(grads, mus, nus)):

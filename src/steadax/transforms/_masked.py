@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import jax
 
 from .._core._adapters import as_inner
+from .._core._docs import shared_args
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
 from .._core._module import child_field, static_field
@@ -118,6 +119,7 @@ class Masked(Transformation):
     return merged, MaskedState(inner_state=inner_state)
 
 
+@shared_args
 def masked(
     inner: GradientTransformation,
     mask: Any | Callable[[Any], Any],

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars
@@ -91,6 +92,7 @@ class AddNoise(Transformation):
     return out, AddNoiseState(count=count, rng_key=rng_key)
 
 
+@shared_args
 def add_noise(eta: ArrayLike, gamma: ArrayLike, key: ArrayLike | None = None, *, seed: int | None = None) -> Transformation:
   """Adds Gaussian noise of variance ``eta / t^gamma`` to the updates (``t`` counts from 1).
 

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
@@ -36,6 +37,7 @@ class NormalizeByUpdateNorm(Transformation):
     return out, state
 
 
+@shared_args
 def normalize_by_update_norm(scale_factor: ArrayLike = 1.0, eps: ArrayLike = 1e-6) -> Transformation:
   """Divides the updates by their global l2 norm: ``u * scale_factor / (||u|| + eps)``.
 

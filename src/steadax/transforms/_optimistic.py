@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field
@@ -66,6 +67,7 @@ class ScaleByOptimisticGradient(Transformation):
     return out, ScaleByOptimisticGradientState(is_initial_step=jnp.asarray(False), previous_gradient=previous)
 
 
+@shared_args
 def scale_by_optimistic_gradient(alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0) -> Transformation:
   """The generalised optimistic gradient ``(alpha + beta) g_t - beta g_{t-1}``.
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_nonnegative
 from .._core._leafwise import Scalars
@@ -144,6 +145,7 @@ class ScaleByRms(Transformation):
     return out, ScaleByRmsState(nu=nu)
 
 
+@shared_args
 def scale_by_rms(
     decay: ArrayLike = 0.9,
     eps: ArrayLike = 1e-8,
@@ -220,6 +222,7 @@ class ScaleByStddev(Transformation):
     return out, ScaleByRStdDevState(mu=mu, nu=nu)
 
 
+@shared_args
 def scale_by_stddev(
     decay: ArrayLike = 0.9,
     eps: ArrayLike = 1e-8,
@@ -278,6 +281,7 @@ class ScaleByRss(Transformation):
     return out, ScaleByRssState(sum_of_squares=sums)
 
 
+@shared_args
 def scale_by_rss(initial_accumulator_value: ArrayLike = 0.1, eps: ArrayLike = 1e-7) -> Transformation:
   """Divides updates by the root of the sum of all their squares so far (AdaGrad).
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_range
 from .._core._leafwise import Scalars
@@ -94,6 +95,7 @@ class ScaleByRprop(Transformation):
     return out, ScaleByRpropState(step_sizes=step_sizes, prev_updates=prev_updates)
 
 
+@shared_args
 def scale_by_rprop(
     learning_rate: ArrayLike,
     eta_minus: ArrayLike = 0.5,

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
+from .._core._docs import shared_args
 from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars, leafwise
@@ -116,6 +117,7 @@ class Scale(Transformation):
     return out, state
 
 
+@shared_args
 def scale(step_size: ArrayLike) -> Transformation:
   """Multiplies updates by a fixed ``step_size``.
 
@@ -146,6 +148,7 @@ class ScaleBySchedule(Transformation):
     return out, ScaleByScheduleState(count=safe_increment(state.count))
 
 
+@shared_args
 def scale_by_schedule(step_size_fn: Schedule) -> Transformation:
   """Multiplies updates by ``step_size_fn(count)``; the int32 count starts at 0.
 
@@ -187,6 +190,7 @@ class ScaleByLearningRate(Transformation):
     return out, state
 
 
+@shared_args
 def scale_by_learning_rate(learning_rate: ScalarOrSchedule | ArrayLike | None = None, *,
                            flip_sign: bool = True) -> Transformation:
   """Scales updates by the learning rate, negated by default (gradient descent).
@@ -217,6 +221,7 @@ class ScaleBySign(Transformation):
     return out, state
 
 
+@shared_args
 def scale_by_sign() -> Transformation:
   """Replaces each update by its sign (signSGD, Bernstein et al. 2018).
 
@@ -252,6 +257,7 @@ class Trace(Transformation):
     return out, TraceState(trace=new_trace)
 
 
+@shared_args
 def trace(decay: ArrayLike, nesterov: bool = False, accumulator_dtype: DTypeLike | None = None) -> Transformation:
   """Heavy-ball momentum: ``t = g + decay * t``; with ``nesterov``, returns ``g + decay * t``.
 
@@ -297,6 +303,7 @@ class Ema(Transformation):
     return out, EmaState(count=count, ema=new_ema)
 
 
+@shared_args
 def ema(decay: ArrayLike, debias: bool = True, accumulator_dtype: DTypeLike | None = None) -> Transformation:
   """Exponential moving average of the updates, optionally debiased.
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
@@ -78,6 +79,7 @@ class ScaleByPolyak(Transformation):
     return out, state
 
 
+@shared_args
 def scale_by_polyak(
     f_min: ArrayLike = 0.0,
     max_learning_rate: ArrayLike = 1.0,
@@ -174,6 +176,7 @@ class ScaleByDistanceOverGradients(Transformation):
                                                   init_params=state.init_params)
 
 
+@shared_args
 def scale_by_distance_over_gradients(
     reps_rel: ArrayLike = 1e-6,
     eps: ArrayLike = 1e-8,

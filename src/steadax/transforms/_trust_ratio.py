@@ -15,6 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._core._docs import shared_args
 from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
@@ -58,6 +59,7 @@ class ScaleByTrustRatio(Transformation):
     return out, state
 
 
+@shared_args
 def scale_by_trust_ratio(min_norm: ArrayLike = 0.0, trust_coefficient: ArrayLike = 1.0, eps: ArrayLike = 0.0) -> Transformation:
   """Scales each parameter's update by the trust ratio ``coefficient * ||p|| / (||u|| + eps)``.
 
@@ -98,6 +100,7 @@ class ScaleByParamBlockNorm(Transformation):
     return out, state
 
 
+@shared_args
 def scale_by_param_block_norm(min_scale: ArrayLike = 1e-3) -> Transformation:
   """Multiplies each parameter's update by the parameter's l2 norm (floored at ``min_scale``).
 
@@ -130,6 +133,7 @@ class ScaleByParamBlockRms(Transformation):
     return out, state
 
 
+@shared_args
 def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> Transformation:
   """Multiplies each parameter's update by the parameter's root mean square (floored at
   ``min_scale``): Adafactor's relative step size (Shazeer & Stern 2018, §8).

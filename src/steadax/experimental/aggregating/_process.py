@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from ..._core._adapters import with_extra_args_support
+from ..._core._docs import shared_args
 from ..._core._interface import (
     GradientTransformation,
     GradientTransformationExtraArgs,
@@ -200,6 +201,7 @@ class _ProcessAggregator(_Process, Aggregator):
   pass
 
 
+@shared_args
 def process(
     preprocessor: GradientTransformation,
     aggregator: GradientTransformation | Aggregator,
@@ -259,6 +261,7 @@ class _AveragePerElement(Transformation, Aggregator):
     return means, state
 
 
+@shared_args
 def average_per_element_updates(per_elt_axis: int | Sequence[int] = 0) -> Aggregator:
   """Averages per-element updates over their per-element axes.
 
@@ -323,6 +326,7 @@ class _AccumulateAvg(Transformation):
     return out, new_state
 
 
+@shared_args
 def accumulate_avg_updates(accumulation_steps: int) -> GradientTransformation:
   """Averages updates over ``accumulation_steps`` calls, emitting the mean on every last one.
 
@@ -358,6 +362,7 @@ class _AggregatorChain(Chain, Aggregator):
   updates_follow_params = False
 
 
+@shared_args
 def average_incrementally_updates(
     per_elt_axis: MaybeAxis, accumulation_steps: int
 ) -> Aggregator | GradientTransformation:

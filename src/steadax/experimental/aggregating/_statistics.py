@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from ..._core._docs import shared_args
 from ..._core._interface import EmptyState, GradientTransformation
 from ..._core._stateless import identity
 from ..._core._transformation import Transformation
@@ -156,6 +157,7 @@ class _MeanAndSumSq(Transformation, Aggregator):
     return outputs, new_state
 
 
+@shared_args
 def get_per_element_mean_and_sum_sq_diff_grads(
     per_elt_axis: int | Sequence[int] = 0, accumulation_steps: int = 1
 ) -> Aggregator:
@@ -248,6 +250,7 @@ class _TrackMeanVarianceEma(Transformation):
     )
 
 
+@shared_args
 def track_per_element_mean_and_variance_with_ema(ema_decay: ArrayLike = 0.9) -> GradientTransformation:
   """Tracks moving averages of the mean and the variance of per-element gradients.
 
@@ -308,6 +311,7 @@ def get_unbiased_mean_and_variance_ema(state: OptState) -> tuple[Any, Any]:
   return unbias(found.mean_grads_ema), unbias(found.variance_grads_ema)
 
 
+@shared_args
 def add_mean_variance_to_opt(
     opt: GradientTransformation,
     ema_decay: ArrayLike = 0.9,
