@@ -1,9 +1,8 @@
 """The comparisons of test_optax_bits.py: steadax against Optax 0.2.8, bit for bit, step by step.
 
 Run as ``python -m tests.conformance._optax_bits [--x64] [names...]`` in a child process with JAX's
-and XLA's defaults (``tests.compile_flags.defaults_env``): the bits are those of a user's process,
-not of the suite's cheaper code generation (XLA's FMA contraction and its rewrites of divisions by
-a scalar follow the program's shape, and the suite's flags change them). Prints one JSON object,
+default configuration and the ``XLA_FLAGS`` it is given (the suite's; none: XLA's defaults, as a
+user's process compiles; XLA's FMA contraction follows the flags). Prints one JSON object,
 ``{entry name: {mode: [difference, ...]}}``, an empty list where every compared leaf is equal.
 
 For each registry entry with an Optax counterpart, each library runs its own trajectory of
