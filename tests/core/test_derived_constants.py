@@ -8,8 +8,6 @@ import numpy as np
 import steadax
 from steadax._core._module import derived, derived_field
 
-X64 = bool(jax.config.jax_enable_x64)
-
 
 class _Decay(steadax.Module):
   b2: float = steadax.hyper_field(0.999)
