@@ -32,6 +32,8 @@ STEADAX_KNOBS = frozenset({
     "preconditioner_dtype",  # matrix preconditioners (Shampoo, PSGD)
     "statistics_dtype",      # matrix statistics (Shampoo, SOAP)
     "eigenbasis_dtype",      # SOAP's eigenbasis
+    "average_dtype",         # the parameter average of ema_params / swa_params (state `average`)
+    "compensation_dtype",    # kahan_summation's error term (state `compensation`)
 })
 _CONVENTION = re.compile(r"^[a-z]+_dtype$")
 

@@ -187,7 +187,7 @@ def test_state_dtypes_follow_the_widest_parameter_and_stay_fixed():
 
 @pytest.mark.parametrize("make,failure", [
     (lambda: steadax.scale_by_zoom_linesearch(5, verbose=True), "Linesearch failed"),
-    (lambda: steadax.scale_by_backtracking_linesearch(3, verbose=True), "no step size")],
+    (lambda: steadax.scale_by_backtracking_linesearch(3, verbose=True), "failed to find a stepsize")],
     ids=["zoom", "backtracking"])
 def test_verbose_prints_a_diagnostic_only_when_the_search_fails(make, failure, capfd):
   tx = make()

@@ -297,3 +297,13 @@ def test_integer_labels_do_not_widen():
   assert losses.softmax_cross_entropy_with_integer_labels(logits, jnp.array([0, 1])).dtype == (
       jnp.bfloat16)
   assert losses.multiclass_hinge_loss(logits, jnp.array([0, 1])).dtype == jnp.bfloat16
+
+
+def test_ntxent_keeps_the_digits_of_large_similarities():
+  # Optax's docstring example: one-dimensional embeddings of one sign, so every similarity is
+  # 1 / 0.07 and each positive pair's loss is log(1 + 2 negatives) = log 3. The loss is a difference
+  # of two logits near 15 unless computed as softplus(lse(negatives) - positive): the difference
+  # form lost 4 float32 ulps (1.0986118 for 1.0986123).
+  e = jnp.array([[0.3], [1.2], [2.0], [0.7]], jnp.float32)
+  out = losses.ntxent(e, jnp.array([0, 0, 1, 1]))
+  assert abs(float(out) - np.log(3.0)) <= float(np.spacing(np.float32(np.log(3.0))))

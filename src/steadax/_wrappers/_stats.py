@@ -15,9 +15,10 @@ Cost. What the optimizer computes anyway is free: a learning rate is a scalar, a
 code, which XLA merges with the clip's (common subexpressions). Norms of the whole tree are not:
 they read the gradient, the updates and the parameters once more, and the updates, which XLA
 otherwise fuses into the parameter update, must be written out. They are opt-in (``norms=True``);
-docs/wrappers.md gives the measured cost. They are summed over the small leaves concatenated into
-one buffer per group (one kernel instead of one per leaf: on XLA's CPU backend a reduction per leaf
-doubled a step on 400 leaves and its compile time), large leaves one by one.
+docs/wrappers.md gives the measured cost. On one CPU device they are summed over the small leaves
+concatenated into one buffer per group (one kernel instead of one per leaf: on XLA's CPU backend a
+reduction per leaf doubled a step on 400 leaves and its compile time), large leaves one by one;
+with several devices (sharded leaves) or on an accelerator each leaf is reduced where it lies.
 """
 
 from typing import Any, NamedTuple
@@ -39,11 +40,6 @@ from ._branching import manual_axes
 from ._stats_probe import Probe, head_clip_norms, probe, scope_suffix
 
 __all__ = ["WithStatsState", "with_stats"]
-
-# Leaves up to this many elements are concatenated before their squares are summed: one kernel for
-# all of them, at the cost of a copy (bounded: large leaves are reduced one by one, in place).
-_CONCAT_MAX = 1 << 16
-
 
 @state_roles(statistics=OTHER, inner_state=INNER)
 class WithStatsState(NamedTuple):
@@ -71,25 +67,47 @@ def _squares(x: jax.Array, dtype: Any) -> jax.Array:
   return sq.astype(dtype)
 
 
-def sum_of_squares(leaves: list, dtype: Any) -> jax.Array:
-  """``sum |x|^2`` over ``leaves`` in ``dtype``: small leaves concatenated, large ones one by one.
+# On one CPU device, leaves up to this many elements are concatenated before their squares are
+# summed: one kernel for all of them, at the cost of a copy (large leaves are reduced in place).
+_CONCAT_MAX = 1 << 16
 
-  Inside ``shard_map`` each leaf's sum covers all its shards (the small leaves are concatenated
-  only with leaves that vary over the same mesh axes, then summed over those axes).
+
+def _concatenates() -> bool:
+  """Whether small leaves are concatenated: only where it pays and nothing can be sharded.
+
+  XLA's CPU backend compiles one kernel per reduction (on 400 leaves that doubled a step and its
+  compile time), so there one buffer is summed instead; with one device no leaf is sharded, so the
+  copy gathers nothing. With several devices a concatenation of sharded leaves would gather them
+  onto every device (an all-gather per leaf under automatic sharding, an error under explicit
+  sharding), and GPU and TPU backends fuse sibling reductions themselves: each leaf is reduced where
+  it lies.
   """
-  total = jnp.zeros([], dtype)
+  return jax.default_backend() == "cpu" and jax.device_count() == 1
+
+
+def sum_of_squares(leaves: list, dtype: Any) -> jax.Array:
+  """``sum |x|^2`` over ``leaves`` in ``dtype`` (see ``_concatenates`` for how).
+
+  Inside ``shard_map`` the partial sums of the leaves that vary over the same mesh axes are added
+  first and summed over those axes once.
+  """
+  concatenate = _concatenates()
+  parts: dict[tuple, jax.Array] = {}
   small: dict[tuple, list] = {}
   for x in leaves:
     if not _usable(x) or x.size == 0:
       continue
-    if x.size <= _CONCAT_MAX:
+    if concatenate and x.size <= _CONCAT_MAX:
       small.setdefault(manual_axes(x), []).append(_squares(x, dtype).ravel())
       continue
     part = jnp.sum(_squares(x, dtype))
     axes = manual_axes(part)
-    total = total + (jax.lax.psum(part, axes) if axes else part)
-  for axes, parts in small.items():
-    part = jnp.sum(jnp.concatenate(parts)) if len(parts) > 1 else jnp.sum(parts[0])
+    parts[axes] = parts[axes] + part if axes in parts else part
+  for axes, pieces in small.items():
+    part = jnp.sum(jnp.concatenate(pieces)) if len(pieces) > 1 else jnp.sum(pieces[0])
+    parts[axes] = parts[axes] + part if axes in parts else part
+  total = jnp.zeros([], dtype)
+  for axes, part in parts.items():
     total = total + (jax.lax.psum(part, axes) if axes else part)
   return total
 

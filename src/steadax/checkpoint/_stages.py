@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from .._core._combine import NamedChain
 from .._core._interface import GradientTransformation
+from . import _files
 from ._arrays import CheckpointError, Template, _assemble, _flatten, _misfit, _stored, leaf_path
 
 __all__ = ["StageReport", "restore_state"]
@@ -153,8 +154,6 @@ def _chain_order(containers: Mapping[str, tuple[str, ...]], stages: set[str]) ->
 def _read_saved(saved: Any, manifest: Mapping | None) -> tuple[dict, dict, Any]:
   """``(found, records, read)`` of what was saved: each path's (shape, dtype), its manifest record,
   and ``read(paths)`` giving those paths' arrays (a steadax checkpoint reads only those)."""
-  from . import _files  # Orbax, imported only when a file is read
-
   if isinstance(saved, (str, os.PathLike)):
     path = os.path.abspath(os.fspath(saved))
     if not os.path.exists(path):
