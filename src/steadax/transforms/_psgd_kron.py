@@ -209,21 +209,15 @@ class ScaleByPsgdKron(Transformation):
   b1: Any = hyper_field(0.9, check=_check_b1)
   # None is the annealed psgd_update_probability() (the factory fills it in); schedules pass.
   preconditioner_update_probability: Any = hyper_field(None, check=_check_probability)
+  max_size_triangular: int = static_field(default=8192, check=_check_non_negative_int)
+  min_ndim_triangular: int = static_field(default=2, check=_check_non_negative_int)
   preconditioner_lr: Any = hyper_field(0.1, check=check_positive)
   preconditioner_init_scale: Any = hyper_field(1.0, check=check_positive)
-  key: Any = hyper_field(0, check=_check_key)
-  max_size_triangular: int = static_field(default=8192)
-  min_ndim_triangular: int = static_field(default=2)
   mu_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
+  key: Any = hyper_field(0, check=_check_key)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
-
-  def __post_init__(self):
-    # Static fields have no hyper_field check: validated here, so the class, the factory and
-    # .replace all raise.
-    _check_non_negative_int(self.owner, "max_size_triangular", self.max_size_triangular)
-    _check_non_negative_int(self.owner, "min_ndim_triangular", self.min_ndim_triangular)
 
   def _dense(self, shape):
     return _dense_dims(tuple(shape) or (1,), self.max_size_triangular, self.min_ndim_triangular)
@@ -397,8 +391,7 @@ def scale_by_psgd_kron(
   the trust region (global RMS <= 1, entries in [-1, 1]). Dimensions of size 1 or above
   ``max_size_triangular``, and all dimensions of tensors with fewer than ``min_ndim_triangular``
   dimensions, get diagonal factors. By default a parameter is one tensor with a factor per
-  dimension (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` factor); with
-  ``weight_dimension_numbers`` each matrix of a stack has its own factors.
+  dimension (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` factor).
 
   Args:
     b1: momentum decay (0 disables momentum).
@@ -408,7 +401,7 @@ def scale_by_psgd_kron(
     min_ndim_triangular: tensors with fewer dimensions get only diagonal factors (vectors by default).
     preconditioner_lr: step size of the factors' Lie-group update.
     preconditioner_init_scale: the initial preconditioner is this times the identity.
-    mu_dtype: dtype of the momentum (default: each parameter's dtype).
+    mu_dtype: <shared>
     preconditioner_dtype: dtype of the factors (default: the computation dtype, at least float32).
     key: a ``jax.random.key``, raw key data or an integer seed for the probes and the draws.
     weight_dimension_numbers: <shared>
@@ -430,8 +423,6 @@ def scale_by_psgd_kron(
   """
   if preconditioner_update_probability is None:
     preconditioner_update_probability = psgd_update_probability()
-  return ScaleByPsgdKron(
-      b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
-      max_size_triangular=max_size_triangular, min_ndim_triangular=min_ndim_triangular,
-      mu_dtype=mu_dtype, preconditioner_dtype=preconditioner_dtype,
-      weight_dimension_numbers=weight_dimension_numbers, execution=execution)
+  return ScaleByPsgdKron(b1, preconditioner_update_probability, max_size_triangular, min_ndim_triangular,
+                         preconditioner_lr, preconditioner_init_scale, mu_dtype, preconditioner_dtype, key,
+                         weight_dimension_numbers, execution)

@@ -81,9 +81,9 @@ def _block_norms(x: jax.Array) -> jax.Array:
   return jnp.sqrt(jnp.sum(abs_sq(x), axis=tuple(range(1, x.ndim)), keepdims=True))
 
 
-def _check_graft_type(owner: str, graft_type: Any) -> None:
+def _check_graft_type(owner: str, name: str, graft_type: Any) -> None:
   if graft_type not in _GRAFTS:
-    raise ValueError(f"{owner}: graft_type must be one of {_GRAFTS}, got {graft_type!r}.")
+    raise ValueError(f"{owner}: {name} must be one of {_GRAFTS}, got {graft_type!r}.")
 
 
 class ScaleByShampoo(Transformation):
@@ -94,23 +94,18 @@ class ScaleByShampoo(Transformation):
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   matrix_eps: Any = hyper_field(1e-06, check=check_nonnegative)
+  block_size: int = static_field(default=128, check=check_positive_int)
+  precondition_frequency: int = static_field(default=10, check=check_positive_int)
   # 1.0 is allowed: the summed statistics of Gupta et al.
   shampoo_beta: Any = hyper_field(None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
-  exponent_override: Any = hyper_field(None, check=check_positive)
-  block_size: int = static_field(default=128)
-  precondition_frequency: int = static_field(default=10)
-  graft_type: str = static_field(default="adam")
   mu_dtype: Any = static_field(default=None)
+  graft_type: str = static_field(default="adam", check=_check_graft_type)
+  exponent_override: Any = hyper_field(None, check=check_positive)
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
-
-  def __post_init__(self):
-    check_positive_int(self.owner, "block_size", self.block_size)
-    check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
-    _check_graft_type(self.owner, self.graft_type)
 
   def plan(self, shape):
     return _plan(shape, self.block_size)
@@ -194,12 +189,12 @@ def scale_by_shampoo(
   (``m_hat`` Adam's bias-corrected first moment) is rescaled per block to the norm of Adam's step
   (``graft_type="adam"``), of ``m_hat`` (``"sgd"``), or left as it is (``"none"``). By default a
   parameter is one tensor with a preconditioner per axis (a stacked ``(L, m, n)`` weight gets a
-  block over its layer axis); with ``weight_dimension_numbers`` each matrix of a stack has its own.
+  block over its layer axis).
 
   Args:
-    b1: first-moment decay (momentum).
-    b2: Adam's second-moment decay (grafting and the diagonal fallback).
-    eps: Adam's epsilon.
+    b1: <shared>
+    b2: decay of Adam's second moment, in [0, 1) (grafting, and the diagonal step of vectors).
+    eps: <shared>
     matrix_eps: regulariser of the inverse roots, relative to the largest eigenvalue.
     block_size: axes longer than this are split into blocks of this length (a Python int).
     precondition_frequency: updates between inverse-root recomputations (a Python int).
@@ -207,7 +202,7 @@ def scale_by_shampoo(
     mu_dtype: <shared>
     graft_type: ``"adam"``, ``"sgd"`` or ``"none"``.
     exponent_override: the root ``e`` (e.g. ``2`` for ``S^{-1/2}`` on every axis).
-    nu_dtype: dtype of the second moment.
+    nu_dtype: <shared>
     statistics_dtype: dtype of the statistics (default: the parameter's dtype, at least float32).
     preconditioner_dtype: dtype of the inverse roots (same default).
     weight_dimension_numbers: <shared>
@@ -229,8 +224,6 @@ def scale_by_shampoo(
     >>> [s.shape for s in state.statistics]  # two row blocks (the second zero-padded)
     [(2, 2, 2), (2, 2, 2)]
   """
-  return ScaleByShampoo(b1, b2, eps, matrix_eps, shampoo_beta, exponent_override,
-                        block_size=block_size, precondition_frequency=precondition_frequency,
-                        graft_type=graft_type, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
-                        statistics_dtype=statistics_dtype, preconditioner_dtype=preconditioner_dtype,
-                        weight_dimension_numbers=weight_dimension_numbers, execution=execution)
+  return ScaleByShampoo(b1, b2, eps, matrix_eps, block_size, precondition_frequency, shampoo_beta, mu_dtype,
+                        graft_type, exponent_override, nu_dtype, statistics_dtype, preconditioner_dtype,
+                        weight_dimension_numbers, execution)

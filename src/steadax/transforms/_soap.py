@@ -97,8 +97,8 @@ class ScaleBySoap(Transformation):
   b2: Any = hyper_field(0.95, check=check_decay_below_one)
   shampoo_beta: Any = hyper_field(None, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
-  precondition_frequency: int = static_field(default=10)
-  max_precond_dim: int = static_field(default=10000)
+  precondition_frequency: int = static_field(default=10, check=check_positive_int)
+  max_precond_dim: int = static_field(default=10000, check=check_positive_int)
   mu_dtype: Any = static_field(default=None)
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)
@@ -106,10 +106,6 @@ class ScaleBySoap(Transformation):
   precondition_1d: bool = static_field(default=False)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
-
-  def __post_init__(self):
-    check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
-    check_positive_int(self.owner, "max_precond_dim", self.max_precond_dim)
 
   def stat_shapes(self, shape):
     axes = self.plan(shape)
@@ -209,18 +205,17 @@ def scale_by_soap(
   ``Q_k``, recomputed (``eigh``, under ``lax.cond``) after the first update and every
   ``precondition_frequency`` updates after that. The update is Adam's on ``G' = G x_k Q_k^H``,
   rotated back with ``x_k Q_k``; the first update returns zeros. By default a parameter is one
-  tensor with a statistic per axis (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` one); with
-  ``weight_dimension_numbers`` each matrix of a stack has its own statistics and eigenbases.
+  tensor with a statistic per axis (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` one).
 
   Args:
-    b1: Adam's first-moment decay.
-    b2: Adam's second-moment decay.
+    b1: <shared>
+    b2: <shared>
     shampoo_beta: decay of the statistics ``S_k`` (default: ``b2``).
-    eps: Adam's epsilon (added to ``sqrt(v_hat)``).
+    eps: <shared>
     precondition_frequency: updates between eigenbasis refreshes (a Python int).
     max_precond_dim: axes longer than this keep the identity basis.
-    mu_dtype: dtype of the first moment (default: the parameter's).
-    nu_dtype: dtype of the second moment (default: the parameter's real dtype).
+    mu_dtype: <shared>
+    nu_dtype: <shared>
     statistics_dtype: dtype of ``S_k`` (default: the parameter's dtype promoted to at least float32).
     eigenbasis_dtype: dtype of ``Q_k`` (same default).
     precondition_1d: also rotate vectors (one ``d x d`` statistic each).
@@ -246,8 +241,5 @@ def scale_by_soap(
     >>> [q.shape for q in state.eigenbases]
     [(2, 2), (2, 2)]
   """
-  return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency=precondition_frequency,
-                     max_precond_dim=max_precond_dim, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
-                     statistics_dtype=statistics_dtype, eigenbasis_dtype=eigenbasis_dtype,
-                     precondition_1d=precondition_1d, weight_dimension_numbers=weight_dimension_numbers,
-                     execution=execution)
+  return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency, max_precond_dim, mu_dtype, nu_dtype,
+                     statistics_dtype, eigenbasis_dtype, precondition_1d, weight_dimension_numbers, execution)
