@@ -7,10 +7,9 @@ back, ``P N``. The optimizer state of the matrix shrinks from ``m x n`` to ``r x
 projector. ``P`` is recomputed from the current gradient's SVD every ``update_proj_gap`` steps
 (Algorithm 2 of the paper).
 
-The SVD and the projections run in at least float32 (float64 for float64 parameters); projectors
-are stored in the parameter's dtype, as in Optax. The projection back, the scale and the cast to
-the parameter's dtype go through ``leafwise``. Complex matrices use conjugate transposes (Optax
-drops the imaginary part before its SVD).
+The SVD and the projections run in the compute dtype (at least float32); projectors are stored in the
+parameter's dtype, as in Optax. Complex matrices use conjugate transposes (Optax drops the imaginary
+part before its SVD).
 """
 
 import functools

@@ -8,9 +8,8 @@ gradients: ``P E[h h^H] P = I``. Each update moves ``Q_i`` along the group,
 ``Q_i <- Q_i - lr / ||grad_i|| * triu(A_i A_i^H - B_i B_i^H) Q_i`` with ``A = Q G`` and
 ``B = Q^{-H} V`` contracted over the other dimensions, so ``Q_i`` stays triangular and invertible.
 
-This is the ``kron`` variant of psgd_jax / kron_torch: the preconditioner is fitted on the momentum,
-updated with a probability that anneals from 1 to 0.03, balanced between factors now and then, and
-the preconditioned update passes a trust region (global RMS at most 1, then each entry in [-1, 1]).
+This is the ``kron`` variant of psgd_jax / kron_torch (``scale_by_psgd_kron`` gives its steps); the
+factors are also balanced now and then (``_balance``).
 
 References:
   Li, "Preconditioned Stochastic Gradient Descent", IEEE TNNLS 29(5), 2018 (criterion eq. 9-10,
@@ -388,7 +387,7 @@ def scale_by_psgd_kron(
   Keeps a momentum ``m`` (bias-corrected) and, per parameter, factors ``Q_i`` with
   ``P = (x)_i Q_i^H Q_i``; with probability ``preconditioner_update_probability`` a step fits the
   factors to whiten ``m`` (one Lie-group step, see the module notes), then returns ``P m`` through
-  the trust region (global RMS <= 1, entries in [-1, 1]). Dimensions of size 1 or above
+  the trust region of the reference (global RMS <= 1, then entries in [-1, 1]). Dimensions of size 1 or above
   ``max_size_triangular``, and all dimensions of tensors with fewer than ``min_ndim_triangular``
   dimensions, get diagonal factors. By default a parameter is one tensor with a factor per
   dimension (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` factor).

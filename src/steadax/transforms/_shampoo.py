@@ -182,14 +182,10 @@ def scale_by_shampoo(
 ) -> Transformation:
   """Shampoo's Kronecker-factored preconditioning with blocking and grafting.
 
-  Per block of a parameter and per axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H``; the
-  preconditioners ``P_k = (S_k + matrix_eps * lambda_max I)^{-1/e}`` (``e = 2 * number of
-  preconditioned axes``, or ``exponent_override``) are recomputed under ``lax.cond`` at the first
-  update and every ``precondition_frequency`` updates after it. The direction ``m_hat x_k P_k``
-  (``m_hat`` Adam's bias-corrected first moment) is rescaled per block to the norm of Adam's step
-  (``graft_type="adam"``), of ``m_hat`` (``"sgd"``), or left as it is (``"none"``). By default a
-  parameter is one tensor with a preconditioner per axis (a stacked ``(L, m, n)`` weight gets a
-  block over its layer axis).
+  Per block and axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H``, and ``P_k = (S_k +
+  matrix_eps * lambda_max I)^{-1/e}`` recomputed (``lax.cond``) every ``precondition_frequency`` updates
+  from the first; the update is ``m_hat x_k P_k`` (``m_hat``: Adam's bias-corrected first moment) grafted
+  per block. By default a parameter is one tensor (a stacked ``(L, m, n)`` weight gets a block over L).
 
   Args:
     b1: <shared>
@@ -200,8 +196,8 @@ def scale_by_shampoo(
     precondition_frequency: updates between inverse-root recomputations (a Python int).
     shampoo_beta: decay of the statistics (default ``b2``; ``1.0`` sums them as in Gupta et al.).
     mu_dtype: <shared>
-    graft_type: ``"adam"``, ``"sgd"`` or ``"none"``.
-    exponent_override: the root ``e`` (e.g. ``2`` for ``S^{-1/2}`` on every axis).
+    graft_type: the norm each block's step takes: Adam's (``"adam"``), ``m_hat``'s (``"sgd"``) or its own (``"none"``).
+    exponent_override: the root ``e`` (default: twice the number of preconditioned axes).
     nu_dtype: <shared>
     statistics_dtype: dtype of the statistics (default: the parameter's dtype, at least float32).
     preconditioner_dtype: dtype of the inverse roots (same default).
@@ -212,15 +208,13 @@ def scale_by_shampoo(
     A transformation with ``ScaleByShampooState(count, mu, nu, statistics, preconditioners)``.
 
   References:
-    Gupta, Koren & Singer, "Shampoo: Preconditioned Stochastic Tensor Optimization", ICML 2018,
-    Algorithms 1-2.
-    Anil et al., "Scalable Second Order Optimization for Deep Learning", arXiv:2002.09018, 2020,
-    §3.2 (grafting) and §3.3 (blocking).
+    Gupta, Koren & Singer, "Shampoo: Preconditioned Stochastic Tensor Optimization", ICML 2018
+    (Algorithms 1-2); Anil et al., "Scalable Second Order Optimization for Deep Learning",
+    arXiv:2002.09018, 2020 (§3.2 grafting, §3.3 blocking).
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.scale_by_shampoo(block_size=2)
-    >>> state = tx.init(jnp.zeros((3, 2)))
+    >>> state = steadax.scale_by_shampoo(block_size=2).init(jnp.zeros((3, 2)))
     >>> [s.shape for s in state.statistics]  # two row blocks (the second zero-padded)
     [(2, 2, 2), (2, 2, 2)]
   """
