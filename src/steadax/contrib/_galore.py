@@ -80,8 +80,8 @@ class ScaleByGalore(Transformation):
   two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
   rank: int = static_field(default=128, check=_check_rank)
   update_proj_gap: int = static_field(default=200, check=check_positive_int)
-  scale: Any = hyper_field(1.0)
-  base_optimizer: Any = child_field(None)
+  scale: Any = hyper_field(default=1.0)
+  base_optimizer: Any = child_field(default=None)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
 

@@ -66,16 +66,6 @@ class ScaleByShampooState(NamedTuple):
   preconditioners: ArrayTree
 
 
-def _plan(shape: tuple[int, ...], block_size: int) -> tuple:
-  """``(block sizes, preconditioned axes)`` of a tensor (matrices and higher; no length-1 axes), or
-  ``()`` for a tensor that gets Adam's diagonal step."""
-  if len(shape) < 2 or int(np.prod(shape)) == 0:
-    return ()
-  sizes = block_sizes(shape, block_size)
-  axes = tuple(a for a, b in enumerate(sizes) if b > 1)
-  return (sizes, axes) if axes else ()
-
-
 def _block_norms(x: jax.Array) -> jax.Array:
   """The Frobenius norm of each block of ``(num_blocks, ...)`` (real, kept broadcastable)."""
   return jnp.sqrt(jnp.sum(abs_sq(x), axis=tuple(range(1, x.ndim)), keepdims=True))
@@ -97,10 +87,10 @@ class ScaleByShampoo(Transformation):
   block_size: int = static_field(default=128, check=check_positive_int)
   precondition_frequency: int = static_field(default=10, check=check_positive_int)
   # 1.0 is allowed: the summed statistics of Gupta et al.
-  shampoo_beta: Any = hyper_field(None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
+  shampoo_beta: Any = hyper_field(default=None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
   mu_dtype: Any = static_field(default=None)
   graft_type: str = static_field(default="adam", check=_check_graft_type)
-  exponent_override: Any = hyper_field(None, check=check_positive)
+  exponent_override: Any = hyper_field(default=None, check=check_positive)
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
@@ -108,7 +98,13 @@ class ScaleByShampoo(Transformation):
   execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def plan(self, shape):
-    return _plan(shape, self.block_size)
+    """``(block sizes, preconditioned axes)`` of one matrix or tensor (no length-1 axes), or ``()``
+    for a vector, scalar or empty tensor, which gets Adam's diagonal step."""
+    if len(shape) < 2 or int(np.prod(shape)) == 0:
+      return ()
+    sizes = block_sizes(shape, self.block_size)
+    axes = tuple(a for a, b in enumerate(sizes) if b > 1)
+    return (sizes, axes) if axes else ()
 
   def stat_shapes(self, shape):
     plan = self.plan(shape)
