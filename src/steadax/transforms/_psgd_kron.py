@@ -67,12 +67,17 @@ class ScaleByPsgdKronState(NamedTuple):
   preconditioner: ArrayTree
 
 
+# At b1 = 1 the bias correction divides by zero.
+_check_b1 = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
+_check_probability = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)
+
+
 class _AnnealedProbability(Module):
   """``clip(max_prob * exp(-decay * (count - flat_start)), min_prob, max_prob)`` in float32."""
 
-  max_prob: Any = hyper_field(1.0)
-  min_prob: Any = hyper_field(0.03)
-  decay: Any = hyper_field(0.001)
+  max_prob: Any = hyper_field(1.0, check=_check_probability)
+  min_prob: Any = hyper_field(0.03, check=_check_probability)
+  decay: Any = hyper_field(0.001, check=check_nonnegative)
   flat_start: Any = hyper_field(500)
 
   def __call__(self, count: ArrayLike) -> jax.Array:
@@ -82,6 +87,7 @@ class _AnnealedProbability(Module):
     return jnp.clip(value, hyper(self.min_prob, f32), hyper(self.max_prob, f32))
 
 
+@shared_args
 def psgd_update_probability(
     max_prob: float = 1.0, min_prob: float = 0.03, decay: float = 0.001, flat_start: int = 500,
 ) -> Schedule:
@@ -106,10 +112,6 @@ def psgd_update_probability(
     >>> float(sched(jnp.asarray(0))), round(float(sched(jnp.asarray(10_000))), 2)
     (1.0, 0.03)
   """
-  owner = "psgd_update_probability"
-  check_range(owner, "max_prob", max_prob, 0.0, 1.0)
-  check_range(owner, "min_prob", min_prob, 0.0, 1.0)
-  check_nonnegative(owner, "decay", decay)
   return _AnnealedProbability(max_prob, min_prob, decay, flat_start)
 
 
@@ -194,11 +196,6 @@ def _check_key(owner: str, name: str, key: Any) -> None:
 def _check_non_negative_int(owner: str, name: str, value: Any) -> None:
   if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
     raise ValueError(f"{owner}: {name} must be a non-negative int, got {value!r}.")
-
-
-# At b1 = 1 the bias correction divides by zero.
-_check_b1 = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
-_check_probability = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)
 
 
 class ScaleByPsgdKron(Transformation):
