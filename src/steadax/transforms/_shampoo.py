@@ -181,7 +181,7 @@ def scale_by_shampoo(
   Per block and axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H``, and ``P_k = (S_k +
   matrix_eps * lambda_max I)^{-1/e}`` recomputed (``lax.cond``) every ``precondition_frequency`` updates
   from the first; the update is ``m_hat x_k P_k`` (``m_hat``: Adam's bias-corrected first moment) grafted
-  per block. By default a parameter is one tensor (a stacked ``(L, m, n)`` weight gets a block over L).
+  per block. By default a parameter is one tensor (a stacked weight's layer axis gets a preconditioner).
 
   Args:
     b1: <shared>
