@@ -169,6 +169,15 @@ def test_default_update_probability_anneals():
   np.testing.assert_allclose(values, [1.0, 1.0, np.exp(-1.0), 0.03], rtol=1e-5)
 
 
+@pytest.mark.parametrize("kwargs", [{"max_prob": 1.5}, {"min_prob": -0.1}, {"decay": -1.0}])
+def test_update_probability_checks_its_fields(kwargs):
+  name = next(iter(kwargs))
+  with pytest.raises(ValueError, match=f"psgd_update_probability: {name}"):
+    steadax.psgd_update_probability(**kwargs)
+  with pytest.raises(ValueError, match=name):
+    steadax.psgd_update_probability().replace(**kwargs)
+
+
 @pytest.mark.parametrize("kwargs, argument", [
     ({"b1": 1.0}, "b1"), ({"preconditioner_update_probability": 1.5}, "preconditioner_update_probability"),
     ({"preconditioner_lr": 0.0}, "preconditioner_lr"), ({"max_size_triangular": -1}, "max_size_triangular"),

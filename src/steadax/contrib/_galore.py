@@ -7,10 +7,9 @@ back, ``P N``. The optimizer state of the matrix shrinks from ``m x n`` to ``r x
 projector. ``P`` is recomputed from the current gradient's SVD every ``update_proj_gap`` steps
 (Algorithm 2 of the paper).
 
-The SVD and the projections run in at least float32 (float64 for float64 parameters); projectors
-are stored in the parameter's dtype, as in Optax. The projection back, the scale and the cast to
-the parameter's dtype go through ``leafwise``. Complex matrices use conjugate transposes (Optax
-drops the imaginary part before its SVD).
+The SVD and the projections run in the compute dtype (at least float32); projectors are stored in the
+parameter's dtype, as in Optax. Complex matrices use conjugate transposes (Optax drops the imaginary
+part before its SVD).
 """
 
 import functools
@@ -34,7 +33,7 @@ from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
 from ..transforms._axes import WeightDimensionNumbers, leaf_views, matrix_view
 from ..transforms._decay import add_decayed_weights
-from ..transforms._kron import conj_t, thin_svd
+from ..transforms._kron import check_positive_int, conj_t, thin_svd
 from ..transforms._matrix import place_statistic
 from ..transforms._runner import MatrixExecution, refresh_cond, run_matrices
 from ..transforms._scaling import scale_by_learning_rate
@@ -68,13 +67,10 @@ def _plan(view, rank: int) -> tuple[int, int, bool, int]:
   return m, n, m >= n, min(rank, m, n)
 
 
-def _check_galore(owner: str, rank: Any, update_proj_gap: Any) -> None:
+def _check_rank(owner: str, name: str, rank: Any) -> None:
   if not isinstance(rank, int) or isinstance(rank, bool):
-    raise TypeError(f"{owner}: rank must be a Python int, got {type(rank).__name__}.")
-  if rank <= 0:
-    raise ValueError(f"{owner}: rank must be positive, got {rank}.")
-  if not isinstance(update_proj_gap, int) or isinstance(update_proj_gap, bool) or update_proj_gap <= 0:
-    raise ValueError(f"{owner}: update_proj_gap must be a positive Python int, got {update_proj_gap!r}.")
+    raise TypeError(f"{owner}: {name} must be a Python int, got {type(rank).__name__}.")
+  check_positive_int(owner, name, rank)
 
 
 class ScaleByGalore(Transformation):
@@ -82,17 +78,12 @@ class ScaleByGalore(Transformation):
   State = GaLoreState
   cpu_chunks: ClassVar[tuple] = ("cores", 4)
   two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
-  base_optimizer: Any = child_field(None)
-  scale: Any = hyper_field(1.0)
-  rank: int = static_field(default=128)
-  update_proj_gap: int = static_field(default=200)
+  rank: int = static_field(default=128, check=_check_rank)
+  update_proj_gap: int = static_field(default=200, check=check_positive_int)
+  scale: Any = hyper_field(default=1.0)
+  base_optimizer: Any = child_field(default=None)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
-
-  def __post_init__(self):
-    # Static fields have no hyper_field check: validated here, so the class, the factory and
-    # .replace all raise.
-    _check_galore(self.owner, self.rank, self.update_proj_gap)
 
   def _views(self, tree: Any) -> list[Any]:
     if self.weight_dimension_numbers is not None:
@@ -185,8 +176,7 @@ def scale_by_galore(
   the result is projected back and multiplied by ``scale``. Other parameters go through the base
   optimizer unchanged. The base optimizer must not need ``params`` (it sees low-rank shapes):
   ``scale_by_adam`` and the like, not ``adamw``; use ``galore``'s ``weight_decay`` instead. By
-  default the 2-D parameters are projected; with ``weight_dimension_numbers`` each matrix of a
-  stacked weight has its own projector.
+  default the 2-D parameters are projected.
 
   Args:
     rank: the projection rank (a Python int; capped at ``min(m, n)`` per matrix).
@@ -212,8 +202,7 @@ def scale_by_galore(
   """
   if base_optimizer is None:
     base_optimizer = scale_by_adam()
-  return ScaleByGalore(base_optimizer, scale, rank=rank, update_proj_gap=update_proj_gap,
-                       weight_dimension_numbers=weight_dimension_numbers, execution=execution)
+  return ScaleByGalore(rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers, execution)
 
 
 @shared_args
@@ -232,17 +221,18 @@ def galore(
   """GaLore: memory-efficient training by gradient low-rank projection (Zhao et al. 2024).
 
   ``chain(scale_by_galore(...), add_decayed_weights(weight_decay, mask),
-  scale_by_learning_rate(learning_rate))``: weight decay acts in the full parameter space.
+  scale_by_learning_rate(learning_rate))``: weight decay acts in the full parameter space. By
+  default the 2-D parameters are projected.
 
   Args:
     learning_rate: a scalar or a schedule (use 1.0 if ``base_optimizer`` carries its own).
-    rank: the projection rank.
+    rank: the projection rank (a Python int; capped at ``min(m, n)`` per matrix).
     update_proj_gap: steps between projector refreshes.
     scale: multiplier of the projected-back updates.
     base_optimizer: the low-rank transformation (default ``scale_by_adam()``).
-    weight_decay: decoupled weight decay.
-    mask: where weight decay applies (tree of booleans or a callable).
-    weight_dimension_numbers: which parameters are projected and how (see ``scale_by_galore``).
+    weight_decay: <shared>
+    mask: <shared>
+    weight_dimension_numbers: <shared>
     execution: <shared>
 
   Returns:
@@ -260,7 +250,6 @@ def galore(
     >>> updates["w"].shape
     (4, 3)
   """
-  _check_galore("galore", rank, update_proj_gap)
   if not callable(weight_decay):
     check_nonnegative("galore", "weight_decay", weight_decay)
   return chain(

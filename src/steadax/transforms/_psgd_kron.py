@@ -8,9 +8,8 @@ gradients: ``P E[h h^H] P = I``. Each update moves ``Q_i`` along the group,
 ``Q_i <- Q_i - lr / ||grad_i|| * triu(A_i A_i^H - B_i B_i^H) Q_i`` with ``A = Q G`` and
 ``B = Q^{-H} V`` contracted over the other dimensions, so ``Q_i`` stays triangular and invertible.
 
-This is the ``kron`` variant of psgd_jax / kron_torch: the preconditioner is fitted on the momentum,
-updated with a probability that anneals from 1 to 0.03, balanced between factors now and then, and
-the preconditioned update passes a trust region (global RMS at most 1, then each entry in [-1, 1]).
+This is the ``kron`` variant of psgd_jax / kron_torch (``scale_by_psgd_kron`` gives its steps); the
+factors are also balanced now and then (``_balance``).
 
 References:
   Li, "Preconditioned Stochastic Gradient Descent", IEEE TNNLS 29(5), 2018 (criterion eq. 9-10,
@@ -68,12 +67,17 @@ class ScaleByPsgdKronState(NamedTuple):
   preconditioner: ArrayTree
 
 
+# At b1 = 1 the bias correction divides by zero.
+_check_b1 = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
+_check_probability = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)
+
+
 class _AnnealedProbability(Module):
   """``clip(max_prob * exp(-decay * (count - flat_start)), min_prob, max_prob)`` in float32."""
 
-  max_prob: Any = hyper_field(1.0)
-  min_prob: Any = hyper_field(0.03)
-  decay: Any = hyper_field(0.001)
+  max_prob: Any = hyper_field(1.0, check=_check_probability)
+  min_prob: Any = hyper_field(0.03, check=_check_probability)
+  decay: Any = hyper_field(0.001, check=check_nonnegative)
   flat_start: Any = hyper_field(500)
 
   def __call__(self, count: ArrayLike) -> jax.Array:
@@ -83,6 +87,7 @@ class _AnnealedProbability(Module):
     return jnp.clip(value, hyper(self.min_prob, f32), hyper(self.max_prob, f32))
 
 
+@shared_args
 def psgd_update_probability(
     max_prob: float = 1.0, min_prob: float = 0.03, decay: float = 0.001, flat_start: int = 500,
 ) -> Schedule:
@@ -107,10 +112,6 @@ def psgd_update_probability(
     >>> float(sched(jnp.asarray(0))), round(float(sched(jnp.asarray(10_000))), 2)
     (1.0, 0.03)
   """
-  owner = "psgd_update_probability"
-  check_range(owner, "max_prob", max_prob, 0.0, 1.0)
-  check_range(owner, "min_prob", min_prob, 0.0, 1.0)
-  check_nonnegative(owner, "decay", decay)
   return _AnnealedProbability(max_prob, min_prob, decay, flat_start)
 
 
@@ -197,11 +198,6 @@ def _check_non_negative_int(owner: str, name: str, value: Any) -> None:
     raise ValueError(f"{owner}: {name} must be a non-negative int, got {value!r}.")
 
 
-# At b1 = 1 the bias correction divides by zero.
-_check_b1 = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
-_check_probability = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)
-
-
 class ScaleByPsgdKron(Transformation):
   name = "scale_by_psgd_kron"
   State = ScaleByPsgdKronState
@@ -209,21 +205,15 @@ class ScaleByPsgdKron(Transformation):
   b1: Any = hyper_field(0.9, check=_check_b1)
   # None is the annealed psgd_update_probability() (the factory fills it in); schedules pass.
   preconditioner_update_probability: Any = hyper_field(None, check=_check_probability)
-  preconditioner_lr: Any = hyper_field(0.1, check=check_positive)
-  preconditioner_init_scale: Any = hyper_field(1.0, check=check_positive)
-  key: Any = hyper_field(0, check=_check_key)
-  max_size_triangular: int = static_field(default=8192)
-  min_ndim_triangular: int = static_field(default=2)
+  max_size_triangular: int = static_field(default=8192, check=_check_non_negative_int)
+  min_ndim_triangular: int = static_field(default=2, check=_check_non_negative_int)
+  preconditioner_lr: Any = hyper_field(default=0.1, check=check_positive)
+  preconditioner_init_scale: Any = hyper_field(default=1.0, check=check_positive)
   mu_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
+  key: Any = hyper_field(default=0, check=_check_key)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
-
-  def __post_init__(self):
-    # Static fields have no hyper_field check: validated here, so the class, the factory and
-    # .replace all raise.
-    _check_non_negative_int(self.owner, "max_size_triangular", self.max_size_triangular)
-    _check_non_negative_int(self.owner, "min_ndim_triangular", self.min_ndim_triangular)
 
   def _dense(self, shape):
     return _dense_dims(tuple(shape) or (1,), self.max_size_triangular, self.min_ndim_triangular)
@@ -394,11 +384,10 @@ def scale_by_psgd_kron(
   Keeps a momentum ``m`` (bias-corrected) and, per parameter, factors ``Q_i`` with
   ``P = (x)_i Q_i^H Q_i``; with probability ``preconditioner_update_probability`` a step fits the
   factors to whiten ``m`` (one Lie-group step, see the module notes), then returns ``P m`` through
-  the trust region (global RMS <= 1, entries in [-1, 1]). Dimensions of size 1 or above
+  the trust region of the reference (global RMS <= 1, then entries in [-1, 1]). Dimensions of size 1 or above
   ``max_size_triangular``, and all dimensions of tensors with fewer than ``min_ndim_triangular``
   dimensions, get diagonal factors. By default a parameter is one tensor with a factor per
-  dimension (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` factor); with
-  ``weight_dimension_numbers`` each matrix of a stack has its own factors.
+  dimension (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` factor).
 
   Args:
     b1: momentum decay (0 disables momentum).
@@ -408,7 +397,7 @@ def scale_by_psgd_kron(
     min_ndim_triangular: tensors with fewer dimensions get only diagonal factors (vectors by default).
     preconditioner_lr: step size of the factors' Lie-group update.
     preconditioner_init_scale: the initial preconditioner is this times the identity.
-    mu_dtype: dtype of the momentum (default: each parameter's dtype).
+    mu_dtype: <shared>
     preconditioner_dtype: dtype of the factors (default: the computation dtype, at least float32).
     key: a ``jax.random.key``, raw key data or an integer seed for the probes and the draws.
     weight_dimension_numbers: <shared>
@@ -430,8 +419,6 @@ def scale_by_psgd_kron(
   """
   if preconditioner_update_probability is None:
     preconditioner_update_probability = psgd_update_probability()
-  return ScaleByPsgdKron(
-      b1, preconditioner_update_probability, preconditioner_lr, preconditioner_init_scale, key,
-      max_size_triangular=max_size_triangular, min_ndim_triangular=min_ndim_triangular,
-      mu_dtype=mu_dtype, preconditioner_dtype=preconditioner_dtype,
-      weight_dimension_numbers=weight_dimension_numbers, execution=execution)
+  return ScaleByPsgdKron(b1, preconditioner_update_probability, max_size_triangular, min_ndim_triangular,
+                         preconditioner_lr, preconditioner_init_scale, mu_dtype, preconditioner_dtype, key,
+                         weight_dimension_numbers, execution)

@@ -40,8 +40,6 @@ from ._matrix import (constrain, distribution, from_owners, layout_key, on_owner
 
 __all__ = ["MatrixExecution"]
 
-# The bytes of the members' arrays a chunk of a group holds under the "bytes" rule.
-_CHUNK_BYTES = 512 * 1024
 _MAX_CHUNKS = 8
 
 

@@ -66,24 +66,14 @@ class ScaleByShampooState(NamedTuple):
   preconditioners: ArrayTree
 
 
-def _plan(shape: tuple[int, ...], block_size: int) -> tuple:
-  """``(block sizes, preconditioned axes)`` of a tensor (matrices and higher; no length-1 axes), or
-  ``()`` for a tensor that gets Adam's diagonal step."""
-  if len(shape) < 2 or int(np.prod(shape)) == 0:
-    return ()
-  sizes = block_sizes(shape, block_size)
-  axes = tuple(a for a, b in enumerate(sizes) if b > 1)
-  return (sizes, axes) if axes else ()
-
-
 def _block_norms(x: jax.Array) -> jax.Array:
   """The Frobenius norm of each block of ``(num_blocks, ...)`` (real, kept broadcastable)."""
   return jnp.sqrt(jnp.sum(abs_sq(x), axis=tuple(range(1, x.ndim)), keepdims=True))
 
 
-def _check_graft_type(owner: str, graft_type: Any) -> None:
+def _check_graft_type(owner: str, name: str, graft_type: Any) -> None:
   if graft_type not in _GRAFTS:
-    raise ValueError(f"{owner}: graft_type must be one of {_GRAFTS}, got {graft_type!r}.")
+    raise ValueError(f"{owner}: {name} must be one of {_GRAFTS}, got {graft_type!r}.")
 
 
 class ScaleByShampoo(Transformation):
@@ -94,26 +84,27 @@ class ScaleByShampoo(Transformation):
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   matrix_eps: Any = hyper_field(1e-06, check=check_nonnegative)
+  block_size: int = static_field(default=128, check=check_positive_int)
+  precondition_frequency: int = static_field(default=10, check=check_positive_int)
   # 1.0 is allowed: the summed statistics of Gupta et al.
-  shampoo_beta: Any = hyper_field(None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
-  exponent_override: Any = hyper_field(None, check=check_positive)
-  block_size: int = static_field(default=128)
-  precondition_frequency: int = static_field(default=10)
-  graft_type: str = static_field(default="adam")
+  shampoo_beta: Any = hyper_field(default=None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
   mu_dtype: Any = static_field(default=None)
+  graft_type: str = static_field(default="adam", check=_check_graft_type)
+  exponent_override: Any = hyper_field(default=None, check=check_positive)
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)
   preconditioner_dtype: Any = static_field(default=None)
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
 
-  def __post_init__(self):
-    check_positive_int(self.owner, "block_size", self.block_size)
-    check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
-    _check_graft_type(self.owner, self.graft_type)
-
   def plan(self, shape):
-    return _plan(shape, self.block_size)
+    """``(block sizes, preconditioned axes)`` of one matrix or tensor (no length-1 axes), or ``()``
+    for a vector, scalar or empty tensor, which gets Adam's diagonal step."""
+    if len(shape) < 2 or int(np.prod(shape)) == 0:
+      return ()
+    sizes = block_sizes(shape, self.block_size)
+    axes = tuple(a for a, b in enumerate(sizes) if b > 1)
+    return (sizes, axes) if axes else ()
 
   def stat_shapes(self, shape):
     plan = self.plan(shape)
@@ -187,27 +178,23 @@ def scale_by_shampoo(
 ) -> Transformation:
   """Shampoo's Kronecker-factored preconditioning with blocking and grafting.
 
-  Per block of a parameter and per axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H``; the
-  preconditioners ``P_k = (S_k + matrix_eps * lambda_max I)^{-1/e}`` (``e = 2 * number of
-  preconditioned axes``, or ``exponent_override``) are recomputed under ``lax.cond`` at the first
-  update and every ``precondition_frequency`` updates after it. The direction ``m_hat x_k P_k``
-  (``m_hat`` Adam's bias-corrected first moment) is rescaled per block to the norm of Adam's step
-  (``graft_type="adam"``), of ``m_hat`` (``"sgd"``), or left as it is (``"none"``). By default a
-  parameter is one tensor with a preconditioner per axis (a stacked ``(L, m, n)`` weight gets a
-  block over its layer axis); with ``weight_dimension_numbers`` each matrix of a stack has its own.
+  Per block and axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H``, and ``P_k = (S_k +
+  matrix_eps * lambda_max I)^{-1/e}`` recomputed (``lax.cond``) every ``precondition_frequency`` updates
+  from the first; the update is ``m_hat x_k P_k`` (``m_hat``: Adam's bias-corrected first moment) grafted
+  per block. By default a parameter is one tensor (a stacked weight's layer axis gets a preconditioner).
 
   Args:
-    b1: first-moment decay (momentum).
-    b2: Adam's second-moment decay (grafting and the diagonal fallback).
-    eps: Adam's epsilon.
+    b1: <shared>
+    b2: decay of Adam's second moment, in [0, 1) (grafting, and the diagonal step of vectors).
+    eps: <shared>
     matrix_eps: regulariser of the inverse roots, relative to the largest eigenvalue.
     block_size: axes longer than this are split into blocks of this length (a Python int).
     precondition_frequency: updates between inverse-root recomputations (a Python int).
     shampoo_beta: decay of the statistics (default ``b2``; ``1.0`` sums them as in Gupta et al.).
     mu_dtype: <shared>
-    graft_type: ``"adam"``, ``"sgd"`` or ``"none"``.
-    exponent_override: the root ``e`` (e.g. ``2`` for ``S^{-1/2}`` on every axis).
-    nu_dtype: dtype of the second moment.
+    graft_type: the norm each block's step takes: Adam's (``"adam"``), ``m_hat``'s (``"sgd"``) or its own (``"none"``).
+    exponent_override: the root ``e`` (default: twice the number of preconditioned axes).
+    nu_dtype: <shared>
     statistics_dtype: dtype of the statistics (default: the parameter's dtype, at least float32).
     preconditioner_dtype: dtype of the inverse roots (same default).
     weight_dimension_numbers: <shared>
@@ -217,20 +204,16 @@ def scale_by_shampoo(
     A transformation with ``ScaleByShampooState(count, mu, nu, statistics, preconditioners)``.
 
   References:
-    Gupta, Koren & Singer, "Shampoo: Preconditioned Stochastic Tensor Optimization", ICML 2018,
-    Algorithms 1-2.
-    Anil et al., "Scalable Second Order Optimization for Deep Learning", arXiv:2002.09018, 2020,
-    §3.2 (grafting) and §3.3 (blocking).
+    Gupta, Koren & Singer, "Shampoo: Preconditioned Stochastic Tensor Optimization", ICML 2018
+    (Algorithms 1-2); Anil et al., "Scalable Second Order Optimization for Deep Learning",
+    arXiv:2002.09018, 2020 (§3.2 grafting, §3.3 blocking).
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.scale_by_shampoo(block_size=2)
-    >>> state = tx.init(jnp.zeros((3, 2)))
+    >>> state = steadax.scale_by_shampoo(block_size=2).init(jnp.zeros((3, 2)))
     >>> [s.shape for s in state.statistics]  # two row blocks (the second zero-padded)
     [(2, 2, 2), (2, 2, 2)]
   """
-  return ScaleByShampoo(b1, b2, eps, matrix_eps, shampoo_beta, exponent_override,
-                        block_size=block_size, precondition_frequency=precondition_frequency,
-                        graft_type=graft_type, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
-                        statistics_dtype=statistics_dtype, preconditioner_dtype=preconditioner_dtype,
-                        weight_dimension_numbers=weight_dimension_numbers, execution=execution)
+  return ScaleByShampoo(b1, b2, eps, matrix_eps, block_size, precondition_frequency, shampoo_beta, mu_dtype,
+                        graft_type, exponent_override, nu_dtype, statistics_dtype, preconditioner_dtype,
+                        weight_dimension_numbers, execution)

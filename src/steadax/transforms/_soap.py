@@ -1,14 +1,6 @@
-"""SOAP: Adam in the eigenbasis of Shampoo's preconditioner (Vyas et al. 2024).
+"""SOAP: Adam in the eigenbasis of Shampoo's preconditioner (Vyas et al. 2024, Algorithm 3).
 
-For a matrix gradient ``G`` (``m x n``) SOAP keeps Shampoo's statistics ``L = EMA(G G^H)`` and
-``R = EMA(G^H G)`` and their eigenvectors ``Q_L``, ``Q_R``. Adam runs on the rotated gradient
-``G' = Q_L^H G Q_R``: the second moment lives in the rotated space, the first moment in the
-parameters' own space (rotated when used), and the Adam direction is rotated back,
-``N = Q_L N' Q_R^H`` (Algorithm 3 of the paper). A tensor has one statistic and one eigenbasis per
-axis; axes longer than ``max_precond_dim`` (and, unless ``precondition_1d``, every axis of a vector
-or scalar) keep the identity, so vectors get plain Adam.
-
-Differences from the reference implementation, all deliberate:
+``scale_by_soap`` gives the algorithm. Differences from the reference implementation, all deliberate:
 
 * eigenbases are recomputed with an exact ``eigh`` (in the compute dtype: at least float32) every
   ``precondition_frequency`` steps, rather than one power-iteration step with a QR decomposition;
@@ -70,18 +62,6 @@ class ScaleBySoapState(NamedTuple):
   eigenbases: ArrayTree
 
 
-def preconditioned_axes(shape: tuple[int, ...], max_precond_dim: int, precondition_1d: bool) -> tuple[int, ...]:
-  """The axes of a tensor of ``shape`` that get an eigenbasis."""
-  if len(shape) == 0 or int(np.prod(shape)) == 0 or (len(shape) == 1 and not precondition_1d):
-    return ()
-  return tuple(a for a, d in enumerate(shape) if 1 < d <= max_precond_dim)
-
-
-def stat_dtype(param_dtype: Any, override: Any) -> np.dtype:
-  """Dtype of a preconditioner matrix: the override, else the parameter's compute dtype (>= f32)."""
-  return accumulator_dtype(compute_dtype(param_dtype), override)
-
-
 def rotate(x: jax.Array, axes: tuple[int, ...], bases: tuple, adjoint: bool) -> jax.Array:
   """``x`` with each axis of ``axes`` multiplied by its basis (``Q^H`` if ``adjoint``)."""
   for axis, q in zip(axes, bases):
@@ -97,8 +77,8 @@ class ScaleBySoap(Transformation):
   b2: Any = hyper_field(0.95, check=check_decay_below_one)
   shampoo_beta: Any = hyper_field(None, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
-  precondition_frequency: int = static_field(default=10)
-  max_precond_dim: int = static_field(default=10000)
+  precondition_frequency: int = static_field(default=10, check=check_positive_int)
+  max_precond_dim: int = static_field(default=10000, check=check_positive_int)
   mu_dtype: Any = static_field(default=None)
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)
@@ -107,16 +87,15 @@ class ScaleBySoap(Transformation):
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
 
-  def __post_init__(self):
-    check_positive_int(self.owner, "precondition_frequency", self.precondition_frequency)
-    check_positive_int(self.owner, "max_precond_dim", self.max_precond_dim)
-
   def stat_shapes(self, shape):
     axes = self.plan(shape)
     return tuple((d, d) if a in axes else None for a, d in enumerate(shape))
 
   def plan(self, shape):
-    return preconditioned_axes(shape, self.max_precond_dim, self.precondition_1d)
+    """The axes of one matrix or tensor of ``shape`` that get an eigenbasis."""
+    if len(shape) == 0 or int(np.prod(shape)) == 0 or (len(shape) == 1 and not self.precondition_1d):
+      return ()
+    return tuple(a for a, d in enumerate(shape) if 1 < d <= self.max_precond_dim)
 
   def init_fn(self, params):
     return init_adam_kron(self, params, "eigenbasis_dtype")
@@ -167,7 +146,7 @@ def init_adam_kron(tx: Any, params: Any, second: str) -> Any:
 
   def matrices(dtype_field, fill):
     def make(x, shape):
-      dt = stat_dtype(x.dtype, getattr(tx, dtype_field))
+      dt = accumulator_dtype(compute_dtype(x.dtype), getattr(tx, dtype_field))  # at least float32
       return tuple(jnp.zeros((0, 0), dt) if s is None else fill(s, dt) for s in tx.stat_shapes(shape))
     return init_matrices(tx, params, make)
 
@@ -205,22 +184,22 @@ def scale_by_soap(
 ) -> Transformation:
   """Adam run in the eigenbasis of Shampoo's preconditioner (SOAP).
 
-  Per parameter and axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H`` and its eigenvectors
-  ``Q_k``, recomputed (``eigh``, under ``lax.cond``) after the first update and every
-  ``precondition_frequency`` updates after that. The update is Adam's on ``G' = G x_k Q_k^H``,
-  rotated back with ``x_k Q_k``; the first update returns zeros. By default a parameter is one
-  tensor with a statistic per axis (a stacked ``(L, m, n)`` weight gets an ``(L, L)`` one); with
-  ``weight_dimension_numbers`` each matrix of a stack has its own statistics and eigenbases.
+  Per parameter and axis ``k``: ``S_k = beta S_k + (1 - beta) G_(k) G_(k)^H`` and its eigenvectors ``Q_k``,
+  recomputed (``eigh``, under ``lax.cond``) after the first update and every ``precondition_frequency``
+  updates after that. The update is Adam's on ``G' = G x_k Q_k^H`` (second moment in the rotated space,
+  first in the parameter's), rotated back with ``x_k Q_k``; the first update returns zeros. Axes longer
+  than ``max_precond_dim`` and, unless ``precondition_1d``, vectors keep the identity (plain Adam). By
+  default a parameter is one tensor, a statistic per axis (a stacked ``(L, m, n)`` weight gets ``(L, L)``).
 
   Args:
-    b1: Adam's first-moment decay.
-    b2: Adam's second-moment decay.
+    b1: <shared>
+    b2: <shared>
     shampoo_beta: decay of the statistics ``S_k`` (default: ``b2``).
-    eps: Adam's epsilon (added to ``sqrt(v_hat)``).
+    eps: <shared>
     precondition_frequency: updates between eigenbasis refreshes (a Python int).
     max_precond_dim: axes longer than this keep the identity basis.
-    mu_dtype: dtype of the first moment (default: the parameter's).
-    nu_dtype: dtype of the second moment (default: the parameter's real dtype).
+    mu_dtype: <shared>
+    nu_dtype: <shared>
     statistics_dtype: dtype of ``S_k`` (default: the parameter's dtype promoted to at least float32).
     eigenbasis_dtype: dtype of ``Q_k`` (same default).
     precondition_1d: also rotate vectors (one ``d x d`` statistic each).
@@ -231,23 +210,18 @@ def scale_by_soap(
     A transformation with ``ScaleBySoapState(count, mu, nu, statistics, eigenbases)``.
 
   References:
-    Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam", ICLR 2025
-    (arXiv:2409.11321), Algorithm 3.
+    Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam", ICLR 2025 (arXiv:2409.11321), Algorithm 3.
 
   Example:
     >>> import jax.numpy as jnp, steadax
     >>> tx = steadax.scale_by_soap()
     >>> g = jnp.array([[1.0, 2.0], [3.0, 4.0]])
-    >>> state = tx.init(g)
-    >>> u, state = tx.update(g, state)  # the first update only sets up the eigenbases
+    >>> u, state = tx.update(g, tx.init(g))  # the first update only sets up the eigenbases
     >>> u
     Array([[0., 0.],
            [0., 0.]], dtype=float32)
     >>> [q.shape for q in state.eigenbases]
     [(2, 2), (2, 2)]
   """
-  return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency=precondition_frequency,
-                     max_precond_dim=max_precond_dim, mu_dtype=mu_dtype, nu_dtype=nu_dtype,
-                     statistics_dtype=statistics_dtype, eigenbasis_dtype=eigenbasis_dtype,
-                     precondition_1d=precondition_1d, weight_dimension_numbers=weight_dimension_numbers,
-                     execution=execution)
+  return ScaleBySoap(b1, b2, shampoo_beta, eps, precondition_frequency, max_precond_dim, mu_dtype, nu_dtype,
+                     statistics_dtype, eigenbasis_dtype, precondition_1d, weight_dimension_numbers, execution)
