@@ -160,7 +160,7 @@ def muon_runs():
 
 def test_muon_with_gram_agrees_with_the_standard_iteration(muon_runs):
   # Acceptance (issue 34): within 1e-3 of the standard iteration, through muon, every step, on
-  # every matrix (a stacked weight's slices vmapped by the runner); measured at most 2e-6.
+  # every matrix (a stacked weight's slices vmapped by the runner); measured at most 1e-5.
   for step, (standard, gram) in enumerate(zip(muon_runs["standard"], muon_runs["gram"])):
     for k in ("wide", "tall", "square", "stack"):
       assert _rel(gram[k], standard[k]) < 1e-3, (step, k, _rel(gram[k], standard[k]))
