@@ -33,6 +33,7 @@ from typing import TypeVar, cast
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..transforms._kron import conj_t
 
@@ -52,7 +53,7 @@ def _frobenius(x: jax.Array) -> jax.Array:
 
 
 def _prepared(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
-              eps: jax.Array) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+              eps: ArrayLike) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
   """Both iterations' start: the wide ``X`` (a tall matrix transposed: ``f(X^T) = f(X)^T`` for the
   odd polynomial, so the Gram matrix is the smaller one) scaled by ``preconditioning``, its Gram
   matrix ``X X^H``, and the coefficient rows, one per step.
@@ -91,7 +92,7 @@ def _wide(iteration: F) -> F:
 
 @_wide
 def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
-                  eps: jax.Array) -> jax.Array:
+                  eps: ArrayLike) -> jax.Array:
   """Approximate orthogonal factor of one matrix ``x``: Muon's iteration ``X <- a X + (b A + c A^2)
   X``, ``A = X X^H`` (Jordan et al. 2024), after ``preconditioning``.
 
@@ -108,7 +109,7 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditionin
 
 @_wide
 def gram_newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
-                       eps: jax.Array, restarts: tuple[int, ...] | None = None) -> jax.Array:
+                       eps: ArrayLike, restarts: tuple[int, ...] | None = None) -> jax.Array:
   """Muon's Newton-Schulz iteration of one matrix ``x`` computed on its Gram matrix.
 
   The same arguments as ``newton_schulz`` and the same result in exact arithmetic; ``restarts``:

@@ -278,6 +278,36 @@ class ScaleByShape(Transformation):
     return treedef.unflatten(out), state
 
 
+def scale_by_shape(weight_dimension_numbers: DimsLike = None, consistent_rms: ArrayLike | None = None,
+                   ) -> Transformation:
+  """Optax's ``optax.contrib._muon.scale_by_shape``: Muon's shape factor (``muon``'s
+  ``consistent_rms``) of each parameter read through its dimension numbers (None: every parameter
+  is a 2-D ``(input, output)`` matrix). Reached through ``steadax.as_optax``."""
+  return ScaleByShape(consistent_rms, weight_dimension_numbers=weight_dimension_numbers)
+
+
+def orthogonalize_via_newton_schulz(x: jax.Array, ns_coeffs: jax.Array, ns_steps: int = 5,
+                                    preconditioning: str = "frobenius", eps: ArrayLike = 1e-8,
+                                    dimension_numbers: WeightDimensionNumbers | None = None) -> jax.Array:
+  """Optax's ``optax.contrib._muon.orthogonalize_via_newton_schulz``: Muon's iteration on a matrix
+  ``x`` (or, with ``dimension_numbers``, on each matrix of a tensor, the other axes batch axes),
+  in ``x``'s dtype as Optax computes it; ``ns_steps`` is ignored for ``(n, 3)`` coefficients.
+  Reached through ``steadax.as_optax``; Muon itself runs the same iteration (``scale_by_muon``)."""
+  owner = "orthogonalize_via_newton_schulz"
+  x, coeffs = jnp.asarray(x), jnp.asarray(ns_coeffs)
+  if x.ndim != 2 and not isinstance(dimension_numbers, WeightDimensionNumbers):
+    raise ValueError(f"{owner}: x must be a matrix or dimension numbers given, got shape {x.shape} "
+                     f"and dimension_numbers={dimension_numbers!r}.")
+  if coeffs.ndim not in (1, 2) or coeffs.shape[-1] != 3:
+    raise ValueError(f"{owner}: ns_coeffs must have shape (3,) or (n, 3), got {coeffs.shape}.")
+  _one_of("frobenius", "spectral", "aol", "schatten")(owner, "preconditioning", preconditioning)
+  dims = MuonDimensionNumbers() if x.ndim == 2 else dimension_numbers
+  view = matrix_view(owner, "x", tuple(x.shape), dims)
+  rows = view.to_matrices(x).reshape((-1, view.fan_in, view.fan_out))
+  step = lambda m: newton_schulz(m, coeffs.astype(m.dtype), int(ns_steps), preconditioning, eps)  # noqa: E731
+  return view.from_matrices(jax.vmap(step)(rows))
+
+
 class _MuonLabels:
   """``param_labels`` of ``muon``: "muon" where dimension numbers are given (2-D by default)."""
 
