@@ -4,13 +4,16 @@ Most of the suite's time is XLA compiling thousands of small programs, and most 
 code generation: LLVM's optimization passes and the MLIR fusion emitters' pass pipeline (run once per
 fused computation). The suite's arrays are tiny, so optimized machine code buys nothing, and the flags
 below leave what the tests look at unchanged: the program (HLO), its fusion, layouts, shardings,
-collectives and buffer sizes are decided before code generation, and the values are IEEE arithmetic
-either way (both sides of a comparison with Optax are compiled alike). They halve the suite's time on
-a 2-core CPU (x64 pass of tests/wrappers, losses and linesearch: 196 s -> 103 s). The last one
-keeps each program's LLVM module in one piece: by default XLA splits it into up to 32 parts to
-generate code on several threads, and for the suite's small programs the parts' fixed costs exceed
-the work (80 registry update and init programs: 4.26 -> 2.70 CPU-s of compilation; the same
-functions are compiled, inlined before any split either way).
+collectives and buffer sizes are decided before code generation. The values are IEEE arithmetic either
+way, but not always the same bits: XLA's defaults fuse ``a * b + c`` inside a fusion into one rounding
+(FMA) and these flags do not, so a result can differ by an ulp between the two (both sides of a
+comparison with Optax are compiled alike; tests/conformance/test_optax_bits.py lists the entries whose
+bits differ under one flag set only). They halve the suite's time on a 2-core CPU (x64 pass of
+tests/wrappers, losses and linesearch: 196 s -> 103 s). The last one keeps each program's LLVM module
+in one piece: by default XLA splits it into up to 32 parts to generate code on several threads, and
+for the suite's small programs the parts' fixed costs exceed the work (80 registry update and init
+programs: 4.26 -> 2.70 CPU-s of compilation; the same functions are compiled, inlined before any split
+either way).
 
 ``conftest.py`` adds them to ``XLA_FLAGS`` before JAX starts (the child processes the tests start
 inherit them), unless ``STEADAX_TEST_XLA_DEFAULTS=1``. What users run is compiled with XLA's

@@ -142,6 +142,18 @@ def test_matrix_depth_selects_the_execution_and_stacks_the_layers():
   assert state[0].statistics["bias"] == (jax.ShapeDtypeStruct((0, 0), jax.numpy.float32),)
 
 
+@pytest.mark.x32_only
+def test_scanned_depth_compiles_the_examples_whole_step():
+  # cases/scanned_depth.py: the example's training step (nnx.Optimizer with the model's dimension
+  # numbers) compiled at each depth; one layer and two, AdamW and Muon, one repetition.
+  from benchmarks.cases import scanned_depth
+  result = scanned_depth.run([1, 2], 1, ["muon"])
+  (row,) = result["rows"]
+  assert row["optimizer"] == "muon" and set(row["cpu_s"]) == {1, 2}
+  assert all(t > 0 for t in row["cpu_s"].values()) and row["cpu_ratio"] > 0
+  assert "| muon |" in "\n".join(scanned_depth.table(result))
+
+
 def test_lm_scanned_layout_computes_the_same_loss_with_stacked_dimension_numbers():
   # The scanned configuration (cases/lm_scanned.py): the same initial numbers stacked (layers, ...)
   # and run by one lax.scan give the per-layer model's loss; the one-liner's dimension numbers make

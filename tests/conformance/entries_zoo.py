@@ -55,9 +55,9 @@ ENTRIES = [
     # Sign-based.
     Entry("sign_sgd", lambda: steadax.sign_sgd(0.05), lambda o: o.sign_sgd(0.05)),
     Entry("signum", lambda: steadax.signum(0.05), lambda o: o.signum(0.05)),
-    Entry("rprop", lambda: steadax.rprop(0.05), None, complex_ok=False,
+    Entry("rprop", lambda: steadax.rprop(0.05), lambda o: o.rprop(0.05), optax_agrees=False, complex_ok=False,
           notes="complex: Rprop compares signs of successive gradients, which complex numbers lack. "
-                "No differential: Optax 0.2.8 returns the previous step's update (optax PR 1725); "
+                "Optax 0.2.8 returns the previous step's update (optax PR 1725; test_optax_bits.py); "
                 "tests/optimizers/test_zoo_deviations.py checks both against the corrected sequence."),
     # Min-max methods.
     Entry("optimistic_gradient_descent", lambda: steadax.optimistic_gradient_descent(0.1),

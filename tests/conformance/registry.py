@@ -65,6 +65,9 @@ class Entry:
     name: unique id (the public factory name, plus a variant suffix if needed).
     factory: builds the transformation under test (a learning rate suited to ``problem``).
     optax_factory: builds the Optax equivalent from the ``optax`` module, or None.
+    optax_agrees: whether its numbers are Optax's to within ``optax_rtol`` over the differential
+      test's steps (False where Optax is wrong or steadax differs on purpose: the reason is the
+      entry's exception in test_optax_bits.py, which compares it bit for bit all the same).
     complex_ok: supports complex parameters.
     extra_args: ``(loss_fn, params, grads) -> dict`` of keyword extras for ``update`` (value, grad,
       value_fn ...), or None.
@@ -80,6 +83,7 @@ class Entry:
   name: str
   factory: Callable[[], Any]
   optax_factory: Callable[[Any], Any] | None = None
+  optax_agrees: bool = True
   complex_ok: bool = True
   extra_args: Callable[[Callable, Any, Any], dict] | None = None
   problem: Problem = QUADRATIC

@@ -15,7 +15,7 @@ import steadax
 from .registry import all_entries, entry_ids
 
 ENTRIES = all_entries()
-DIFFERENTIAL = [e for e in ENTRIES if e.optax_factory is not None]
+DIFFERENTIAL = [e for e in ENTRIES if e.optax_factory is not None and e.optax_agrees]
 _BY_NAME = {e.name: e for e in ENTRIES}
 
 

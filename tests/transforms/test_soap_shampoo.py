@@ -83,7 +83,9 @@ def test_soap_vectors_get_adam_one_step_late():
   adam_updates, _ = _run_updates(steadax.scale_by_adam(0.9, 0.99, eps=1e-6), grads[1:])
   np.testing.assert_array_equal(soap_updates[0], np.zeros(4))
   for ours, theirs in zip(soap_updates[1:], adam_updates):
-    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    # Adam computes 1 - b and its bias corrections as Optax does (issue 35 §1); SOAP's own Adam
+    # rounds them to float32 first until it takes the same arithmetic: 1e-6 relative apart.
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
 
 def test_soap_eigenbases_refresh_on_schedule_and_diagonalise_the_statistics():

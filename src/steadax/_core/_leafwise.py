@@ -48,6 +48,7 @@ through it. Elementwise leaf functions need nothing: the partitioner propagates 
 layout to their outputs (docs/sharding.md).
 """
 
+import collections
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,7 @@ from ._contract import ContractError, InputMismatchError
 from ._policy import cast, compute_dtype, hyper, key_path_str, real_dtype
 from ._reuse import Captures, Once
 
-__all__ = ["Scalars", "leafwise", "place_kept_axes", "place_like", "split_record", "tree_reduce"]
+__all__ = ["Scalars", "TreeScalar", "leafwise", "place_kept_axes", "place_like", "split_record", "tree_reduce"]
 
 
 def _axis_kinds(sharding: Any) -> set:
@@ -214,23 +215,40 @@ class Scalars:
 
 
 def _scalar(value: Any, dtype: np.dtype) -> Any:
-  """One value of a Scalars record, in the form that traces to the fewest operations per leaf.
+  """One value of a Scalars record, as Optax's arithmetic meets it: rounded where it meets an array.
 
-  ``hyper`` gives the value in ``dtype`` (its complex counterpart for a complex value). A concrete
-  number then becomes a Python scalar: a weakly typed literal folded into each leaf's arithmetic,
-  with the numbers of a ``dtype`` constant. A traced value (a bias correction of the step count,
-  an injected hyperparameter) stays a strong scalar of ``dtype``: the leaf's arrays are in
-  ``dtype`` or its complex counterpart, so under the leaf function's standard promotion it takes
-  their dtype without a conversion per use (a weakly typed traced scalar costs one per use and
-  per leaf).
+  * A Python number stays that number, unrounded: a weakly typed literal folded into each leaf's
+    arithmetic, so ``1 - k.b2`` is the float64 ``1 - 0.999`` rounded once where it meets the
+    leaf's arrays (JAX's weak typing), as Optax's closure computes it.
+  * A weakly typed traced value (a Python-number hyperparameter of a transformation passed to
+    ``jit``: float32, or float64 under x64) stays weak and keeps its precision: under x64 the
+    float64 arithmetic on it is the Python arithmetic, and it takes the leaf's dtype where it meets
+    an array.
+  * Anything else (a strong array, a bias correction computed in some dtype, an injected
+    hyperparameter, a numpy number) becomes a strong scalar of ``dtype`` (its complex counterpart
+    for a complex value, ``hyper``): the leaf's arrays are in ``dtype`` or its complex counterpart,
+    so it takes their dtype without widening them.
   """
   if value is None or isinstance(value, bool):
+    return value
+  if isinstance(value, TreeScalar):
+    value = value.value
+  if isinstance(value, jax.Array) and value.dtype == jnp.bool_:
+    return value  # a condition (a clipping trigger) stays one
+  if type(value) in (int, float):
+    return value
+  if type(value) is complex:
+    return value if value.imag != 0 else value.real
+  if isinstance(value, jax.Array) and getattr(value, "weak_type", False) and np.ndim(value) == 0 and (
+      jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
     return value
   value = hyper(value, dtype)
   return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
-def _as_weak_record(record: Any, dtype: np.dtype, owner: str = "leafwise") -> Scalars:
+def _checked_record(record: Any, owner: str = "leafwise") -> Any:
+  """``record`` (a ``Scalars``, dict or NamedTuple of hyperparameters), its values checked to be
+  scalars."""
   items = record.items() if isinstance(record, (dict, Scalars)) else record._asdict().items()
   for name, value in items:
     if value is not None and not isinstance(value, (bool, int, float, complex)) and np.shape(value) != ():
@@ -239,7 +257,47 @@ def _as_weak_record(record: Any, dtype: np.dtype, owner: str = "leafwise") -> Sc
       raise ValueError(
           f"{owner}: the hyperparameter {name!r} has shape {np.shape(value)}; hyperparameters and "
           "the values schedules return must be scalars (an array is not broadcast per column).")
-  return Scalars(**{name: _scalar(value, dtype) for name, value in items})
+  return record
+
+
+def _converted_record(record: Any, dtype: np.dtype, leaf: Any = None, sharing: int = 1) -> Scalars:
+  """The ``Scalars`` of a checked record's values for a leaf (``leaf``, of real compute dtype
+  ``dtype``) among ``sharing`` leaves of that dtype."""
+  items = record.items() if isinstance(record, (dict, Scalars)) else record._asdict().items()
+  return Scalars(**{name: _shared(value, dtype, leaf, sharing) if isinstance(value, TreeScalar)
+                    else _scalar(value, dtype) for name, value in items})
+
+
+class TreeScalar:
+  """A scalar Optax computes once per tree inside a jitted function, and divides every leaf by:
+  its bias correction ``1 - decay**count`` (``optax.tree.bias_correction`` is jitted).
+
+  Called eagerly, that function is one XLA program over the whole tree, and XLA divides by the
+  shared scalar where several leaves use it (a true division) but multiplies by its reciprocal
+  where one leaf does, or where each leaf converts it to its own dtype. steadax's leaf functions
+  run operation by operation when called eagerly, and XLA compiles each division by a scalar alone
+  as a multiplication by its reciprocal; so leafwise gives a ``TreeScalar`` shared by several
+  leaves of its dtype to each of them already broadcast to the leaf's shape (an elementwise true
+  division), and as a scalar otherwise. Under tracing the compiled program has the sharing itself.
+  """
+
+  __slots__ = ("value",)
+
+  def __init__(self, value: Any):
+    self.value = value
+
+
+def _shared(scalar: TreeScalar, dtype: np.dtype, leaf: Any, sharing: int) -> Any:
+  value = scalar.value
+  if (sharing > 1 and leaf is not None and isinstance(value, jax.Array)
+      and not isinstance(value, jax.core.Tracer) and not isinstance(leaf, jax.core.Tracer)
+      and np.dtype(value.dtype) == np.dtype(dtype) and np.ndim(value) == 0):
+    return jnp.broadcast_to(value, np.shape(leaf))
+  return _scalar(value, dtype)  # weakly typed (one_minus_pow): converted at each use, as Optax
+
+
+def _as_weak_record(record: Any, dtype: np.dtype, owner: str = "leafwise") -> Scalars:
+  return _converted_record(_checked_record(record, owner), dtype)
 
 
 def _record(scalars: Any, dtype: np.dtype) -> Any:
@@ -340,13 +398,16 @@ def leafwise(
     if not plan.optimised:
       outs[i] = _not_optimised(owner, plan, g, leaf_states, lambda: _path(treedef, i))
       continue
-    if scalars is None:
-      k = None
-    elif plan.rdt in records:
-      k = records[plan.rdt]
-    else:
-      k = records[plan.rdt] = _as_weak_record(_record(scalars, plan.rdt), plan.rdt, owner)
-    jobs.append((i, plan, k, [None if x is None else cast(x, t) for x, t in zip(inputs, plan.targets)]))
+    if scalars is not None and plan.rdt not in records:
+      records[plan.rdt] = _checked_record(_record(scalars, plan.rdt), owner)
+    jobs.append((i, plan, None, [None if x is None else cast(x, t) for x, t in zip(inputs, plan.targets)]))
+  if scalars is not None:
+    # Converted per leaf, as Optax converts a bias correction per leaf (``t / c.astype(t.dtype)``):
+    # XLA rewrites ``m / c`` into ``m * (1 / c)`` only where each leaf has its own conversion, so
+    # a conversion shared by the leaves rounds differently. Free where nothing is converted.
+    sharing = collections.Counter(plan.rdt for _, plan, _, _ in jobs)
+    jobs = [(i, plan, _converted_record(records[plan.rdt], plan.rdt, cast_in[0], sharing[plan.rdt]), cast_in)
+            for i, plan, _, cast_in in jobs]
   # 2. The leaf functions. Inside them every array is already in the compute dtype (complex or its
   # real part) and every scalar is weak, so the only promotions left are real-with-complex ones
   # (``m / denom`` for a complex m): standard promotion allows them, and step 3 still rejects any

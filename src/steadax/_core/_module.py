@@ -10,7 +10,12 @@ where the field goes when JAX flattens the object:
 * ``static_field(default)``: a flag, a dtype, a mask, a user callable: always in the auxiliary
   data, so part of the compiled program's identity.
 
-An annotated field declared with none of the three raises a TypeError when the class is defined.
+A fourth kind is computed, not given: ``derived_field(fn)``, a constant Optax derives from the
+hyperparameters in Python (``1 - b2``). It is a leaf holding the float64 correction of ``fn``'s
+float32 value, set when the object is built (and when it is rebuilt from Python numbers), so
+``derived(obj, name)`` gives Optax's value whether the object is closed over or a ``jit`` argument.
+
+An annotated field declared with none of these raises a TypeError when the class is defined.
 The tree structure is a function of the class and of the static fields only: mapping every leaf of
 a transformation to ``False`` or ``None`` (what ``eqx.partition`` and ``eqx.filter_jit`` do) gives a
 tree with the same structure, and key paths (``GetAttrKey``) round-trip through ``tree_unflatten``.
@@ -43,17 +48,18 @@ from collections.abc import Callable
 import jax
 import jax.core  # jax.core.Tracer: jax does not re-export the submodule for type checkers
 import numpy as np
-from typing import Any, ClassVar, Self, cast, dataclass_transform, get_origin
+from typing import Any, ClassVar, Literal, Self, cast, dataclass_transform, get_origin
 
 from ._docs import called_factory
-from ._policy import hyperparam_dtype
+from ._policy import derived_correction, derived_value, hyperparam_dtype
 
-__all__ = ["Module", "hyper_field", "child_field", "static_field", "Fn"]
+__all__ = ["Module", "hyper_field", "child_field", "static_field", "derived_field", "derived", "Fn"]
 
 _KIND = "steadax_kind"
 _CHECK = "steadax_check"
 _AS_GIVEN = "steadax_as_given"
-_HYPER, _CHILD, _STATIC = "hyper", "child", "static"
+_DERIVE = "steadax_derive"
+_HYPER, _CHILD, _STATIC, _DERIVED = "hyper", "child", "static", "derived"
 
 
 def _declare(kind: str, default: Any, default_factory: Any, check: Any, kwargs: dict) -> Any:
@@ -147,6 +153,54 @@ def static_field(default: Any = dataclasses.MISSING, *, check: Callable | None =
     []
   """
   return _declare(_STATIC, default, default_factory, check, kwargs)
+
+
+def derived_field(fn: Callable[[Any], Any], *, init: Literal[False] = False) -> Any:
+  """Declare a constant derived from the hyperparameters, as Optax computes it: ``fn(self)``.
+
+  Optax computes ``1 - b2`` (Adam), ``2 / (1 - b2) - 1`` (RAdam) ... in Python from the numbers it
+  closes over, in float64, rounded once where they meet an array. A transformation passed to
+  ``jit`` as an argument holds float32 tracers instead (x64 off), and ``fn`` on them rounds
+  differently. The field holds, as a leaf (``init=False``, no constructor argument), the float64
+  correction of ``fn`` computed from the Python numbers when the object is built (and rebuilt from
+  Python numbers, as ``tree_map`` does); ``derived(self, name)`` is ``fn(self)`` with it added
+  where ``fn(self)`` is float32 (``_policy.derived_value``). Use the value, never the field.
+
+  Args:
+    fn: Optax's expression, a function of the object (``lambda t: 1 - t.b2``); it reads fields.
+    init: always False: no constructor argument (declared for type checkers, PEP 681).
+
+  Returns:
+    A dataclass field.
+
+  Example:
+    >>> import jax, steadax
+    >>> from steadax._core._module import derived, derived_field
+    >>> class Decay(steadax.Module):
+    ...   b2: float = steadax.hyper_field(0.999)
+    ...   one_minus_b2: float = derived_field(lambda t: 1 - t.b2)
+    >>> derived(Decay(), "one_minus_b2") == 1 - 0.999
+    True
+    >>> value = jax.jit(lambda t: derived(t, "one_minus_b2"))(Decay())  # float64 under x64
+    >>> bool(value.astype("float32") == jax.numpy.float32(1 - 0.999))
+    True
+  """
+  del init
+  return _declare(_DERIVED, 0.0, dataclasses.MISSING, None,
+                  {"init": False, "repr": False, "metadata": {_DERIVE: fn}})
+
+
+def derived(obj: "Module", name: str) -> Any:
+  """The value of the derived constant ``name`` of ``obj`` (see ``derived_field``).
+
+  Args:
+    obj: the Module.
+    name: the derived field's name.
+
+  Returns:
+    ``fn(obj)``, exact as Optax computes it from Python numbers.
+  """
+  return derived_value(obj, type(obj)._derived_fields[name], obj.__dict__[name])
 
 
 def _static_equal(a: Any, b: Any) -> bool:
@@ -296,6 +350,8 @@ def _finish(obj: Any) -> None:
   scalar hyperparameters made one kind of leaf (``_canonical_hyper``; not in ``as_given`` fields)."""
   cls = type(obj)
   d = obj.__dict__
+  for name in cls._derived_fields:
+    d.setdefault(name, 0.0)  # no constructor argument: set below, once the fields are canonical
   if cls._field_checks:
     owner = getattr(obj, "owner", cls.__name__)
     factory = called_factory()
@@ -316,6 +372,8 @@ def _finish(obj: Any) -> None:
     canonical = _canonical_hyper(value)
     if canonical is not value:
       object.__setattr__(obj, name, canonical)
+  for name, fn in cls._derived_fields.items():
+    object.__setattr__(obj, name, derived_correction(obj, fn))
 
 
 def _named(owner: str, field: str, factory: tuple[str, frozenset[str]] | None) -> str:
@@ -355,7 +413,8 @@ class _ModuleMeta(type):
 # For type checkers: subclasses are frozen dataclasses whose fields are declared by these specifiers
 # (``__init_subclass__`` applies ``dataclasses.dataclass`` at run time).
 @dataclass_transform(frozen_default=True, eq_default=False,
-                     field_specifiers=(hyper_field, child_field, static_field, dataclasses.field))
+                     field_specifiers=(hyper_field, child_field, static_field, derived_field,
+                                       dataclasses.field))
 class Module(metaclass=_ModuleMeta):
   """Base class: subclasses become frozen dataclasses registered as JAX pytrees.
 
@@ -397,11 +456,13 @@ class Module(metaclass=_ModuleMeta):
                    if f.metadata[_KIND] == _HYPER and not f.metadata.get(_AS_GIVEN, False))
     static = tuple(f.name for f in fields if f.metadata[_KIND] == _STATIC)
     checks = tuple((f.name, f.metadata[_CHECK]) for f in fields if _CHECK in f.metadata)
+    derived_fields = {f.name: f.metadata[_DERIVE] for f in fields if f.metadata[_KIND] == _DERIVED}
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in dynamic)
     cls._dynamic_fields = dynamic
     cls._static_fields = static
     cls._field_checks = checks
     cls._hyper_fields = hypers
+    cls._derived_fields = derived_fields
 
     def flatten_with_keys(obj):
       d = obj.__dict__
@@ -417,6 +478,12 @@ class Module(metaclass=_ModuleMeta):
         object.__setattr__(obj, name, value)
       for name, value in zip(dynamic, children):
         object.__setattr__(obj, name, value)
+      if derived_fields and not any(isinstance(c, jax.core.Tracer) for c in children):
+        # Rebuilt from concrete leaves (``tree_map``, ``eqx.tree_at``): a correction follows the
+        # Python numbers it stands for, not the old ones (a placeholder such as False is kept).
+        for name, fn in derived_fields.items():
+          if type(obj.__dict__[name]) is float:
+            object.__setattr__(obj, name, derived_correction(obj, fn))
       return obj
 
     jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)

@@ -9,6 +9,7 @@
 """
 
 import functools
+import math
 from typing import Any
 
 import jax
@@ -28,6 +29,10 @@ __all__ = [
     "complex_of",
     "check_float_params",
     "hyperparam_dtype",
+    "derived_correction",
+    "derived_value",
+    "scalar_sqrt",
+    "reciprocal",
     "key_path_str",
     "is_inexact_dtype",
 ]
@@ -172,6 +177,113 @@ def hyper(value: Any, dtype: Any) -> Any:
   if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
     dtype = complex_of(dtype)
   return value.astype(dtype)
+
+
+# --- Constants derived from hyperparameters (``1 - b2``), exact as Optax computes them -----------
+# Optax closes over Python numbers: ``(1 - b2) * g`` computes ``1 - 0.999`` in float64 and rounds it
+# once where it meets ``g``. steadax keeps hyperparameters as pytree leaves; a transformation given
+# to ``jit`` as an argument turns a Python-float leaf into a float32 tracer (x64 off), and
+# ``1 - float32(0.999)`` is 1.3e-5 relative off. A derived constant (``_module.derived_field``) is
+# Optax's expression ``fn(tx)``, evaluated on the values the transformation holds, plus a
+# *correction* leaf computed at construction: ``fn`` in float64 minus ``fn`` in float32, from the
+# Python numbers. It is added only where ``fn`` comes out in float32 (the float32 tracers of a
+# jit argument), and restores the float64 value's rounding there. Closed over, the Python numbers
+# give the float64 value directly; under x64 the float64 tracers do. A correction left stale by a
+# tree surgery on the leaves is at most the float32 rounding of ``fn``'s inputs: harmless.
+
+
+class _NotFloat(Exception):
+  """``fn`` read a value that is not a Python float: no correction (the value computes as Optax
+  would compute on it: a traced or array hyperparameter, a schedule)."""
+
+
+class _Float32View:
+  """Attribute access on a transformation with its Python floats as numpy float32: ``fn`` on it
+  computes what JAX computes on float32 leaves (numpy scalars follow NEP 50: a Python number
+  meeting a float32 stays float32, as a weakly typed one does in JAX)."""
+
+  def __init__(self, obj: Any):
+    self._obj = obj
+
+  def _number(self, value: Any) -> Any:
+    return np.float32(value)
+
+  def _view(self, value: Any) -> Any:
+    if type(value) is float:
+      return self._number(value)
+    if isinstance(value, (bool, str, type(None))):
+      return value
+    if type(value) in (tuple, list):  # Adam's betas=(b1, b2)
+      return type(value)(self._view(v) for v in value)
+    raise _NotFloat(value)
+
+  def __getattr__(self, name: str) -> Any:
+    return self._view(getattr(self._obj, name))
+
+
+class _Float64View(_Float32View):
+  def _number(self, value: Any) -> Any:
+    return value
+
+
+def scalar_sqrt(x: Any) -> Any:
+  """The square root of a hyperparameter in a derived constant's ``fn``, correctly rounded in
+  every form ``fn`` meets (Python float, numpy float32, traced), so the correction cancels exactly
+  (``x ** 0.5`` is ``pow``, which numpy and XLA round differently in float32)."""
+  if type(x) is float:
+    return math.sqrt(x)
+  if isinstance(x, np.floating):
+    return np.sqrt(x)
+  return jnp.sqrt(x)
+
+
+def reciprocal(value: Any, dtype: Any) -> Any:
+  """``1 / value`` rounded in ``dtype``: how XLA divides by a constant.
+
+  Optax divides by Python-number hyperparameters (``x / estim_lr0``); XLA compiles a division by a
+  constant as a multiplication by its reciprocal in the array's dtype. A traced hyperparameter
+  (the transformation a ``jit`` argument) is not a constant, and XLA keeps a true division where
+  the value has several uses, which rounds differently. A leaf function that multiplies by this
+  reciprocal (a scalar of its record) rounds as Optax's compiled code in every case.
+
+  Example:
+    >>> float(reciprocal(1e-6, jnp.float32)) == float(np.float32(1) / np.float32(1e-6))
+    True
+  """
+  return 1 / hyper(value, dtype)
+
+
+def derived_correction(obj: Any, fn: Any) -> float:
+  """``fn(obj)`` in float64 minus ``fn(obj)`` in float32, from ``obj``'s Python floats (0.0 when
+  ``fn`` reads anything else, or does not give a finite float).
+
+  Example:
+    >>> class T: b2 = 0.999
+    >>> derived_correction(T(), lambda t: 1 - t.b2) != 0.0
+    True
+  """
+  try:
+    with np.errstate(all="ignore"):
+      exact = fn(_Float64View(obj))
+      rounded = fn(_Float32View(obj))
+  except (_NotFloat, ArithmeticError, TypeError, ValueError):
+    return 0.0
+  if type(exact) is not float or not (isinstance(rounded, np.floating) and rounded.dtype == np.float32):
+    return 0.0
+  correction = exact - float(rounded)
+  return correction if np.isfinite(correction) else 0.0
+
+
+def derived_value(obj: Any, fn: Any, correction: Any) -> Any:
+  """Optax's ``fn(obj)`` on the values ``obj`` holds, with ``correction`` added where it comes out
+  in float32 (see above): a Python float, or a traced value."""
+  value = fn(obj)
+  if isinstance(correction, (int, float)) and correction == 0:
+    return value
+  dtype = getattr(value, "dtype", None)
+  if dtype is not None and np.dtype(dtype) == np.float32 and np.ndim(value) == 0:
+    return value + correction
+  return value
 
 
 def hyperparam_dtype(value: Any) -> np.dtype:

@@ -150,7 +150,8 @@ class ScaleByLBFGS(Transformation):
 
     # The curvature pair s = w_{k+1} - w_k, y = g_{k+1} - g_k (N&W Eq. 7.18), each written in the
     # stored copy's dtype (the memories have it), and the copies of w_{k+1} and g_{k+1}.
-    difference = lambda k, new, old: (new - old, new)
+    # No pair at the first update: its slot is written with zeros (as Optax does; weight 0 drops it).
+    difference = lambda k, new, old: (jnp.where(first, jnp.zeros_like(new), new - old), new)
     s, new_params = self.leafwise(difference, params, state.params, params=state.params)
     y, new_updates = self.leafwise(difference, updates, state.updates, params=state.updates)
     sy, yy = real_vdot(y, s, stat), real_vdot(y, y, stat)

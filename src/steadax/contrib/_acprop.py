@@ -21,8 +21,8 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field
-from .._core._policy import hyper, safe_increment
+from .._core._module import derived, derived_field, hyper_field
+from .._core._policy import safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam_variants import ScaleByBeliefState
@@ -41,6 +41,8 @@ class ScaleByAcprop(Transformation):
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
   eps: Any = hyper_field(1e-16, check=check_nonnegative)
   eps_root: Any = hyper_field(1e-16, check=check_nonnegative)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
@@ -56,12 +58,11 @@ class ScaleByAcprop(Transformation):
       m = moving_average(k.b1, m, g, k.one_minus_b1)
       return u, m, s
 
-    def scalars(dt):
-      # 1 - b is taken before rounding (see moving_average): ACProp's raw-gradient numerator
-      # amplifies its error near a minimum. The bias correction is the previous step's (old count).
-      return Scalars(b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt), b2=hyper(self.b2, dt),
-                     one_minus_b2=hyper(1 - self.b2, dt), c2=one_minus_pow(self.b2, jnp.maximum(state.count, 1), dt),
-                     eps=hyper(self.eps, dt), eps_root=hyper(self.eps_root, dt))
+    # The bias correction is the previous step's (old count), as Optax's.
+    scalars = Scalars(b1=self.b1, one_minus_b1=derived(self, "one_minus_b1"), b2=self.b2,
+                      one_minus_b2=derived(self, "one_minus_b2"),
+                      c2=one_minus_pow(self.b2, jnp.where(initial, count, state.count)),
+                      eps=self.eps, eps_root=self.eps_root)
 
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)

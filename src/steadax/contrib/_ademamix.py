@@ -23,12 +23,12 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
-from ..transforms._adam import adam_denominator, adam_moments, adam_scalars
+from ..transforms._adam import AdamDecays, adam_denominator, adam_moments, adam_scalars
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq, moving_average
 from ..transforms._scaling import scale_by_learning_rate, value_at
@@ -78,7 +78,7 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
   n: Params
 
 
-class ScaleByAdemamix(Transformation):
+class ScaleByAdemamix(AdamDecays):
   name = "scale_by_ademamix"
   elementwise = True
   State = ScaleByAdemamixState
@@ -90,23 +90,28 @@ class ScaleByAdemamix(Transformation):
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
 
+  one_minus_b3: Any = derived_field(lambda t: 1 - t.b3)
+
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
     b3, alpha = value_at(self.b3, state.count_m2), value_at(self.alpha, state.count_m2)
+    one_minus_b3 = 1 - b3 if callable(self.b3) else derived(self, "one_minus_b3")
 
     def leaf(k, g, m1, m2, nu):
       # Algorithm 1: Adam's fast EMA and second moment, plus a slow EMA (not bias-corrected).
       m1, nu = adam_moments(k, g, m1, nu)
-      m2 = moving_average(k.b3, m2, g)
+      m2 = moving_average(k.b3, m2, g, k.one_minus_b3)
       return (m1 / k.c1 + k.alpha * m2) / adam_denominator(k, nu), m1, m2, nu
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, b3=b3, alpha=alpha, eps=self.eps,
-                                      eps_root=self.eps_root)
+    scalars = lambda dt: adam_scalars(
+        self.b1, self.b2, count, dt, one_minus_b1=derived(self, "one_minus_b1"),
+        one_minus_b2=derived(self, "one_minus_b2"), b3=b3, one_minus_b3=one_minus_b3, alpha=alpha,
+        eps=self.eps, eps_root=self.eps_root)
     out, m1, m2, nu = self.leafwise(leaf, updates, state.m1, state.m2, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdemamixState(count=count, count_m2=safe_increment(state.count_m2), m1=m1, m2=m2, nu=nu)
 
 
-class ScaleBySimplifiedAdemamix(Transformation):
+class ScaleBySimplifiedAdemamix(AdamDecays):
   name = "scale_by_simplified_ademamix"
   elementwise = True
   State = ScaleBySimplifiedAdEMAMixState
@@ -121,12 +126,14 @@ class ScaleBySimplifiedAdemamix(Transformation):
     alpha = value_at(self.alpha, state.t)
 
     def leaf(k, g, m, n):
-      # Algorithm 2: an undamped momentum (no 1 - b1 factor, no bias correction) plus alpha g.
-      m = k.b1 * m + g
-      n = moving_average(k.b2, n, abs_sq(g))
+      # Algorithm 2: an undamped momentum (no 1 - b1 factor, no bias correction) plus alpha g; the
+      # second moment as Optax interpolates it, |g|^2 + b2 (n - |g|^2).
+      m = g + k.b1 * m
+      g2 = abs_sq(g)
+      n = g2 + k.b2 * (n - g2)
       return (m + k.alpha * g) / adam_denominator(k, n), m, n
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, t, dt, alpha=alpha, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(t, dt, alpha=alpha, eps=self.eps, eps_root=self.eps_root)
     out, m, n = self.leafwise(leaf, updates, state.m, state.n, params=params, scalars=scalars)
     return out, ScaleBySimplifiedAdEMAMixState(t=t, m=m, n=n)
 

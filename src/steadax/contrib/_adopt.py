@@ -26,7 +26,7 @@ from .._core._checks import check_decay_below_one, check_nonnegative
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment
+from .._core._policy import safe_increment
 from .._core._types import ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._adam import ScaleByAdamState
@@ -51,7 +51,7 @@ def clip_modulus(x: jax.Array, bound: jax.Array) -> jax.Array:
 
 def _fourth_root(count: jax.Array) -> jax.Array:
   """The default clipping bound ``t^(1/4)`` of ADOPT's Section 4."""
-  return count.astype(jnp.float32) ** 0.25
+  return count**0.25  # as Optax's: the int32 count to a Python power, a weakly typed float
 
 
 class ScaleByAdopt(Transformation):
@@ -73,7 +73,13 @@ class ScaleByAdopt(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     started = state.count > 0
-    clip_value = self.clip_value_fn(state.count) if self.use_clipping else None
+    with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic on the scalars, as written
+      clip_value = self.clip_value_fn(state.count) if self.use_clipping else None
+      # The first step only records v = |g|^2 (b2 -> 0) and keeps m (b1 -> 1); Optax forms 1 - b
+      # from these selected values.
+      b1 = jnp.where(started, self.b1, 1)
+      b2 = jnp.where(started, self.b2, 0)
+      one_minus_b1, one_minus_b2 = 1 - b1, 1 - b2
 
     def leaf(k, g, m, v):
       # Algorithm 2: normalise by the *previous* second moment, clip (Section 4), then average.
@@ -87,12 +93,8 @@ class ScaleByAdopt(Transformation):
         return jnp.where(started, moving_average(k.b1, m_new, normalised, k.one_minus_b1), m), m_new, v
       return m_new, m_new, v
 
-    def scalars(dt):
-      # 1 - b before rounding (see moving_average). The first step only records v = |g|^2 (b2 -> 0).
-      return Scalars(
-          b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt),
-          b2=jnp.where(started, hyper(self.b2, dt), 0), one_minus_b2=jnp.where(started, hyper(1 - self.b2, dt), 1),
-          eps=hyper(self.eps, dt), clip=None if clip_value is None else hyper(clip_value, dt))
+    scalars = Scalars(b1=b1, one_minus_b1=one_minus_b1, b2=b2, one_minus_b2=one_minus_b2, eps=self.eps,
+                      clip=clip_value)
 
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=safe_increment(state.count), mu=mu, nu=nu)

@@ -85,11 +85,12 @@ class ScaleByCOCOB(Transformation):
           else g * moved
       reward = jnp.maximum(reward - gain, 0)
       theta = theta - g
-      # L = 0 only when every gradient so far was 0 (eps underflowed in float16): then θ = 0, no bet.
+      # L = 0 only when every gradient so far was 0 (eps underflowed in float16): then θ = 0, no bet
+      # (Optax divides 0 by 0 there). Elsewhere Optax's arithmetic: x0 + θ / (L max(G + L, αL)) (L + R).
       seen = big_l > 0
       safe_l = jnp.where(seen, big_l, 1)
-      bet = jnp.where(seen, (big_l + reward) / (safe_l * jnp.maximum(big_g + safe_l, k.alpha * safe_l)), 0)
-      return theta * bet - moved, theta, big_l, big_g, reward
+      bet = -x + (x0 + theta / (safe_l * jnp.maximum(big_g + safe_l, k.alpha * safe_l)) * (safe_l + reward))
+      return jnp.where(seen, bet, -moved), theta, big_l, big_g, reward
 
     out, theta, big_l, big_g, reward = self.leafwise(
         leaf, updates, state.cumulative_gradients, state.scale, state.subgradients, state.reward,

@@ -25,8 +25,8 @@ from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_schedule_or_scalar
 from .._core._leafwise import Scalars, tree_reduce
-from .._core._module import hyper_field
-from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._module import derived, derived_field, hyper_field
+from .._core._policy import cast, hyper, safe_increment, scalar_sqrt, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, declared_roles, role_zeros, state_roles
 from .._core._types import Params, ScalarOrSchedule
 from ..transforms._moments import abs_sq
@@ -84,6 +84,10 @@ class DAdaptAdamW(Transformation):
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   estim_lr0: Any = hyper_field(1e-06, check=check_positive)
   weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.betas[0])
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.betas[1])
+  sqrt_beta2: Any = derived_field(lambda t: scalar_sqrt(t.betas[1]))
+  one_minus_sqrt_beta2: Any = derived_field(lambda t: 1 - scalar_sqrt(t.betas[1]))
 
   def init_fn(self, params):
     # estim_lr starts at estim_lr0 (not zero): built here, checked against the roles.
@@ -103,39 +107,37 @@ class DAdaptAdamW(Transformation):
       raise ValueError("dadapt_adamw: `params` must be passed to update() (for the weight decay).")
     stat = state.estim_lr.dtype
     count = safe_increment(state.count)
-    k = count.astype(stat)  # the int32 count as an exponent of the bias corrections
-    beta1, beta2 = hyper(self.betas[0], stat), hyper(self.betas[1], stat)
-    # sqrt taken on the hyperparameter itself (a Python float in float64), as the reference does.
-    sqrt_beta2 = hyper(self.betas[1] ** 0.5, stat)
-    lr = hyper(value_at(self.learning_rate, state.count), stat)
+    beta1, beta2 = self.betas
+    sb2 = derived(self, "sqrt_beta2")  # the root of the Python number, as the reference takes it
+    one_minus_sb2 = derived(self, "one_minus_sqrt_beta2")
+    sched = value_at(self.learning_rate, state.count)
     d = state.estim_lr
-    dlr = d * lr * (jnp.sqrt(1 - beta2**k) / (1 - beta1**k))
-
-    eps = hyper(self.eps, stat)
-
-    def scalars(dt):
-      # Statistics-dtype values, made weak in each compute dtype by leafwise.
-      return Scalars(b1=beta1, b1_dlr=(1 - beta1) * dlr, b2=beta2, sb2=sqrt_beta2,
-                     sb2_dlr=(1 - sqrt_beta2) * dlr, eps=eps, wd_dlr=hyper(self.weight_decay, stat) * dlr)
+    with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic on the scalars, as written
+      correction = ((1 - beta2**count) ** 0.5) / (1 - beta1**count)
+      dlr = cast(d * sched * correction, stat)
 
     # r's increment uses the statistics before this step (Algorithm 4 of the paper): a whole-tree
     # inner product, each leaf's term in its compute dtype and summed in the statistics dtype.
     numerator_step = tree_reduce(lambda k, g, v, s: real_inner(g, s / _safe_denominator(v, k.eps)), stat,
-                                 updates, state.exp_avg_sq, state.grad_sum, scalars=Scalars(eps=eps))
+                                 updates, state.exp_avg_sq, state.grad_sum, scalars=Scalars(eps=self.eps))
 
     def leaf(k, g, m, v, s, p):
-      m = k.b1 * m + k.b1_dlr * g
-      v = k.b2 * v + (1 - k.b2) * abs_sq(g)
-      s = k.sb2 * s + k.sb2_dlr * g
-      return -k.wd_dlr * p - m / _safe_denominator(v, k.eps), m, v, s
+      m = k.b1 * m + k.one_minus_b1 * k.dlr * g
+      v = k.b2 * v + (k.one_minus_b2 * g * g if not jnp.iscomplexobj(g) else k.one_minus_b2 * abs_sq(g))
+      s = k.sb2 * s + k.one_minus_sb2 * k.dlr * g
+      return (-k.wd) * k.dlr * p - m / _safe_denominator(v, k.eps), m, v, s
 
+    scalars = Scalars(b1=beta1, one_minus_b1=derived(self, "one_minus_b1"), b2=beta2,
+                      one_minus_b2=derived(self, "one_minus_b2"), sb2=sb2, one_minus_sb2=one_minus_sb2,
+                      dlr=dlr, eps=self.eps, wd=self.weight_decay)
     out, exp_avg, exp_avg_sq, grad_sum = self.leafwise(
         leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params,
         reads=(params,), scalars=scalars)
     # ||s_k||_1: a whole-tree reduction in the statistics dtype.
     l1 = tree_reduce(lambda k, s: jnp.sum(jnp.abs(s)), stat, grad_sum)
-    numerator = sqrt_beta2 * state.numerator_weighted + (1 - sqrt_beta2) * dlr * numerator_step
-    denominator = (1 - sqrt_beta2) * l1
+    with jax.numpy_dtype_promotion("standard"):
+      numerator = cast(sb2 * state.numerator_weighted + one_minus_sb2 * dlr * numerator_step, stat)
+      denominator = cast(one_minus_sb2 * l1, stat)
     positive = denominator > 0
     estimate = numerator / jnp.where(positive, denominator, np.ones((), stat))
     estim_lr = jnp.where(positive, jnp.maximum(d, estimate), d)

@@ -21,8 +21,8 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._module import derived, derived_field, hyper_field
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._tree import copy_like, zeros_like
 from .._core._types import Params, ScalarOrSchedule
@@ -58,6 +58,8 @@ class ScaleByMadgrad(Transformation):
   learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
   momentum: Any = hyper_field(0.9, check=check_decay)
   eps: Any = hyper_field(1e-06, check=check_nonnegative)
+  lr_stable: Any = derived_field(lambda t: t.learning_rate + t.eps)
+  one_minus_momentum: Any = derived_field(lambda t: 1 - t.momentum)
 
   def init_fn(self, params):
     # x0 is a copy of the parameters (not zeros), so the state is built here; the roles check it.
@@ -69,11 +71,12 @@ class ScaleByMadgrad(Transformation):
       raise ValueError("scale_by_madgrad: `params` must be passed to update() (the step is x_{k+1} - x_k).")
     lr = value_at(self.learning_rate, state.count)
 
-    def scalars(dt):
-      eps = hyper(self.eps, dt)
-      # λ_k = (lr + eps) sqrt(k + 1), with k the number of previous steps (Algorithm 1).
-      lamb = (hyper(lr, dt) + eps) * jnp.sqrt(state.count.astype(dt) + 1)  # the int32 count as a number
-      return Scalars(lamb=lamb, eps=eps, c=hyper(self.momentum, dt), one_minus_c=hyper(1 - self.momentum, dt))
+    # λ_k = (lr + eps) sqrt(k + 1), with k the number of previous steps (Algorithm 1), as Optax
+    # computes it: lr + eps from the numbers, times the float32 root of the int32 k + 1.
+    lr_stable = lr + self.eps if callable(self.learning_rate) else derived(self, "lr_stable")
+    with jax.numpy_dtype_promotion("standard"):
+      lamb = lr_stable * jnp.sqrt(state.count + 1)
+    scalars = Scalars(lamb=lamb, eps=self.eps, c=self.momentum, one_minus_c=derived(self, "one_minus_momentum"))
 
     def leaf(k, g, v, s, x0, x):
       v = v + k.lamb * abs_sq(g)

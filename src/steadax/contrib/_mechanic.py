@@ -29,7 +29,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._module import child_field, hyper_field, static_field
 from .._core._leafwise import Scalars, tree_reduce
-from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._policy import cast, hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import copy_like
 from ._reductions import real_inner, sq_norm
@@ -111,31 +111,35 @@ class Mechanize(Transformation):
     trees = (updates, params, x0)
     g_norm = _norm(updates, params, x0, which=0, stat=stat)
     p_norm = _norm(updates, params, x0, which=1, stat=stat)
-    g_dot = tree_reduce(lambda k, g, p, x: real_inner(g, x - p), stat, *trees)
-    p_dot = tree_reduce(lambda k, g, p, x: real_inner(p, x - p), stat, *trees)
-    decay = hyper(self.weight_decay, stat) * s_sum * g_norm / (p_norm + eps)
+    # Optax's arithmetic: the gradient with weight decay g + c p, c = wd S |g| / (|p| + eps), and
+    # its inner product with Δ = (x0 - p) / (S + eps).
+    with jax.numpy_dtype_promotion("standard"):
+      decay = cast(self.weight_decay * s_sum * g_norm / (p_norm + self.eps), stat)
+    old_scale = s_sum + eps
+    h_scalars = Scalars(c=decay, old_scale=old_scale)
+    raw_h = tree_reduce(lambda k, g, p, x: real_inner(g + k.c * p, (x - p) / k.old_scale), stat, *trees,
+                        scalars=h_scalars)
     betas64 = np.asarray([1.0 - 0.1**i for i in range(1, self.num_betas + 1)])
     betas = betas64.astype(stat)
     # h grows like |g|^2 (Δ is made of base updates) and v sums h^2 / (1 - β^2): in float32 it
     # overflows once |h| passes ~1e16 (1e15 gradients, in bfloat16 or float32, give |h| ~ 1e30),
-    # and an infinite v sets s to 0 for good. Each bettor sees h clamped to the largest magnitude
-    # whose discounted sum of squares stays below a quarter of the dtype's largest value, so its
-    # m, v and r follow one consistent signal (s is invariant to the scale of h). Below the bound
-    # (1.3e16 to 4e18 in float32, by bettor) nothing changes.
-    bound = (np.sqrt(np.finfo(stat).max * (1.0 - betas64**2)) / 2).astype(stat)
-    h = jnp.clip((g_dot + decay * p_dot) / (s_sum + eps), -bound, bound)
+    # and an infinite v sets s to 0 for good. h is clamped to the largest magnitude whose
+    # discounted sum of squares stays below a quarter of the dtype's largest value for every
+    # bettor, so their m, v and r follow one consistent signal (s is invariant to the scale of h).
+    # Below the bound (1.3e16 in float32) nothing changes.
+    # One bound for all the bettors (the smallest), so h stays the scalar Optax's arithmetic uses.
+    bound = (np.sqrt(np.finfo(stat).max * (1.0 - betas64**2)) / 2).astype(stat).min()
+    h = jnp.clip(raw_h, -bound, bound)
 
     clipped_h = jnp.clip(h, -state.m, state.m)
     m = jnp.maximum(betas * state.m, jnp.abs(h) + eps)
     v = betas**2 * state.v + h**2
     r = betas * state.r + clipped_h * state.s
-    wealth = hyper(self.s_init, stat) / self.num_betas * m + jnp.maximum(r, np.zeros((), stat))
-    s = wealth / (jnp.sqrt(v) + eps)
+    with jax.numpy_dtype_promotion("standard"):
+      wealth = cast((self.s_init / self.num_betas) * m + jnp.maximum(0.0, r), stat)
+      s = cast(wealth / (jnp.sqrt(v) + self.eps), stat)
     scale = jnp.sum(s)
-
-    def scalars(dt):
-      # Statistics-dtype values, made weak in each compute dtype by leafwise.
-      return Scalars(new_scale=scale, old_scale=s_sum + eps)
+    scalars = Scalars(new_scale=scale, old_scale=old_scale)
 
     def leaf(k, u, p, x):
       delta = (x - p) / k.old_scale - u

@@ -27,14 +27,13 @@ from jax.typing import ArrayLike
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range, check_schedule_or_scalar
 from .._core._leafwise import Scalars, tree_reduce
-from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._module import derived, derived_field, hyper_field, static_field
+from .._core._policy import cast, hyper, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, SCALAR, accumulator, state_roles
 from .._core._tree import zeros_like
 from .._core._types import Params, ScalarOrSchedule
 from .._core._docs import shared_args
 from ..transforms._moments import abs_sq
-from ..transforms._scaling import value_at
 from ._reductions import real_inner, scalar_value, sq_norm
 
 __all__ = ["MomoState", "MomoAdamState", "momo", "momo_adam"]
@@ -84,27 +83,38 @@ class MomoAdamState(NamedTuple):
   count: jax.Array
 
 
-def _polyak_step(learning_rate, weight_decay, lower_bound, adapt, count, barf, gamma, iprod,
-                 norm_sq, lb, bc1):
-  """``(tau, weight-decay factor, new lb)`` shared by momo (``bc1 = 1``) and momo_adam."""
+def _polyak_step(tx: Any, adapt: bool, count: Any, barf: Any, gamma: Any, iprod: Any, norm_sq: Any, lb: Any,
+                 bc1: Any = None) -> tuple[Any, Any, Any]:
+  """``(tau, -weight-decay factor, new lb)`` shared by momo (``bc1`` None) and momo_adam, in
+  Optax's arithmetic (the bias correction ``bc1`` only where momo_adam has it)."""
   stat = barf.dtype
-  alpha = hyper(value_at(learning_rate, count), stat)
-  one_plus = 1 + alpha * hyper(weight_decay, stat)
-  low = hyper(lower_bound, stat)
-  if adapt:
-    cap = one_plus * (barf - gamma) + iprod
-    this_lb = jnp.where(cap < one_plus * bc1 * lb, jnp.maximum(cap / (2 * bc1 * one_plus), low), lb)
+  alpha: Any
+  if callable(tx.learning_rate):
+    alpha = tx.learning_rate(count)
+    one_plus = 1 + alpha * tx.weight_decay
+    wd_factor = -(alpha * tx.weight_decay) / one_plus
   else:
-    this_lb = lb
-  flat = norm_sq <= _FLAT
-  t1 = jnp.maximum(one_plus * (barf - bc1 * this_lb - gamma) + iprod, np.zeros((), stat))
-  t1 = jnp.where(flat, np.zeros((), stat), t1 / jnp.where(flat, np.ones((), stat), norm_sq))
-  tau = jnp.minimum(alpha / bc1, t1)
-  if adapt:
-    new_lb = jnp.maximum(((barf + iprod - gamma) - tau * norm_sq / 2) / bc1, low)
-  else:
-    new_lb = lb
-  return tau, (alpha * hyper(weight_decay, stat)) / one_plus, new_lb
+    alpha, one_plus, wd_factor = tx.learning_rate, derived(tx, "one_plus"), derived(tx, "wd_factor")
+  low = tx.lower_bound
+  with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic on the scalars, as written
+    scaled_lb = lb if bc1 is None else bc1 * lb
+    if adapt:
+      cap = one_plus * (barf - gamma) + iprod
+      two = 2 * one_plus if bc1 is None else 2 * bc1 * one_plus
+      this_lb = jnp.where(cap < one_plus * scaled_lb, jnp.maximum(cap / two, low), lb)
+    else:
+      this_lb = lb
+    flat = norm_sq <= _FLAT
+    t1 = jnp.maximum(one_plus * (barf - (this_lb if bc1 is None else bc1 * this_lb) - gamma) + iprod, 0.0)
+    # Optax divides by the norm where it is 0 too (then discards the NaN): divided by 1 here.
+    t1 = jnp.where(flat, 0.0, t1 / jnp.where(flat, np.ones((), stat), norm_sq))
+    tau = jnp.minimum(alpha if bc1 is None else alpha / bc1, t1)
+    if adapt:
+      new_lb = (barf + iprod - gamma) - (1 / 2) * tau * norm_sq
+      new_lb = jnp.maximum(new_lb if bc1 is None else new_lb / bc1, low)
+    else:
+      new_lb = lb
+  return cast(tau, stat), wd_factor, cast(new_lb, stat)
 
 
 def _check_decay_open(owner: str, name: str, value: Any) -> None:
@@ -134,6 +144,9 @@ class Momo(Transformation):
   lower_bound: Any = hyper_field(0.0, check=_check_lower_bound)
   weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   adapt_lower_bound: bool = static_field(default=False)
+  one_plus: Any = derived_field(lambda t: 1 + t.learning_rate * t.weight_decay)
+  wd_factor: Any = derived_field(
+      lambda t: -(t.learning_rate * t.weight_decay) / (1 + t.learning_rate * t.weight_decay))
 
   def init_fn(self, params):
     # lb starts at lower_bound (not zero): built here, checked against the roles.
@@ -146,37 +159,40 @@ class Momo(Transformation):
       raise ValueError("momo: `params` must be passed to update().")
     stat = state.barf.dtype
     value = scalar_value(self.name, extra_args.get("value"), stat)
-    # The first step initialises the averages with the first loss and gradient.
-    beta = jnp.where(state.count == 0, np.zeros((), stat), hyper(self.beta, stat))
-    barf = beta * state.barf + (1 - beta) * value
-    moment_scalars = Scalars(b=beta, one_minus_b=1 - beta)
+    # The first step initialises the averages with the first loss and gradient (Optax's β_t: 1 - β_t
+    # is formed from the selected value).
+    with jax.numpy_dtype_promotion("standard"):
+      beta = jnp.where(state.count == 0, 0.0, self.beta)
+      one_minus_beta = 1 - beta
+      barf = cast(beta * state.barf + one_minus_beta * value, stat)
+    moment_scalars = Scalars(b=beta, one_minus_b=one_minus_beta)
 
-    # Whole-tree reductions with the new average d (recomputed in the compute dtype, before it is
-    # rounded to the stored dtype), summed in the statistics dtype.
-    trees = (updates, state.exp_avg, params)
-    g_dot_p = tree_reduce(lambda k, g, m, p: real_inner(g, p), stat, *trees, scalars=moment_scalars)
-    m_sq = tree_reduce(lambda k, g, m, p: sq_norm(_momentum(k, g, m)), stat, *trees, scalars=moment_scalars)
-    m_dot_p = tree_reduce(lambda k, g, m, p: real_inner(_momentum(k, g, m), p), stat, *trees,
-                          scalars=moment_scalars)
-    gamma = beta * state.gamma + (1 - beta) * g_dot_p
-    tau, decay, lb = _polyak_step(
-        self.learning_rate, self.weight_decay, self.lower_bound, self.adapt_lower_bound,
-        state.count, barf, gamma, m_dot_p, m_sq, state.lb, np.ones((), stat))
+    def leaf(k, g, m):
+      return g, _momentum(k, g, m)
 
-    def leaf(k, g, m, p):
-      m = _momentum(k, g, m)
+    _, exp_avg = self.leafwise(leaf, updates, state.exp_avg, scalars=moment_scalars)
+    # Whole-tree reductions of the new average, summed in the statistics dtype.
+    g_dot_p = tree_reduce(lambda k, g, p: real_inner(g, p), stat, updates, params)
+    m_sq = tree_reduce(lambda k, m: sq_norm(m), stat, exp_avg)
+    m_dot_p = tree_reduce(lambda k, m, p: real_inner(m, p), stat, exp_avg, params)
+    with jax.numpy_dtype_promotion("standard"):
+      gamma = cast(beta * state.gamma + one_minus_beta * g_dot_p, stat)
+    tau, wd_factor, lb = _polyak_step(self, self.adapt_lower_bound, state.count, barf, gamma, m_dot_p, m_sq,
+                                      state.lb)
+
+    def step(k, m, p):
       # x' = (x - τ d) / (1 + λα), written as an update (Eq. 9).
-      return -k.wd * p - k.tau * m, m
+      return k.wd * p - k.tau * m
 
-    out, exp_avg = self.leafwise(leaf, updates, state.exp_avg, params=params, reads=(params,),
-                                 scalars=Scalars(b=beta, one_minus_b=1 - beta, tau=tau, wd=decay))
+    out, = self.leafwise(step, exp_avg, params=params, reads=(params,), scalars=Scalars(tau=tau, wd=wd_factor))
     return out, MomoState(exp_avg=exp_avg, barf=barf, gamma=gamma, lb=lb,
                           count=safe_increment(state.count))
 
 
 def _adam_moments(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Adam's moments (Algorithm 3): ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) |g|^2``."""
-  return k.b1 * m + k.one_minus_b1 * g, k.b2 * v + k.one_minus_b2 * abs_sq(g)
+  v = k.b2 * v + (k.one_minus_b2 * g * g if not jnp.iscomplexobj(g) else k.one_minus_b2 * abs_sq(g))
+  return k.b1 * m + k.one_minus_b1 * g, v
 
 
 def _precondition(k: Scalars, v: jax.Array) -> jax.Array:
@@ -192,9 +208,14 @@ class MomoAdam(Transformation):
   b1: Any = hyper_field(0.9, check=_check_decay_open)
   b2: Any = hyper_field(0.999, check=_check_decay_open)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
   lower_bound: Any = hyper_field(0.0, check=_check_lower_bound)
   weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   adapt_lower_bound: bool = static_field(default=False)
+  one_plus: Any = derived_field(lambda t: 1 + t.learning_rate * t.weight_decay)
+  wd_factor: Any = derived_field(
+      lambda t: -(t.learning_rate * t.weight_decay) / (1 + t.learning_rate * t.weight_decay))
 
   def init_fn(self, params):
     # lb starts at lower_bound (not zero): built here, checked against the roles.
@@ -210,39 +231,34 @@ class MomoAdam(Transformation):
     stat = state.barf.dtype
     value = scalar_value(self.name, extra_args.get("value"), stat)
     count = safe_increment(state.count)
-    t = count.astype(stat)  # the int32 count as an exponent of the bias corrections
-    b1, b2 = hyper(self.b1, stat), hyper(self.b2, stat)
-    barf = b1 * state.barf + (1 - b1) * value
-    bc1, bc2 = 1 - b1**t, 1 - b2**t
+    b1, b2 = self.b1, self.b2
+    one_minus_b1, one_minus_b2 = derived(self, "one_minus_b1"), derived(self, "one_minus_b2")
+    with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic on the scalars, as written
+      barf = cast(b1 * state.barf + one_minus_b1 * value, stat)
+      bc1, bc2 = cast(1 - b1**count, stat), cast(1 - b2**count, stat)
+    scalars = Scalars(b1=b1, one_minus_b1=one_minus_b1, b2=b2, one_minus_b2=one_minus_b2, bc2=bc2,
+                      eps=self.eps)
 
-    def scalars(dt, **more):
-      return Scalars(b1=b1, one_minus_b1=1 - b1, b2=b2, one_minus_b2=1 - b2, bc2=bc2,
-                     eps=hyper(self.eps, dt), **more)
-
-    # Whole-tree reductions with the new moments (in the compute dtype, before rounding to the
-    # stored dtype), summed in the statistics dtype.
-    trees = (updates, state.exp_avg, state.exp_avg_sq, params)
-
-    def weighted_sq(k, g, m, v, p):
+    def moments(k, g, m, v):
       m, v = _adam_moments(k, g, m, v)
-      return jnp.sum(abs_sq(m) / _precondition(k, v))
+      return g, m, v
 
-    g_dot_p = tree_reduce(lambda k, g, m, v, p: real_inner(g, p), stat, *trees, scalars=scalars)
-    m_sq = tree_reduce(weighted_sq, stat, *trees, scalars=scalars)
-    m_dot_p = tree_reduce(lambda k, g, m, v, p: real_inner(_adam_moments(k, g, m, v)[0], p), stat, *trees,
-                          scalars=scalars)
-    gamma = b1 * state.gamma + (1 - b1) * g_dot_p
-    tau, decay, lb = _polyak_step(
-        self.learning_rate, self.weight_decay, self.lower_bound, self.adapt_lower_bound,
-        state.count, barf, gamma, m_dot_p, m_sq, state.lb, bc1)
+    _, exp_avg, exp_avg_sq = self.leafwise(moments, updates, state.exp_avg, state.exp_avg_sq, scalars=scalars)
+    # Whole-tree reductions of the new moments, summed in the statistics dtype.
+    m_sq = tree_reduce(lambda k, m, v: real_inner(m, m / _precondition(k, v)), stat, exp_avg, exp_avg_sq,
+                       scalars=scalars)
+    g_dot_p = tree_reduce(lambda k, g, p: real_inner(g, p), stat, updates, params)
+    m_dot_p = tree_reduce(lambda k, m, p: real_inner(m, p), stat, exp_avg, params)
+    with jax.numpy_dtype_promotion("standard"):
+      gamma = cast(b1 * state.gamma + one_minus_b1 * g_dot_p, stat)
+    tau, wd_factor, lb = _polyak_step(self, self.adapt_lower_bound, state.count, barf, gamma, m_dot_p, m_sq,
+                                      state.lb, bc1)
 
-    def leaf(k, g, m, v, p):
-      m, v = _adam_moments(k, g, m, v)
-      return -k.wd * p - k.tau * m / _precondition(k, v), m, v
+    def step(k, m, v, p):
+      return k.wd * p - k.tau * m / _precondition(k, v)
 
-    out, exp_avg, exp_avg_sq = self.leafwise(
-        leaf, updates, state.exp_avg, state.exp_avg_sq, params=params, reads=(params,),
-        scalars=lambda dt: scalars(dt, tau=tau, wd=decay))
+    out, = self.leafwise(step, exp_avg, params=params, reads=(exp_avg_sq, params),
+                         scalars=Scalars(tau=tau, wd=wd_factor, bc2=bc2, eps=self.eps))
     return out, MomoAdamState(exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, barf=barf, gamma=gamma, lb=lb,
                               count=count)
 

@@ -19,9 +19,9 @@ from jax.typing import ArrayLike
 from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range, check_schedule_or_scalar
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._leafwise import Scalars, tree_reduce
-from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._policy import cast, hyper, reciprocal, scalar_sqrt, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, OTHER, SCALAR, accumulator, declared_roles, role_zeros, state_roles
 from .._core._tree import copy_like
 from .._core._types import Params, ScalarOrSchedule
@@ -87,6 +87,9 @@ class Prodigy(Transformation):
   estim_lr_coef: Any = hyper_field(1.0)
   weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   safeguard_warmup: bool = static_field(default=False)
+  beta3_default: Any = derived_field(lambda t: scalar_sqrt(t.betas[1]) if t.beta3 is None else t.beta3)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.betas[0])
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.betas[1])
 
   def init_fn(self, params):
     # params0 is a copy of the parameters and estim_lr starts at estim_lr0: built here, checked
@@ -107,44 +110,47 @@ class Prodigy(Transformation):
     if params is None:
       raise ValueError("prodigy: `params` must be passed to update().")
     stat = state.estim_lr.dtype
-    beta1, beta2 = hyper(self.betas[0], stat), hyper(self.betas[1], stat)
-    beta3 = jnp.sqrt(beta2) if self.beta3 is None else hyper(self.beta3, stat)
-    d0 = hyper(self.estim_lr0, stat)
+    beta1, beta2 = self.betas
+    beta3 = derived(self, "beta3_default")
+    d0 = self.estim_lr0
     count = safe_increment(state.count)
-    step = count.astype(stat)  # the int32 count as an exponent of the bias corrections
-    lr = hyper(value_at(self.learning_rate, state.count), stat)
+    sched = value_at(self.learning_rate, state.count)
     d = state.estim_lr
-    correction = jnp.sqrt(1 - beta2**step) / (1 - beta1**step)
-    dlr = d * lr * correction
+    with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic on the scalars, as written
+      correction = ((1 - beta2**count) ** 0.5) / (1 - beta1**count)
+      dlr = cast(d * sched * correction, stat)
+    grad_weight = d if self.safeguard_warmup else dlr
 
+    def leaf(k, g, m, v, s):
+      dg = k.d * g
+      m = k.b1 * m + k.one_minus_b1 * dg
+      v = k.b2 * v + k.one_minus_b2 * dg * dg if not jnp.iscomplexobj(dg) else k.b2 * v + k.one_minus_b2 * abs_sq(dg)
+      s = k.b3 * s + k.grad_weight * dg * k.inv_d0
+      return g, m, v, s
+
+    scalars = lambda dt: Scalars(
+        b1=beta1, b2=beta2, b3=beta3, one_minus_b1=derived(self, "one_minus_b1"),
+        one_minus_b2=derived(self, "one_minus_b2"), d=d, grad_weight=grad_weight, inv_d0=reciprocal(d0, dt))
+    _, exp_avg, exp_avg_sq, grad_sum = self.leafwise(
+        leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params, scalars=scalars)
     # r_k: the inner product Re<g, x0 - x>, a whole-tree reduction in the statistics dtype.
     numerator_step = tree_reduce(lambda k, g, x0, x: real_inner(g, x0 - x), stat, updates, state.params0, params)
-    numerator = beta3 * state.numerator_weighted + (d / d0) * dlr * numerator_step
-
-    grad_weight = (d if self.safeguard_warmup else dlr) / d0
-
-    def scalars(dt):
-      # Statistics-dtype values, made weak in each compute dtype by leafwise.
-      return Scalars(b1=beta1, b2=beta2, b3=beta3, d=d, dlr=dlr, grad_weight=grad_weight,
-                     d_eps=d * hyper(self.eps, stat), wd_dlr=hyper(self.weight_decay, stat) * dlr)
-
-    def leaf(k, g, m, v, s, p):
-      # The step uses the previous estimate d (and dlr); only the state sees the new one.
-      dg = g * k.d
-      m = k.b1 * m + (1 - k.b1) * dg
-      v = k.b2 * v + (1 - k.b2) * abs_sq(dg)
-      s = k.b3 * s + k.grad_weight * dg
-      u = -k.wd_dlr * p - k.dlr * m / (jnp.sqrt(v) + k.d_eps)
-      return u, m, v, s
-
-    out, exp_avg, exp_avg_sq, grad_sum = self.leafwise(
-        leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params=params,
-        reads=(params,), scalars=scalars)
+    with jax.numpy_dtype_promotion("standard"):
+      numerator = cast(beta3 * state.numerator_weighted + (d * reciprocal(d0, stat)) * dlr * numerator_step, stat)
     # ||s_k||_1, a whole-tree reduction in the statistics dtype.
     denominator = tree_reduce(lambda k, s: jnp.sum(jnp.abs(s)), stat, grad_sum)
     safe_den = jnp.where(denominator > 0, denominator, jnp.ones_like(denominator))
-    estimate = jnp.where(denominator > 0, hyper(self.estim_lr_coef, stat) * numerator / safe_den, d)
+    with jax.numpy_dtype_promotion("standard"):
+      estimate = jnp.where(denominator > 0, cast(self.estim_lr_coef * numerator / safe_den, stat), d)
     new_d = jnp.maximum(d, estimate)
+
+    # The step uses the new estimate in the denominator's eps (as the reference implementation and
+    # Optax do) and the step size dlr of the previous one.
+    def step(k, m, v, p):
+      return (-k.wd) * k.dlr * p - k.dlr * m / (jnp.sqrt(v) + k.d_eps)
+
+    out, = self.leafwise(step, exp_avg, params=params, reads=(exp_avg_sq, params),
+                         scalars=Scalars(wd=self.weight_decay, dlr=dlr, d_eps=new_d * self.eps))
     return out, ProdigyState(exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, numerator, count)
 
 

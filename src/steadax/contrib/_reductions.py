@@ -17,15 +17,19 @@ __all__ = ["real_inner", "sq_norm", "scalar_value"]
 
 
 def real_inner(a: jax.Array, b: jax.Array) -> jax.Array:
-  """``Re<a, b>`` summed over all elements; ``a`` and ``b`` share one compute dtype."""
+  """``Re<a, b>`` summed over all elements; ``a`` and ``b`` share one compute dtype.
+
+  Computed as Optax's ``tree.vdot`` computes each leaf's term (a ``tensordot`` over every axis at
+  the highest precision), so the sums round as Optax's do.
+  """
   if jnp.iscomplexobj(a):
-    return jnp.sum(jnp.real(a) * jnp.real(b) + jnp.imag(a) * jnp.imag(b))
-  return jnp.sum(a * b)
+    return jnp.real(jnp.tensordot(jnp.conj(a), b, a.ndim, precision=jax.lax.Precision.HIGHEST))
+  return jnp.tensordot(a, b, a.ndim, precision=jax.lax.Precision.HIGHEST)
 
 
 def sq_norm(a: jax.Array) -> jax.Array:
-  """``sum |a|^2`` as a real scalar of ``a``'s real dtype."""
-  return real_inner(a, a)
+  """``sum |a|^2`` as a real scalar of ``a``'s real dtype, as Optax's ``tree.norm`` sums a leaf."""
+  return jnp.sum(jnp.square(jnp.real(a)) + jnp.square(jnp.imag(a)))
 
 
 def scalar_value(owner: str, value: Any, dtype: Any) -> jax.Array:

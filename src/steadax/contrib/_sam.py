@@ -61,10 +61,10 @@ class Normalize(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     norm = l2_norm(updates)
-    # A zero gradient has no direction: it stays zero (Optax divides 0 by 0).
-    inverse = jnp.where(norm > 0, 1 / jnp.where(norm > 0, norm, jnp.ones_like(norm)), jnp.zeros_like(norm))
-    # Each update keeps the incoming update's dtype.
-    out, = self.leafwise(lambda k, g: k.inverse * g, updates, scalars=Scalars(inverse=inverse))
+    # Optax's division g / norm; a zero tree (norm 0, where Optax divides 0 by 0) is divided by 1
+    # and stays zero. Each update keeps the incoming update's dtype.
+    safe = jnp.where(norm > 0, norm, jnp.ones_like(norm))
+    out, = self.leafwise(lambda k, g: g / k.norm, updates, scalars=Scalars(norm=safe))
     return out, state
 
 

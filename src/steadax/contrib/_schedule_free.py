@@ -23,8 +23,8 @@ from .._core._transformation import Transformation
 from .._core._checks import check_range, check_schedule_or_scalar
 from .._core._combine import chain
 from .._core._leafwise import Scalars, leafwise
-from .._core._module import child_field, hyper_field, static_field
-from .._core._policy import hyper, safe_increment, scalar_stat_dtype, zero_count
+from .._core._module import child_field, derived, derived_field, hyper_field, static_field
+from .._core._policy import hyper, reciprocal, safe_increment, scalar_stat_dtype, zero_count
 from .._core._roles import COUNTER, INNER, SCALAR, accumulator, state_roles
 from .._core._tree import copy_like
 from .._core._types import OptState, Params, ScalarOrSchedule
@@ -81,8 +81,10 @@ class ScheduleFree(Transformation):
   base_optimizer: Any = child_field()
   learning_rate: Any = hyper_field(check=check_schedule_or_scalar)
   b1: Any = hyper_field(0.9, check=_check_b1)
-  weight_lr_power: Any = hyper_field(2.0)
+  # An exponent, static as in Optax's closure: XLA compiles a power by a constant 2 as a square.
+  weight_lr_power: Any = static_field(2.0)
   state_dtype: Any = static_field(default=None)
+  one_minus_b1: Any = derived_field(lambda t: 1.0 - t.b1)
 
   def init_fn(self, params):
     # z starts at a copy of the parameters (so params and z can both be donated to a jitted step)
@@ -101,8 +103,11 @@ class ScheduleFree(Transformation):
     if params is None:
       raise ValueError("schedule_free: `params` must be passed to update().")
     stat = state.max_lr.dtype
+    # The schedule at step_count (from 0: Optax 0.2.8 starts at 1 and skips the schedule's first
+    # value, fixed in Optax PR 1744), then Optax's arithmetic: the weight max_lr ** power.
     max_lr = jnp.maximum(state.max_lr, hyper(value_at(self.learning_rate, state.step_count), stat))
-    weight = max_lr ** hyper(self.weight_lr_power, stat)
+    with jax.numpy_dtype_promotion("standard"):
+      weight = max_lr ** self.weight_lr_power
     total = state.weight_sum + weight
     # c = weight / total, 0 while every learning rate so far was 0 (warm-up from 0).
     ck = jnp.where(total > 0, weight / jnp.where(total > 0, total, jnp.ones_like(total)), jnp.zeros_like(total))
@@ -111,13 +116,14 @@ class ScheduleFree(Transformation):
 
     def leaf(k, u, z, y):
       # Algorithm 1: z' = z + Δ, x' = (1 - c) x + c z', y' = β x' + (1 - β) z'; the update is y' - y.
-      x = _evaluation_point(k, y, z)
-      z = z + u
-      x = (1 - k.c) * x + k.c * z
-      return k.b1 * x + (1 - k.b1) * z - y, z
+      z_new = z + u
+      x = (y - k.one_minus_b1 * z) * k.inv_b1
+      x = (1 - k.c) * x + k.c * z_new
+      return k.b1 * x + k.one_minus_b1 * z_new - y, z_new
 
-    out, z = self.leafwise(leaf, base_updates, state.z, params=params, reads=(params,),
-                           scalars=Scalars(b1=state.b1, c=ck))
+    scalars = lambda dt: Scalars(b1=self.b1, one_minus_b1=derived(self, "one_minus_b1"),
+                                 inv_b1=reciprocal(self.b1, dt), c=ck)
+    out, z = self.leafwise(leaf, base_updates, state.z, params=params, reads=(params,), scalars=scalars)
     return out, ScheduleFreeState(
         b1=state.b1, weight_sum=total, step_count=safe_increment(state.step_count),
         max_lr=max_lr, base_optimizer_state=base_state, z=z)

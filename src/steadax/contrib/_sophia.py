@@ -30,7 +30,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars, tree_reduce
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import COUNTER_DTYPE, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, INNER, OTHER, accumulator, state_roles
 from .._core._tree import zeros_like
@@ -39,6 +39,7 @@ from .._core._docs import shared_args
 from ..transforms._decay import add_decayed_weights
 from ..transforms._noise import _typed_key
 from ..transforms._scaling import scale_by_learning_rate
+from ..transforms._moments import moving_average, one_minus_pow
 from ._adopt import clip_modulus
 
 
@@ -159,7 +160,7 @@ def _check_interval(owner: str, name: str, value: Any) -> None:
 
 def _preconditioned(k: Scalars, g: jax.Array, m: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Algorithm 3: ``m = b1 m + (1 - b1) g`` and the unclipped step ``m_hat / max(gamma h, eps)``."""
-  m = k.b1 * m + k.one_minus_b1 * g
+  m = moving_average(k.b1, m, g, k.one_minus_b1)
   return (m / k.c1) / jnp.maximum(k.gamma * h, k.eps), m
 
 
@@ -177,6 +178,8 @@ class ScaleBySophia(Transformation):
   print_win_rate_every_n_steps: Any = hyper_field(0)
   mu_dtype: Any = static_field(default=None)
   verbose: bool = static_field(default=False)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
 
   def __post_init__(self):
     if self.verbose:
@@ -195,12 +198,8 @@ class ScaleBySophia(Transformation):
       raise ValueError("sophia: `params` must be passed to update() (the Hessian estimate needs them).")
     count = safe_increment(state.count)
 
-    def scalars(dt):
-      return Scalars(b1=hyper(self.b1, dt), one_minus_b1=hyper(1 - self.b1, dt),
-                     # the int32 count as the bias correction's exponent
-                     c1=1 - hyper(self.b1, dt) ** count.astype(dt), gamma=hyper(self.gamma, dt),
-                     eps=hyper(self.eps, dt),
-                     clip=None if self.clip_threshold is None else hyper(self.clip_threshold, dt))
+    scalars = Scalars(b1=self.b1, one_minus_b1=derived(self, "one_minus_b1"), c1=one_minus_pow(self.b1, count),
+                      gamma=self.gamma, eps=self.eps, clip=self.clip_threshold)
 
     def leaf(k, g, m, h):
       u, m = _preconditioned(k, g, m, h)
@@ -221,10 +220,10 @@ class ScaleBySophia(Transformation):
 
       def ema(k, d, v):
         # h = b2 h + (1 - b2) ĥ; the leaf's first output (ĥ itself) is not used.
-        return d, k.b2 * v + k.one_minus_b2 * jnp.real(d)
+        return d, moving_average(k.b2, v, jnp.real(d), k.one_minus_b2)
 
       _, nu = self.leafwise(ema, diag, nu,
-                            scalars=Scalars(b2=self.b2, one_minus_b2=1 - self.b2))
+                            scalars=Scalars(b2=self.b2, one_minus_b2=derived(self, "one_minus_b2")))
       return hess_state, nu
 
     due = state.count % hyper(self.update_interval, COUNTER_DTYPE) == 0

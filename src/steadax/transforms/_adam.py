@@ -16,14 +16,15 @@ from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_decay_below_one, check_nonnegative
 from .._core._leafwise import Scalars
 from .._core._roles import COUNTER, accumulator, state_roles
-from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment
+from .._core._module import derived, derived_field, hyper_field, static_field
+from .._core._policy import safe_increment
 from .._core._docs import shared_args
 from ._moments import abs_sq, moving_average
 from ._moments import one_minus_pow  # noqa: F401  (imported from here by other modules)
 from .._core._types import Params, Updates
 
 __all__ = [
+    "AdamDecays",
     "ScaleByAdamState",
     "ScaleByAmsgradState",
     "scale_by_adam",
@@ -65,22 +66,29 @@ class ScaleByAmsgradState(NamedTuple):
   nu_max: Params
 
 
-def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
-  """Adam's per-dtype scalars: the decays and the bias corrections at step ``count``.
+def adam_scalars(b1: Any, b2: Any, count: jax.Array, dtype: Any, *, one_minus_b1: Any = None,
+                 one_minus_b2: Any = None, **more: Any) -> Scalars:
+  """Adam's per-dtype scalars: the decays, their complements and the bias corrections at ``count``.
 
-  ``c1_next`` (``1 - b1**(count + 1)``) is there for Nesterov's look-ahead (Dozat 2016); further
-  keyword values (``eps=...``) are cast to ``dtype`` and added.
+  As Optax computes them: ``one_minus_b1``/``one_minus_b2`` are ``1 - b`` from the transformation's
+  derived fields (exact, see ``_core._module.derived_field``; ``1 - b`` on the values given when
+  None), the bias corrections ``1 - b**count`` are ``one_minus_pow``'s. ``c1_next``
+  (``1 - b1**(count + 1)``) is there for Nesterov's look-ahead (Dozat 2016); further keyword
+  values (``eps=...``) are passed as they are.
   """
-  t = count.astype(dtype)
-  b1, b2 = hyper(b1, dtype), hyper(b2, dtype)
-  return Scalars(b1=b1, b2=b2, c1=1 - b1**t, c1_next=1 - b1 ** (t + 1), c2=1 - b2**t,
-                 **{name: hyper(value, dtype) for name, value in more.items()})
+  return Scalars(b1=b1, b2=b2,
+                 one_minus_b1=1 - b1 if one_minus_b1 is None else one_minus_b1,
+                 one_minus_b2=1 - b2 if one_minus_b2 is None else one_minus_b2,
+                 c1=one_minus_pow(b1, count), c1_next=one_minus_pow(b1, safe_increment(count)),
+                 c2=one_minus_pow(b2, count), **more)
 
 
 def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool = False) -> jax.Array:
-  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016)."""
+  """Bias-corrected first moment; with Nesterov, the look-ahead mix of Dozat (2016), in Optax's
+  order: ``b1 * (m / c1_next) + (1 - b1) * (g / c1)``."""
   if nesterov:
-    return k.b1 * m / k.c1_next + (1 - k.b1) * g / k.c1
+    one_minus_b1 = k.one_minus_b1 if "one_minus_b1" in dict(k.items()) else 1 - k.b1
+    return k.b1 * (m / k.c1_next) + one_minus_b1 * (g / k.c1)
   return m / k.c1
 
 
@@ -92,15 +100,13 @@ def debiased_mu(k: Scalars, m: jax.Array, g: jax.Array, nesterov: bool = False) 
 def adam_moments(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Adam's moment estimates (Kingma & Ba 2015, Algorithm 1): ``m <- b1 m + (1 - b1) g``,
   ``v <- b2 v + (1 - b2) |g|^2`` (real for complex ``g``)."""
-  return moving_average(k.b1, m, g), moving_average(k.b2, v, abs_sq(g))
+  return (moving_average(k.b1, m, g, k.one_minus_b1),
+          moving_average(k.b2, v, abs_sq(g), k.one_minus_b2))
 
 
 def adam_denominator(k: Scalars, v: jax.Array) -> jax.Array:
   """``sqrt(v_hat + eps_root) + eps`` with the bias-corrected ``v_hat = v / (1 - b2^t)``."""
-  v_hat = v / k.c2
-  if not (isinstance(k.eps_root, float) and k.eps_root == 0.0):  # the default: nothing to add
-    v_hat = v_hat + k.eps_root
-  return jnp.sqrt(v_hat) + k.eps
+  return jnp.sqrt(v / k.c2 + k.eps_root) + k.eps
 
 
 def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
@@ -111,7 +117,22 @@ def adam_step(k: Scalars, g: jax.Array, m: jax.Array, v: jax.Array,
   return debiased_mu(k, m, g, nesterov) / adam_denominator(k, v), m, v
 
 
-class _AdamFields(Transformation):
+class AdamDecays(Transformation):
+  """A transformation with Adam's decays ``b1`` and ``b2`` (its subclass declares them): their
+  complements ``1 - b1`` and ``1 - b2`` as Optax computes them (``derived_field``), and Adam's
+  per-dtype scalars of them."""
+
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
+
+  def adam_scalars(self, count: jax.Array, dtype: Any, **more: Any) -> Scalars:
+    """``adam_scalars`` of this transformation's decays at ``count``, with ``more`` values."""
+    b1, b2 = getattr(self, "b1"), getattr(self, "b2")  # declared by the subclass
+    return adam_scalars(b1, b2, count, dtype, one_minus_b1=derived(self, "one_minus_b1"),
+                        one_minus_b2=derived(self, "one_minus_b2"), **more)
+
+
+class _AdamFields(AdamDecays):
   """The hyperparameters Adam and AMSGrad share (their defaults and checks, written once)."""
 
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
@@ -134,7 +155,7 @@ class ScaleByAdam(_AdamFields):
     def leaf(k, g, m, v):
       return adam_step(k, g, m, v, self.nesterov)
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
@@ -194,7 +215,7 @@ class ScaleByAmsgrad(_AdamFields):
       v_max = jnp.maximum(v_max, v_hat)
       return m_hat / (jnp.sqrt(v_max + k.eps_root) + k.eps), m, v, v_max
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu, nu_max = self.leafwise(leaf, updates, state.mu, state.nu, state.nu_max, params=params,
                                         scalars=scalars)
     return out, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
@@ -239,7 +260,7 @@ def scale_by_amsgrad(
   )
 
 
-class ScaleByAdamax(Transformation):
+class ScaleByAdamax(AdamDecays):
   name = "scale_by_adamax"
   elementwise = True
   State = ScaleByAdamState
@@ -251,11 +272,11 @@ class ScaleByAdamax(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, u):
-      m = moving_average(k.b1, m, g)
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
       u = jnp.maximum(jnp.abs(g) + k.eps, k.b2 * u)   # the infinity norm, eps inside (§7.1)
-      return m / (k.c1 * u), m, u
+      return m / k.c1 / u, m, u
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 

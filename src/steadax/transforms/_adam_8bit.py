@@ -34,7 +34,7 @@ from .._core._policy import compute_dtype, real_dtype, safe_increment, zero_coun
 from .._core._roles import COUNTER, OTHER, state_roles
 from .._core._tree import tree_map, zeros_mirroring
 from .._core._docs import shared_args
-from ._adam import adam_scalars, adam_step
+from ._adam import AdamDecays, adam_scalars, adam_step
 from ._matrix import replicate_whole
 from .._core._types import Updates
 
@@ -207,7 +207,7 @@ def _join(like: Any, values: Any, scales: Any) -> Any:
       like, values, scales, is_leaf=is_leaf)
 
 
-class ScaleByAdam8bit(Transformation):
+class ScaleByAdam8bit(AdamDecays):
   name = "scale_by_adam_8bit"
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(0.999, check=check_decay_below_one)
@@ -260,7 +260,7 @@ class ScaleByAdam8bit(Transformation):
       v = _quantize(v.reshape(-1), v_scale.shape[0], self.block_size, False)
       return u, m.codes, m.scale, v.codes, v.scale
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     (mu, mu_scale), (nu, nu_scale) = _split(state.mu), _split(state.nu)
     # Blocks run across the whole flattened tensor, not along its shards: a sharded gradient of a
     # quantized tensor is gathered (the codes are replicated), and its update put back in the

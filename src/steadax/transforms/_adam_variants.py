@@ -23,12 +23,12 @@ from jax.typing import ArrayLike
 
 from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import filled_like, tree_map, zeros_like
 from .._core._docs import shared_args
-from ._adam import ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, debiased_mu
+from ._adam import AdamDecays, ScaleByAdamState, adam_denominator, adam_moments, adam_scalars, debiased_mu
 from ._moments import abs_sq, moving_average, one_minus_pow
 from .._core._types import Params, Updates
 
@@ -80,7 +80,7 @@ class ScaleByAdanState(NamedTuple):
 _check_threshold = lambda owner, name, value: check_range(owner, name, value, 4.0, np.inf)
 
 
-class ScaleByBelief(Transformation):
+class ScaleByBelief(AdamDecays):
   name = "scale_by_belief"
   elementwise = True
   State = ScaleByBeliefState
@@ -94,12 +94,12 @@ class ScaleByBelief(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, s):
-      m = moving_average(k.b1, m, g)
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
       # The "belief": the squared deviation of the gradient from its prediction m (eq. 2).
-      s = moving_average(k.b2, s, abs_sq(g - m)) + k.eps_root
+      s = moving_average(k.b2, s, abs_sq(g - m), k.one_minus_b2) + k.eps_root
       return debiased_mu(k, m, g, self.nesterov) / (jnp.sqrt(s / k.c2) + k.eps), m, s
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByBeliefState(count=count, mu=mu, nu=nu)
 
@@ -144,7 +144,7 @@ def scale_by_belief(
   return ScaleByBelief(b1, b2, eps, eps_root, nesterov=nesterov)
 
 
-class ScaleByYogi(Transformation):
+class ScaleByYogi(AdamDecays):
   name = "scale_by_yogi"
   elementwise = True
   State = ScaleByAdamState
@@ -165,13 +165,13 @@ class ScaleByYogi(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, m, v):
-      m = moving_average(k.b1, m, g)
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
       g2 = abs_sq(g)
       # Additive (not multiplicative) change of v: it moves towards g^2 by at most (1 - b2) g^2.
-      v = v - (1 - k.b2) * jnp.sign(v - g2) * g2
+      v = v - k.one_minus_b2 * jnp.sign(v - g2) * g2
       return m / k.c1 / adam_denominator(k, v), m, v
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
@@ -211,7 +211,7 @@ def scale_by_yogi(
   return ScaleByYogi(b1, b2, eps, eps_root, initial_accumulator_value)
 
 
-class ScaleByRadam(Transformation):
+class ScaleByRadam(AdamDecays):
   name = "scale_by_radam"
   elementwise = True
   State = ScaleByAdamState
@@ -230,9 +230,8 @@ class ScaleByRadam(Transformation):
     ~0.03 at t = 6, which changes the step by 1%). It runs in the widest float JAX allows.
     """
     wide = np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
-    b2 = hyper(self.b2, wide)
     t = count.astype(wide)  # outside the leaf function: the step count in the widest float
-    one_minus_b2 = 1 - b2
+    one_minus_b2 = hyper(derived(self, "one_minus_b2"), wide)
     rho_inf = 2 / one_minus_b2 - 1
     b2t_minus_one = jnp.expm1(t * jnp.log1p(-one_minus_b2))
     rho = rho_inf - 2 * t * (b2t_minus_one + 1) / -b2t_minus_one
@@ -252,7 +251,7 @@ class ScaleByRadam(Transformation):
       adaptive = k.r * m_hat / adam_denominator(k, v)
       return jnp.where(rectify, adaptive, m_hat), m, v
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root,
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root,
                                       r=r)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
@@ -298,7 +297,7 @@ def scale_by_radam(
   return ScaleByRadam(b1, b2, eps, eps_root, threshold, nesterov=nesterov)
 
 
-class ScaleByAdan(Transformation):
+class ScaleByAdan(AdamDecays):
   name = "scale_by_adan"
   elementwise = True
   State = ScaleByAdanState
@@ -307,6 +306,7 @@ class ScaleByAdan(Transformation):
   b3: Any = hyper_field(0.99, check=check_decay_below_one)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
+  one_minus_b3: Any = derived_field(lambda t: 1 - t.b3)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     t = safe_increment(state.t)
@@ -315,13 +315,14 @@ class ScaleByAdan(Transformation):
     def leaf(k, g, m, v, n, g_prev):
       # No previous gradient at the first step: the difference term starts at zero.
       d = jnp.where(first, jnp.zeros_like(g), g - g_prev)
-      m = moving_average(k.b1, m, g)
-      v = moving_average(k.b2, v, d)
-      n = moving_average(k.b3, n, abs_sq(g + (1 - k.b2) * d))
-      step = m / k.c1 + (1 - k.b2) * (v / k.c2)
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
+      v = moving_average(k.b2, v, d, k.one_minus_b2)
+      n = moving_average(k.b3, n, abs_sq(g + k.one_minus_b2 * d), k.one_minus_b3)
+      step = m / k.c1 + k.one_minus_b2 * (v / k.c2)
       return step / (jnp.sqrt(n / k.c3 + k.eps_root) + k.eps), m, v, n, g
 
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, t, dt, b3=self.b3, c3=one_minus_pow(self.b3, t, dt),
+    scalars = lambda dt: self.adam_scalars(t, dt, b3=self.b3, one_minus_b3=derived(self, "one_minus_b3"),
+                                           c3=one_minus_pow(self.b3, t),
                                       eps=self.eps, eps_root=self.eps_root)
 
     out, m, v, n, g_prev = self.leafwise(leaf, updates, state.m, state.v, state.n, state.g,

@@ -19,12 +19,12 @@ from jax.typing import ArrayLike, DTypeLike
 from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_range
 from .._core._leafwise import Scalars, place_kept_axes, place_like
-from .._core._module import hyper_field, static_field
-from .._core._policy import accumulator_dtype, hyper, safe_increment, zero_count
+from .._core._module import derived, derived_field, hyper_field, static_field
+from .._core._policy import accumulator_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import tree_map
 from .._core._docs import shared_args
-from ._moments import abs_sq
+from ._moments import abs_sq, moving_average
 from .._core._types import Params, ScalarOrSchedule, Updates
 
 __all__ = [
@@ -87,16 +87,17 @@ class ScaleByAdaDelta(Transformation):
   rho: Any = hyper_field(0.9, check=check_decay_below_one)
   eps: Any = hyper_field(1e-06, check=lambda owner, name, value: check_range(owner, name, value, 0.0, np.inf,
                                                                               low_open=True))
+  one_minus_rho: Any = derived_field(lambda t: 1 - t.rho)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     def leaf(k, g, e_g, e_x):
-      e_g = k.rho * e_g + (1 - k.rho) * abs_sq(g)
+      e_g = moving_average(k.rho, e_g, abs_sq(g), k.one_minus_rho)
       # The units of the step match the parameters' (eq. 14): RMS of past steps over RMS of gradients.
       step = jnp.sqrt(e_x + k.eps) / jnp.sqrt(e_g + k.eps) * g
-      e_x = k.rho * e_x + (1 - k.rho) * abs_sq(step)
+      e_x = moving_average(k.rho, e_x, abs_sq(step), k.one_minus_rho)
       return step, e_g, e_x
 
-    scalars = Scalars(rho=self.rho, eps=self.eps)
+    scalars = Scalars(rho=self.rho, one_minus_rho=derived(self, "one_minus_rho"), eps=self.eps)
     out, e_g, e_x = self.leafwise(leaf, updates, state.e_g, state.e_x, params=params, scalars=scalars)
     return out, ScaleByAdaDeltaState(e_g=e_g, e_x=e_x)
 
@@ -136,6 +137,7 @@ class ScaleByNovograd(Transformation):
   eps_root: Any = hyper_field(0.0, check=check_nonnegative)
   weight_decay: Any = hyper_field(0.0, check=check_nonnegative)
   mu_dtype: Any = static_field(default=None)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
 
   def init_fn(self, params):  # nu is one scalar per leaf: by hand (the roles check count and mu)
     nu = tree_map(lambda p: jnp.zeros([], accumulator_dtype(p.dtype, real=True)), params)
@@ -146,24 +148,27 @@ class ScaleByNovograd(Transformation):
     if params is None:
       raise ValueError("scale_by_novograd: `params` must be passed to update() (for weight_decay).")
     count = safe_increment(state.count)
-    first = count == 1
+    scalars = Scalars(b1=self.b1, b2=self.b2, one_minus_b2=derived(self, "one_minus_b2"), eps=self.eps,
+                      eps_root=self.eps_root, weight_decay=self.weight_decay)
 
-    def leaf(k, g, m, v, p):
-      # One second moment per layer (leaf): the squared norm of its gradient (Algorithm 1).
-      sq_norm = jnp.sum(abs_sq(g))
-      v = jnp.where(first, sq_norm, k.b2 * v + (1 - k.b2) * sq_norm)
-      m = k.b1 * m + (g / (jnp.sqrt(v + k.eps_root) + k.eps) + k.weight_decay * p)
-      return m, m, v
+    # Optax's structure: the first step and the others are the two branches of a lax.cond, for the
+    # second moment and then for the first (XLA compiles each branch on its own).
+    def nu_branch(first):
+      def leaf(k, g, v):
+        # One second moment per layer (leaf): the squared norm of its gradient (Algorithm 1).
+        sq_norm = jnp.linalg.norm(g) ** 2
+        return g, sq_norm if first else moving_average(k.b2, v, sq_norm, k.one_minus_b2)
+      return lambda g, nu: self.leafwise(leaf, g, nu, scalars=scalars)[1]
 
-    def scalars(dt):
-      b1 = hyper(self.b1, dt)
-      # m starts from the normalised gradient: no momentum at the first step.
-      return Scalars(b1=jnp.where(first, jnp.zeros_like(b1), b1), b2=hyper(self.b2, dt),
-                     eps=hyper(self.eps, dt), eps_root=hyper(self.eps_root, dt),
-                     weight_decay=hyper(self.weight_decay, dt))
+    def mu_branch(first):
+      def leaf(k, g, m, v, p):
+        u = g / (jnp.sqrt(v + k.eps_root) + k.eps) + k.weight_decay * p
+        m = u if first else k.b1 * m + u  # m starts from the normalised gradient
+        return m, m
+      return lambda g, p, mu, nu: self.leafwise(leaf, g, mu, params=p, reads=(nu, p), scalars=scalars)
 
-    out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, reads=(params,),
-                                scalars=scalars)
+    nu = jax.lax.cond(count == 1, nu_branch(True), nu_branch(False), updates, state.nu)
+    out, mu = jax.lax.cond(count == 1, mu_branch(True), mu_branch(False), updates, params, state.mu, nu)
     return out, ScaleByNovogradState(count=count, mu=mu, nu=nu)
 
 
@@ -221,6 +226,11 @@ class ScaleBySM3(Transformation):
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
   b2: Any = hyper_field(1.0, check=lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  one_minus_b1: Any = derived_field(lambda t: 1 - t.b1)
+  # Optax's weight of the new squares: 1 - b2, or 1 for the sum of squares (b2 = 1).
+  new_weight: Any = derived_field(
+      lambda t: (1.0 if t.b2 == 1.0 else 1.0 - t.b2) if isinstance(t.b2, (float, np.floating))
+      else jnp.where(t.b2 == 1.0, 1.0, 1.0 - t.b2))
 
   def init_fn(self, params):  # one vector per axis: by hand (the roles check nu)
     def covers(p):
@@ -245,7 +255,7 @@ class ScaleBySM3(Transformation):
       # b2 = 1 is SM3's sum of squares (Adagrad-like), b2 < 1 an exponential average (line 6).
       nu = k.new_weight * abs_sq(g) + k.b2 * nu
       preconditioned = jnp.where(nu > 0, jax.lax.rsqrt(nu + k.eps), 0)
-      m = k.b1 * m + (1 - k.b1) * g * preconditioned
+      m = moving_average(k.b1, m, g * preconditioned, k.one_minus_b1)
       return m, m, nu
 
     def new_covers(nu, covers):
@@ -255,10 +265,8 @@ class ScaleBySM3(Transformation):
       return [jnp.max(nu, axis=tuple(a for a in range(nu.ndim) if a != i), initial=0.0)
               for i in range(len(covers))]
 
-    def scalars(dt):
-      b2 = hyper(self.b2, dt)
-      return Scalars(b1=hyper(self.b1, dt), b2=b2, eps=hyper(self.eps, dt),
-                     new_weight=jnp.where(b2 == 1, jnp.ones_like(b2), 1 - b2))
+    scalars = Scalars(b1=self.b1, one_minus_b1=derived(self, "one_minus_b1"), b2=self.b2, eps=self.eps,
+                      new_weight=derived(self, "new_weight"))
 
     # The cover estimate goes through the primitive as a state tree in the covers' dtype (real):
     # it comes back as the new full estimate, already in the covers' dtype; rounding commutes

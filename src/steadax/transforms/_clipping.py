@@ -19,7 +19,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_positive
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper
+from .._core._policy import reciprocal
 from .._core._tree import l2_norm
 from ._moments import abs_sq
 
@@ -95,12 +95,12 @@ class ClipByGlobalNorm(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
     norm = l2_norm(updates)
-    bound = hyper(self.max_norm, norm.dtype)
-    below = norm <= bound
-    # Dividing by 1 on the untaken branch keeps the gradient finite at a zero norm.
-    factor = jnp.where(below, np.asarray(1, norm.dtype), bound / jnp.where(below, np.asarray(1, norm.dtype), norm))
-    out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
-                         scalars=Scalars(factor=factor))
+    below = norm < self.max_norm
+    # Optax's arithmetic, ``(u / norm) * max_norm``; dividing by 1 on the untaken branch, and for a
+    # zero tree, keeps the value and the gradient finite at a zero norm (Optax's are NaN there).
+    safe_norm = jnp.where(below | (norm == 0), np.asarray(1, norm.dtype), norm)
+    out, = self.leafwise(lambda k, g: jnp.where(k.below, g, (g / k.norm) * k.max_norm), updates, params=params,
+                         scalars=Scalars(below=below, norm=safe_norm, max_norm=self.max_norm))
     return out, state
 
 
@@ -140,9 +140,10 @@ class ClipByBlockRms(Transformation):
         return g
       # Update clipping (Shazeer & Stern 2018, §6, eq. 12): u / max(1, RMS(u) / d), per block.
       rms = jnp.sqrt(jnp.mean(abs_sq(g)))
-      return g / jnp.maximum(1, rms / k.threshold)
+      # Optax's rms / threshold: compiled as a multiplication by the reciprocal of the constant.
+      return g / jnp.maximum(1.0, rms * k.inv_threshold)
 
-    scalars = Scalars(threshold=self.threshold)
+    scalars = lambda dt: Scalars(inv_threshold=reciprocal(self.threshold, dt))
     out, = self.leafwise(leaf, updates, params=params, scalars=scalars)
     return out, state
 

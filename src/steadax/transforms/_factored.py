@@ -24,7 +24,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative
 from .._core._leafwise import Scalars, place_kept_axes, place_like
 from .._core._module import hyper_field, static_field
-from .._core._policy import COUNTER_DTYPE, accumulator_dtype, hyper, safe_increment, zero_count
+from .._core._policy import COUNTER_DTYPE, accumulator_dtype, cast, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, state_roles
 from .._core._tree import tree_map, zeros_mirroring
 from ._moments import abs_sq
@@ -55,8 +55,9 @@ class FactoredState(NamedTuple):
 
 def _decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
   """Adafactor's default schedule ``1 - (step + 1)**(-exponent)`` (Shazeer & Stern 2018, §7.2)."""
-  t = hyper(step, jnp.float32) + np.float32(1)  # float32 whatever the parameters, as in Optax
-  return np.float32(1) - t ** (-hyper(exponent, jnp.float32))
+  t = (jnp.asarray(step) + 1).astype(jnp.float32)  # float32 whatever the parameters, as in Optax
+  with jax.numpy_dtype_promotion("standard"):  # Optax's arithmetic, as written
+    return cast(1.0 - t ** (-jnp.asarray(exponent)), jnp.float32)
 
 
 def factored_dims(shape: tuple[int, ...], factored: bool, min_dim_size_to_factor: int):
@@ -139,18 +140,18 @@ class ScaleByFactoredRms(Transformation):
       g_sq = abs_sq(g) + k.eps
       dims = self._dims(g)
       if dims is None:
-        v = k.decay * v + (1 - k.decay) * g_sq
-        return g * jax.lax.rsqrt(v), v_row, v_col, v
+        v = k.decay * v + (1.0 - k.decay) * g_sq
+        return g * v ** -0.5, v_row, v_col, v
       d1, d0 = dims
       # Algorithm 4: R = decay R + (1 - decay) mean over the largest axis, C over the second.
-      v_row = k.decay * v_row + (1 - k.decay) * jnp.mean(g_sq, axis=d0)
-      v_col = k.decay * v_col + (1 - k.decay) * jnp.mean(g_sq, axis=d1)
+      v_row = k.decay * v_row + (1.0 - k.decay) * jnp.mean(g_sq, axis=d0)
+      v_col = k.decay * v_col + (1.0 - k.decay) * jnp.mean(g_sq, axis=d1)
       # v_row lost axis d0, so axis d1 moved one place left when it came after d0.
       reduced_d1 = d1 - 1 if d1 > d0 else d1
-      row_factor = jax.lax.rsqrt(v_row / jnp.mean(v_row, axis=reduced_d1, keepdims=True))
-      col_factor = jax.lax.rsqrt(v_col)
-      # V ~ R C^T / mean(R): the update g / sqrt(V) as a product of the two factors.
-      return g * (jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1)), v_row, v_col, v
+      row_factor = (v_row / jnp.mean(v_row, axis=reduced_d1, keepdims=True)) ** -0.5
+      col_factor = v_col ** -0.5
+      # V ~ R C^T / mean(R): the update g / sqrt(V) as a product of the two factors (Optax's order).
+      return g * jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1), v_row, v_col, v
 
     scalars = Scalars(decay=decay_t, eps=self.epsilon)
     out, v_row, v_col, v = self.leafwise(leaf, updates, state.v_row, state.v_col, state.v, params=params,

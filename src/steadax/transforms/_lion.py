@@ -13,10 +13,11 @@ from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_decay
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment
+from .._core._module import derived, derived_field, hyper_field, static_field
+from .._core._policy import safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Updates
+from ._moments import moving_average
 
 __all__ = ["ScaleByLionState", "scale_by_lion"]
 
@@ -45,21 +46,23 @@ class ScaleByLion(Transformation):
   mu_dtype: Any = static_field(default=None)
   mode: str = static_field(default="hard")
   smooth_beta: Any = hyper_field(default=1.0)
+  one_minus_b1: Any = derived_field(lambda t: 1.0 - t.b1)
+  one_minus_b2: Any = derived_field(lambda t: 1 - t.b2)
 
   def update_fn(self, updates, state, params=None, **extra_args):
     def leaf(k, g, m):
-      c = (1 - k.b1) * g + k.b1 * m   # Program 1: interpolate, take the sign, then update m
+      c = k.one_minus_b1 * g + k.b1 * m   # Program 1: interpolate, take the sign, then update m
       if self.mode == "hard":
         u = jnp.sign(c)
       elif self.mode == "smooth":
         u = jnp.tanh(k.beta * c)
       else:  # "refined": linear near zero, the sign beyond unit magnitude
         u = jnp.where(jnp.abs(c) < 1, c, jnp.sign(c))
-      return u, k.b2 * m + (1 - k.b2) * g
+      return u, moving_average(k.b2, m, g, k.one_minus_b2)
 
-    def scalars(dt):
-      beta = hyper(self.smooth_beta, dt) if self.mode == "smooth" else None
-      return Scalars(b1=hyper(self.b1, dt), b2=hyper(self.b2, dt), beta=beta)
+    scalars = Scalars(b1=self.b1, one_minus_b1=derived(self, "one_minus_b1"), b2=self.b2,
+                      one_minus_b2=derived(self, "one_minus_b2"),
+                      beta=self.smooth_beta if self.mode == "smooth" else None)
 
     out, mu = self.leafwise(leaf, updates, state.mu, params=params, scalars=scalars)
     return out, ScaleByLionState(count=safe_increment(state.count), mu=mu)

@@ -31,7 +31,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import real_dtype, safe_increment
 from .._core._tree import is_none
 from .._core._docs import shared_args
-from ._adam import ScaleByAdamState, adam_scalars, adam_step
+from ._adam import AdamDecays, ScaleByAdamState, adam_scalars, adam_step
 
 __all__ = ["scale_by_adam_lowmem"]
 
@@ -122,7 +122,7 @@ def rounded_stochastically(x: jax.Array, dtype: Any, bits: jax.Array) -> jax.Arr
   return stochastic_round(x, dtype, bits).astype(x.dtype)  # widening a value of dtype: exact
 
 
-class ScaleByAdamLowmem(Transformation):
+class ScaleByAdamLowmem(AdamDecays):
   name = "scale_by_adam_lowmem"
   State = ScaleByAdamState
   b1: Any = hyper_field(0.9, check=check_decay_below_one)
@@ -147,7 +147,7 @@ class ScaleByAdamLowmem(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    scalars = lambda dt: adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root)
+    scalars = lambda dt: self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root)
     if self.rounding == "nearest":  # leafwise writes the moments rounded to nearest
       out, mu, nu = self.leafwise(adam_step, updates, state.mu, state.nu, params=params, scalars=scalars)
       return out, ScaleByAdamState(count=count, mu=mu, nu=nu)

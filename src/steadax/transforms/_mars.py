@@ -18,7 +18,7 @@ from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._docs import shared_args
-from ._adam import adam_scalars, adam_step
+from ._adam import AdamDecays, adam_scalars, adam_step
 from ._moments import abs_sq
 from .._core._types import Updates
 
@@ -44,7 +44,7 @@ class ScaleByMarsState(NamedTuple):
   prev_grad: Updates
 
 
-class ScaleByMars(Transformation):
+class ScaleByMars(AdamDecays):
   name = "scale_by_mars"
   State = ScaleByMarsState
   b1: Any = hyper_field(0.95, check=check_decay_below_one)
@@ -75,7 +75,7 @@ class ScaleByMars(Transformation):
     def scalars(dt):
       b1 = hyper(self.b1, dt)
       weight = jnp.where(first, 0, hyper(self.gamma, dt) * b1 / (1 - b1))
-      k = adam_scalars(self.b1, self.b2, count, dt, eps=self.eps, eps_root=self.eps_root, weight=weight)
+      k = self.adam_scalars(count, dt, eps=self.eps, eps_root=self.eps_root, weight=weight)
       k.max_norm = None if self.max_norm is None else hyper(self.max_norm, dt)
       return k
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from .._core._leafwise import Scalars, leafwise
+from .._core._leafwise import Scalars, TreeScalar, leafwise
 from .._core._policy import cast, compute_dtype, hyper, real_dtype
 from .._core._types import Updates
 
@@ -35,27 +36,52 @@ def abs_sq(x: jax.Array) -> jax.Array:
 
 
 def moving_average(decay: Any, average: jax.Array, x: jax.Array, one_minus_decay: Any = None) -> jax.Array:
-  """One step of an exponential moving average: ``decay * average + (1 - decay) * x``.
+  """One step of an exponential moving average: ``(1 - decay) * x + decay * average``.
 
   The one moving average of the library, for leaf functions (inputs in the compute dtype, ``decay``
   a scalar of ``Scalars``): Adam's moments, AdEMAMix's slow average, AdaBelief's belief ...
 
-  ``one_minus_decay`` is ``1 - decay`` taken before rounding to the compute dtype, for the
-  optimizers that need it: for a decay near 1 the rounded difference is off (``1 - float32(0.999)``
-  by 1.3e-5 relative), which ACProp's and ADOPT's raw-gradient steps amplify. Adam keeps the rounded
-  form, so that ``m / (1 - b1^t)`` is exactly ``g`` at the first step.
+  Written in Optax's order, ``(1 - decay) * x + decay * average`` (XLA fuses multiply-adds, so the
+  order of the two products changes the rounding). ``one_minus_decay`` is ``1 - decay`` as Optax
+  computes it: a transformation's derived constant (``_core._module.derived_field``), exact where
+  the decay is a Python number; without it ``1 - decay`` is formed from the value given.
 
   Example:
     >>> import jax.numpy as jnp
     >>> moving_average(0.5, jnp.array([4.0]), jnp.array([2.0]))
     Array([3.], dtype=float32)
   """
-  return decay * average + ((1 - decay) if one_minus_decay is None else one_minus_decay) * x
+  return ((1 - decay) if one_minus_decay is None else one_minus_decay) * x + decay * average
 
 
-def one_minus_pow(decay: Any, count: jax.Array, dtype: Any) -> jax.Array:
-  """``1 - decay**count`` in ``dtype``: Adam's bias-correction factor (Kingma & Ba 2015, §3)."""
-  return 1 - hyper(decay, dtype) ** jnp.asarray(count).astype(dtype)
+def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> Any:
+  """``1 - decay**count``: Adam's bias-correction factor (Kingma & Ba 2015, §3), in ``dtype``.
+
+  Computed as Optax's ``bias_correction`` computes it: the decay as JAX holds it (a Python number
+  or a weakly typed leaf: float32, or float64 under x64) to the power of the integer count, then
+  rounded to ``dtype``. With ``dtype=None`` it is a ``TreeScalar`` for a leaf function's
+  ``Scalars``, left in the decay's precision: leafwise rounds it per leaf, as Optax's
+  ``t / c.astype(t.dtype)`` does, and gives it to the leaves as Optax's jitted bias correction
+  divides by it (see ``_core._leafwise.TreeScalar``).
+  """
+  base = decay if isinstance(decay, jax.Array) else jnp.asarray(decay)
+  default = jnp.asarray(0.0).dtype  # JAX's default float: float32, or float64 under x64
+  if not jnp.issubdtype(base.dtype, jnp.inexact) or np.dtype(base.dtype).itemsize < np.dtype(default).itemsize:
+    # A narrower decay (an injected float32 one under x64, whether jit traced it or not) is raised
+    # to the default float, so the factor does not depend on how the transformation was called.
+    base = base.astype(default)
+  with jax.numpy_dtype_promotion("standard"):
+    # Optax's bias_correction is jitted, so its count is traced even when called eagerly:
+    # ``lax.pow`` of the decay to the count converted to it (XLA's power of two floats). The count
+    # enters as a weakly typed float (an integer times a Python float is one), so a weakly typed
+    # decay gives a weakly typed factor: rounded where it meets each leaf's arrays, one conversion
+    # per use, as Optax's ``t / c.astype(t.dtype)``.
+    count = jnp.asarray(count).astype(jnp.int32)
+    exponent = count * 1.0
+    if exponent.dtype != base.dtype:  # a strong decay (an injected float32 one): as jnp.power converts
+      exponent = count.astype(base.dtype)
+    factor = 1 - jax.lax.pow(base, exponent)
+  return TreeScalar(factor) if dtype is None else cast(factor, dtype)
 
 
 def _moments_of(owner: str, stat: Any, updates: Any, moments: Any, decay: Any) -> Any:
@@ -149,7 +175,7 @@ def bias_correction(moment: Updates, decay: ArrayLike, count: jax.Array) -> Any:
     >>> steadax.bias_correction(jnp.array([0.1]), 0.9, jnp.asarray(1, jnp.int32))
     Array([1.], dtype=float32)
   """
-  scalars = lambda dt: Scalars(c=one_minus_pow(decay, count, dt))
+  scalars = Scalars(c=one_minus_pow(decay, count))
   (corrected,) = leafwise("bias_correction", lambda k, m: m / k.c, moment, scalars=scalars)
   return corrected
 
@@ -203,7 +229,8 @@ def safe_root_mean_squares(x: jax.Array, min_rms: ArrayLike) -> jax.Array:
     12.5
   """
   xc = cast(x, compute_dtype(x.dtype))
-  floor = hyper(min_rms, real_dtype(xc.dtype))
-  ms = jnp.mean(abs_sq(xc))
-  small = ms <= floor**2
-  return cast(jnp.where(small, floor, jnp.sqrt(jnp.where(small, jnp.ones_like(ms), ms))), real_dtype(x.dtype))
+  floor = min_rms if isinstance(min_rms, (int, float)) else hyper(min_rms, real_dtype(xc.dtype))
+  # Optax's arithmetic: the root compared with the floor, and taken again of ones where it is below.
+  small = jnp.sqrt(jnp.mean(abs_sq(xc))) <= floor
+  xs = jnp.where(small, jnp.ones_like(xc), xc)
+  return cast(jnp.where(small, floor, jnp.sqrt(jnp.mean(abs_sq(xs)))), real_dtype(x.dtype))

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
@@ -9,7 +10,7 @@ from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field
-from .._core._policy import hyper
+from .._core._policy import cast, reciprocal
 from .._core._tree import l2_norm
 from ._clipping import _check_scalar, _check_scalar_nonnegative
 
@@ -25,13 +26,14 @@ class NormalizeByUpdateNorm(Transformation):
   def update_fn(self, updates, state, params=None, **extra_args):
     # The whole-tree reduction, outside the leaf function: in the widest dtype present (>= float32).
     norm = l2_norm(updates)
-    denominator = norm + hyper(self.eps, norm.dtype)
-    # A zero update with eps = 0 stays zero (0 * finite) instead of becoming 0 / 0 (Optax's NaN).
-    positive = denominator > 0
-    safe = jnp.where(positive, denominator, jnp.ones_like(denominator))
-    factor = jnp.where(positive, hyper(self.scale_factor, norm.dtype) / safe, jnp.zeros_like(denominator))
-    out, = self.leafwise(lambda k, g: k.factor * g, updates, params=params,
-                         scalars=Scalars(factor=factor))
+    # Optax's arithmetic, g / ((||u|| + eps) / scale_factor); a zero update with eps = 0 is divided
+    # by 1 and stays zero instead of becoming 0 / 0 (Optax's NaN).
+    with jax.numpy_dtype_promotion("standard"):
+      # The division by the constant scale_factor as XLA compiles it: times its reciprocal.
+      denominator = cast((norm + self.eps) * reciprocal(self.scale_factor, norm.dtype), norm.dtype)
+    safe = jnp.where(denominator != 0, denominator, jnp.ones_like(denominator))
+    out, = self.leafwise(lambda k, g: g / k.denominator, updates, params=params,
+                         scalars=Scalars(denominator=safe))
     return out, state
 
 

@@ -15,7 +15,7 @@ from jax.typing import ArrayLike
 from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field
+from .._core._module import derived, derived_field, hyper_field
 from .._core._roles import OTHER, accumulator, role_zeros, state_roles
 from .._core._types import Updates
 
@@ -47,6 +47,7 @@ class ScaleByOptimisticGradient(Transformation):
   State = ScaleByOptimisticGradientState
   alpha: Any = hyper_field(1.0, check=_check_not_schedule)
   beta: Any = hyper_field(1.0, check=_check_not_schedule)
+  alpha_plus_beta: Any = derived_field(lambda t: t.alpha + t.beta)
 
   def init_fn(self, params):  # the flag starts True: by hand (the roles still check the rest)
     return ScaleByOptimisticGradientState(
@@ -59,9 +60,9 @@ class ScaleByOptimisticGradient(Transformation):
       previous = jnp.where(state.is_initial_step, g, previous)
       # (alpha + beta) g_t - beta g_{t-1}: Daskalakis et al. (2018, eq. 4) for alpha = beta = 1,
       # generalised by Mokhtari et al. (2020); g_t is stored as the next step's g_{t-1}.
-      return (k.alpha + k.beta) * g - k.beta * previous, g
+      return k.alpha_plus_beta * g - k.beta * previous, g
 
-    scalars = Scalars(alpha=self.alpha, beta=self.beta)
+    scalars = Scalars(alpha_plus_beta=derived(self, "alpha_plus_beta"), beta=self.beta)
     out, previous = self.leafwise(leaf, updates, state.previous_gradient, params=params, scalars=scalars)
     return out, ScaleByOptimisticGradientState(is_initial_step=jnp.asarray(False), previous_gradient=previous)
 

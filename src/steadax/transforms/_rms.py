@@ -18,11 +18,11 @@ from .._core._docs import shared_args
 from .._core._transformation import Transformation
 from .._core._checks import check_decay, check_nonnegative
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._module import derived, derived_field, hyper_field, static_field
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import filled_like, tree_map, zeros_like
-from ._moments import abs_sq
+from ._moments import abs_sq, moving_average, one_minus_pow
 from .._core._types import Params, Updates
 
 __all__ = [
@@ -101,16 +101,17 @@ class ScaleByRssState(NamedTuple):
 
 
 def _inverse_root(v: jax.Array, eps: Any, eps_in_sqrt: bool) -> jax.Array:
+  """Optax's scaling: ``rsqrt(v + eps)``, or ``1 / (sqrt(v) + eps)``."""
   if eps_in_sqrt:
     return jax.lax.rsqrt(v + eps)
-  return jnp.reciprocal(jnp.sqrt(v) + eps)
+  return 1 / (jnp.sqrt(v) + eps)
 
 
-def _decay_scalars(decay: Any, eps: Any, count: Any, dtype: Any) -> Scalars:
-  """``decay``, ``eps`` and, with a count, the bias correction ``c = 1 - decay**count``."""
-  decay = hyper(decay, dtype)
-  c = None if count is None else 1 - decay ** count.astype(dtype)
-  return Scalars(decay=decay, eps=hyper(eps, dtype), c=c)
+def _decay_scalars(tx: Any, count: Any) -> Scalars:
+  """``decay``, its complement, ``eps`` and, with a count, the bias correction ``1 - decay**count``
+  (Optax's, rounded per leaf: ``one_minus_pow``)."""
+  c = None if count is None else one_minus_pow(tx.decay, count)
+  return Scalars(decay=tx.decay, one_minus_decay=derived(tx, "one_minus_decay"), eps=tx.eps, c=c)
 
 
 class ScaleByRms(Transformation):
@@ -119,6 +120,7 @@ class ScaleByRms(Transformation):
   decay: Any = hyper_field(0.9, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   initial_scale: Any = hyper_field(0.0, check=check_nonnegative)
+  one_minus_decay: Any = derived_field(lambda t: 1 - t.decay)
   eps_in_sqrt: bool = static_field(default=True)
   bias_correction: bool = static_field(default=False)
 
@@ -132,11 +134,11 @@ class ScaleByRms(Transformation):
     count: Any = safe_increment(state.count) if self.bias_correction else None
 
     def leaf(k, g, v):
-      v = k.decay * v + (1 - k.decay) * abs_sq(g)
+      v = moving_average(k.decay, v, abs_sq(g), k.one_minus_decay)
       v_hat = v / k.c if self.bias_correction else v
-      return g * _inverse_root(v_hat, k.eps, self.eps_in_sqrt), v
+      return _inverse_root(v_hat, k.eps, self.eps_in_sqrt) * g, v
 
-    scalars = lambda dt: _decay_scalars(self.decay, self.eps, count, dt)
+    scalars = _decay_scalars(self, count)
     out, nu = self.leafwise(leaf, updates, state.nu, params=params, scalars=scalars)
     if self.bias_correction:
       return out, ScaleByRmsWithCountState(count=count, nu=nu)
@@ -188,6 +190,7 @@ class ScaleByStddev(Transformation):
   decay: Any = hyper_field(0.9, check=check_decay)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   initial_scale: Any = hyper_field(0.0, check=check_nonnegative)
+  one_minus_decay: Any = derived_field(lambda t: 1 - t.decay)
   eps_in_sqrt: bool = static_field(default=True)
   bias_correction: bool = static_field(default=False)
 
@@ -202,14 +205,17 @@ class ScaleByStddev(Transformation):
     count: Any = safe_increment(state.count) if self.bias_correction else None
 
     def leaf(k, g, m, v):
-      m = k.decay * m + (1 - k.decay) * g
-      v = k.decay * v + (1 - k.decay) * abs_sq(g)
+      m = moving_average(k.decay, m, g, k.one_minus_decay)
+      v = moving_average(k.decay, v, abs_sq(g), k.one_minus_decay)
       m_hat, v_hat = (m / k.c, v / k.c) if self.bias_correction else (m, v)
-      # A variance: clamp the rounding error of low-precision moments that could make it negative.
-      variance = jnp.maximum(v_hat - abs_sq(m_hat), 0)
-      return g * _inverse_root(variance, k.eps, self.eps_in_sqrt), m, v
+      # A variance: where rounding makes it negative enough to take the root of a negative number
+      # (a NaN in Optax), it is taken as zero; elsewhere it is Optax's.
+      variance = v_hat - abs_sq(m_hat)
+      below = variance + k.eps < 0 if self.eps_in_sqrt else variance < 0
+      variance = jnp.where(below, 0, variance)
+      return _inverse_root(variance, k.eps, self.eps_in_sqrt) * g, m, v
 
-    scalars = lambda dt: _decay_scalars(self.decay, self.eps, count, dt)
+    scalars = _decay_scalars(self, count)
     out, mu, nu = self.leafwise(leaf, updates, state.mu, state.nu, params=params, scalars=scalars)
     if self.bias_correction:
       return out, ScaleByRStdDevWithCountState(count=count, mu=mu, nu=nu)
@@ -228,8 +234,9 @@ def scale_by_stddev(
 
   ``mu = decay * mu + (1 - decay) g``, ``nu = decay * nu + (1 - decay) |g|^2`` and
   ``u = g / sqrt(nu - |mu|^2 + eps)`` (or ``eps`` outside the root), Graves (2013), eq. 38-41.
-  The variance ``nu - |mu|^2`` is clamped at zero, so moments rounded to a low precision never give
-  a NaN. ``nu`` is real for complex parameters.
+  Where rounding makes the variance ``nu - |mu|^2`` so negative that the root would be a NaN (as in
+  Optax), it is taken as zero; elsewhere the arithmetic is Optax's. ``nu`` is real for complex
+  parameters.
 
   Args:
     decay: the weight of the old moments, in [0, 1].
@@ -265,9 +272,9 @@ class ScaleByRss(Transformation):
 
   def update_fn(self, updates, state, params=None, **extra_args):
     def leaf(k, g, s):
-      s = s + abs_sq(g)
+      s = abs_sq(g) + s
       # A zero sum means the update is zero too: leave it at zero instead of dividing by sqrt(eps).
-      return g * jnp.where(s > 0, jax.lax.rsqrt(s + k.eps), 0), s
+      return jnp.where(s > 0, jax.lax.rsqrt(s + k.eps), 0) * g, s
 
     scalars = Scalars(eps=self.eps)
     out, sums = self.leafwise(leaf, updates, state.sum_of_squares, params=params, scalars=scalars)

@@ -10,11 +10,12 @@ from .._core._docs import shared_args
 from .._core._interface import EmptyState
 from .._core._transformation import Transformation
 from .._core._leafwise import Scalars, leafwise
-from .._core._module import hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._module import derived, derived_field, hyper_field, static_field
+from .._core._policy import safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._types import Params, ScalarOrSchedule, Schedule
 from .._core._checks import check_schedule_or_scalar
+from ._moments import moving_average, one_minus_pow
 
 __all__ = [
     "ScaleState",
@@ -284,6 +285,7 @@ class Ema(Transformation):
   decay: Any = hyper_field()
   debias: bool = static_field(default=True)
   accumulator_dtype: Any = static_field(default=None)
+  one_minus_decay: Any = derived_field(lambda t: 1 - t.decay)
 
   State = EmaState
 
@@ -291,12 +293,11 @@ class Ema(Transformation):
     count = safe_increment(state.count)
 
     def leaf(k, g, e):
-      e = k.decay * e + (1 - k.decay) * g
+      e = moving_average(k.decay, e, g, k.one_minus_decay)
       return (e / k.correction if self.debias else e), e
 
-    def scalars(dt):
-      decay = hyper(self.decay, dt)
-      return Scalars(decay=decay, correction=1 - decay ** hyper(count, dt))
+    scalars = Scalars(decay=self.decay, one_minus_decay=derived(self, "one_minus_decay"),
+                      correction=one_minus_pow(self.decay, count))
 
     out, new_ema = self.leafwise(leaf, updates, state.ema, params=params, scalars=scalars)
     return out, EmaState(count=count, ema=new_ema)

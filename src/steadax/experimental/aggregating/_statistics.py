@@ -24,7 +24,7 @@ from ..._core._transformation import Transformation
 from ..._core._checks import check_range
 from ..._core._combine import chain
 from ..._core._leafwise import Scalars, leafwise, saturating_cast
-from ..._core._module import hyper_field, static_field
+from ..._core._module import derived, derived_field, hyper_field, static_field
 from ..._core._policy import hyper, key_path_str, real_dtype, safe_increment, scalar_stat_dtype, zero_count
 from ..._core._roles import COUNTER, OTHER, SCALAR, accumulator, state_roles
 from ..._core._tree import tree_map, zeros_like
@@ -215,6 +215,7 @@ class _TrackMeanVarianceEma(Transformation):
   name = "track_per_element_mean_and_variance_with_ema"
   State = PerElementMeanAndVarianceEMAState
   ema_decay: Any = hyper_field(0.9)
+  one_minus_decay: Any = derived_field(lambda t: 1.0 - t.ema_decay)
 
   def init_fn(self, params):
     return PerElementMeanAndVarianceEMAState(
@@ -234,14 +235,17 @@ class _TrackMeanVarianceEma(Transformation):
       )
     sums, sample_size = extra_args["sum_sq_diff_grads"], extra_args["sample_size"]
 
+    # Optax's arithmetic: (1 - decay) x + decay y, with 1 - decay exact (a derived constant), and
+    # the unbiased variance as the sum times 1 / (n - 1).
     def ema(k, new, old):  # the update output is unused: updates pass unchanged
-      return new, (1 - k.decay) * new + k.decay * old
+      return new, k.one_minus_decay * new + k.decay * old
 
-    def variance_ema(k, total, old):  # the unbiased variance sum / (n - 1), then its average
-      return ema(k, total / k.dof, old)
+    def variance_ema(k, total, old):
+      return ema(k, total * k.inverse_dof, old)
 
     def scalars(dt):
-      return Scalars(decay=hyper(self.ema_decay, dt), dof=hyper(sample_size, dt) - 1)
+      return Scalars(decay=hyper(self.ema_decay, dt), one_minus_decay=hyper(derived(self, "one_minus_decay"), dt),
+                     inverse_dof=hyper(1 / (sample_size - 1), dt))
 
     _, mean_ema = self.leafwise(ema, updates, state.mean_grads_ema, scalars=scalars)
     _, var_ema = self.leafwise(variance_ema, sums, state.variance_grads_ema, scalars=scalars)
