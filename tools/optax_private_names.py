@@ -63,6 +63,9 @@ PRIVATE_COUNTERPARTS: dict[tuple[str, str], str] = {
     ("optax._src.utils", "canonicalize_dtype"): f"{_HELPERS}:canonicalize_dtype",
     ("optax._src.utils", "MultiNormalDiagFromLogScale"):
         "steadax._utils._multi_normal:MultiNormalDiagFromLogScale",
+    ("optax.contrib._muon", "orthogonalize_via_newton_schulz"):
+        "steadax.contrib._muon:orthogonalize_via_newton_schulz",
+    ("optax.contrib._muon", "scale_by_shape"): "steadax.contrib._muon:scale_by_shape",
     ("optax.contrib._complex_valued", "SplitRealAndImaginaryArrays"):
         "steadax.contrib._complex_valued:SplitRealAndImaginaryArrays",
     ("optax.microbatching._microbatching", "IndividualOutputs"):

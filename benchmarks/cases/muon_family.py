@@ -78,6 +78,12 @@ FACTORIES = {
         lr, ns_coeffs=steadax.contrib.polar_express_coefficients(5), ns_steps=5, eps=1e-7,
         adam_learning_rate=lm.MUON_ADAM_SHARE * lr, muon_weight_dimension_numbers=dims),
         note="the paper's published schedule (l = 1e-3), 5 steps"),
+    "muon_polar_express_preset": Factory((0.02, 0.04, 0.08), lambda lr, dims: steadax.contrib.muon(
+        lr, ns_coeffs="polar_express", eps=1e-7, adam_learning_rate=lm.MUON_ADAM_SHARE * lr,
+        muon_weight_dimension_numbers=dims), note="ns_coeffs=\"polar_express\": lower = 2e-3, 5 steps"),
+    "muon_gram": Factory((0.02, 0.04, 0.08), lambda lr, dims: steadax.contrib.muon(
+        lr, ns_algorithm="gram", adam_learning_rate=lm.MUON_ADAM_SHARE * lr, muon_weight_dimension_numbers=dims),
+        note="ns_algorithm=\"gram\""),
     "normuon": Factory((0.02, 0.04, 0.08), lambda lr, dims: steadax.contrib.normuon(
         lr, adam_learning_rate=lm.MUON_ADAM_SHARE * lr, muon_weight_dimension_numbers=dims)),
     "muon_qk_clip": Factory((0.02, 0.04, 0.08), lambda lr, dims: steadax.chain(

@@ -94,8 +94,8 @@ def test_a_name_without_counterpart_raises_naming_module_name_and_what_to_use():
                      r"optax\._src\.utils, and steadax has no counterpart") as info:
     utils.tile_second_to_last_dim  # noqa: B018
   assert info.value.name == "optax._src.utils" and "Keep a copy of it" in str(info.value)
-  with pytest.raises(ImportError, match=r"Use steadax\.contrib\.scale_by_muon"):
-    _module("optax.contrib._muon").orthogonalize_via_newton_schulz  # noqa: B018
+  with pytest.raises(ImportError, match=r"Use steadax\.contrib\.sophia"):
+    _module("optax.contrib._sophia").scale_by_sophia  # noqa: B018
   # The other names of the module still resolve, and the error comes again on every read.
   assert utils.canonicalize_dtype is _optax_helpers.canonicalize_dtype
   with pytest.raises(ImportError):
@@ -144,3 +144,38 @@ def test_abs_sq_is_optaxs_bit_for_bit():
     for abs_sq in (_optax_helpers.abs_sq, optax_numerics.abs_sq):
       with pytest.raises(ValueError, match="accepts only NDarrays"):
         abs_sq(bad)
+
+
+def test_muons_private_helpers_are_optaxs():
+  # optax.contrib._muon.orthogonalize_via_newton_schulz and scale_by_shape (Optax code calls
+  # them to build its own Muon variants) resolve to steadax's, with Optax's arguments and numbers.
+  import optax.contrib._muon as optax_muon
+
+  from steadax.contrib import _muon
+
+  module = _module("optax.contrib._muon")
+  assert module.orthogonalize_via_newton_schulz is _muon.orthogonalize_via_newton_schulz
+  assert module.scale_by_shape is _muon.scale_by_shape
+  rng = np.random.default_rng(0)
+  cases = [(jnp.asarray(c, jnp.float32), pre) for c, pre in (
+      (_muon._DION_COEFFS, "frobenius"), (_muon._DION_COEFFS, "aol"), (_muon._STANDARD_COEFFS, "schatten"))]
+  for shape, axes in (((8, 20), None), ((20, 8), None), ((3, 8, 20), (1, 2)), ((8, 3, 20), (0, 2))):
+    x = jnp.asarray(rng.normal(size=shape), jnp.float32)
+    for coeffs, pre in cases:
+      with jax.numpy_dtype_promotion("standard"):  # Optax's code is not written for strict promotion
+        want = optax_muon.orthogonalize_via_newton_schulz(
+            x, coeffs, 5, pre, 1e-8, None if axes is None else optax_muon.MuonDimensionNumbers(*axes))
+      got = module.orthogonalize_via_newton_schulz(
+          x, coeffs, 5, pre, 1e-8, None if axes is None else steadax.contrib.MuonDimensionNumbers(*axes))
+      assert got.dtype == x.dtype
+      np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+  updates = {"w": jnp.ones((4, 16), jnp.float32), "v": jnp.ones((2, 8, 4), jnp.float32)}
+  for rms in (None, 0.2):
+    ours = module.scale_by_shape({"w": steadax.contrib.MuonDimensionNumbers(),
+                                  "v": steadax.contrib.MuonDimensionNumbers(1, 2)}, rms)
+    theirs = optax_muon.scale_by_shape({"w": optax_muon.MuonDimensionNumbers(),
+                                        "v": optax_muon.MuonDimensionNumbers(1, 2)}, rms)
+    with jax.numpy_dtype_promotion("standard"):
+      want = theirs.update(updates, theirs.init(updates))[0]
+    got = ours.update(updates, ours.init(updates))[0]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), got, want)

@@ -1,5 +1,6 @@
 """Registry entries: the Muon family as the 2025 reports use it (issue 34 §1): NorMuon, Muon with
-Polar Express coefficients, MuonClip (Muon then QK-clip, its logits an extra argument).
+Polar Express coefficients (given, and the factory's preset), Muon on the Gram iteration, MuonClip
+(Muon then QK-clip, its logits an extra argument).
 
 They train the Kronecker-factored quadratic of the Muon entries (``entries_matrix.KRONECKER``).
 QK-clip reads every 2-D parameter as a query with its heads on axis 1, and its ``max_logits``
@@ -44,6 +45,13 @@ ENTRIES = [
                 "float32 rounding in the near-zero singular values of the momentum near the optimum "
                 "to O(1) in the update, so both trajectories drift apart by 6e-3 while each step "
                 "agrees to 6e-6 (tests/contrib/test_polar_express.py compares steps with Optax)"),
+    Entry("muon_polar_express_preset", lambda: steadax.contrib.muon(0.05, ns_coeffs="polar_express", eps=1e-7),
+          problem=KRONECKER),
+    # The Gram iteration is the standard one in exact arithmetic: Optax's Muon is its reference.
+    Entry("muon_gram", lambda: steadax.contrib.muon(0.05, ns_algorithm="gram"), lambda o: o.contrib.muon(0.05),
+          problem=KRONECKER),
+    Entry("normuon_gram_auto_polar_express",
+          lambda: steadax.contrib.normuon(0.05, ns_coeffs="polar_express", ns_algorithm="auto"), problem=KRONECKER),
     Entry("muon_qk_clip", _muon_clip, extra_args=_max_logits, problem=KRONECKER,
           notes="QK-clip scales the parameters (p + u) * s: with low-precision parameters the "
                 "update p (s - 1) + u s is rounded to their dtype like any update"),

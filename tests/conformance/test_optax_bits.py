@@ -62,6 +62,9 @@ NO_COUNTERPART: dict[str, str] = {
     **dict.fromkeys(["normuon", "normuon_plain_momentum_nu_f32_decay"], "Optax has no NorMuon."),
     "muon_qk_clip": "Optax has no QK-clip.",
     "muon_polar_express": "Optax's muon takes this coefficient table: " + _PENDING_MATRIX,
+    "muon_polar_express_preset": "Optax has no \"polar_express\" preset (its coefficient table is "
+                                 "compared through muon_polar_express).",
+    "normuon_gram_auto_polar_express": "Optax has no NorMuon.",
     "lbfgsb": "Optax has no bound-constrained L-BFGS.",
     **dict.fromkeys(["skip_spikes_adam", "skip_spikes_grad_norm_adam"], "Optax has no spike skipping."),
     "stochastic_rounding_adamw_bf16": "Optax has no stochastic rounding.",
@@ -199,6 +202,8 @@ EXCEPTIONS: dict[str, Exception_ | tuple[Exception_, ...]] = {
                                                   flags="cheap"),
     **{name: Exception_(_JIT_ARGUMENT, modes=("jit_argument",), x64=True, flags="cheap") for name in (
         "adam_nesterov", "adan", "adan_weight_decay", "ademamix", "nadam", "nadamw", "optimistic_adam_v2")},
+    "muon_gram": Exception_("documented: Gram Newton-Schulz equals Optax's iteration in exact arithmetic, "
+                            "not in rounding (within 1e-5 relative, tests/contrib/test_gram_newton_schulz.py)."),
     # Pending the matrix runner.
     **{name: Exception_(_MUON) for name in (
         "muon", "muon_adaptive_spectral", "muon_aol_consistent_rms", "muon_schatten_dion",

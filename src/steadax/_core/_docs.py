@@ -50,6 +50,28 @@ ARGS = {
                                 "returning one. Axes in neither field are batch axes: each slice is an "
                                 "independent matrix with its own state, stored with the batch axes leading "
                                 "(docs/families.md, \"Stacked layers\"). None: the default above.",
+    # The Muon family (contrib.muon, contrib.normuon and their scale_by_* blocks).
+    "ns_coeffs": "Newton-Schulz coefficients: ``(a, b, c)`` for every step, ``((a, b, c), ...)`` one triple per "
+                 "step (at most ``ns_steps``; their number sets the steps), or a preset: ``\"standard\"`` "
+                 "(Jordan's quintic), ``\"dion\"`` (Ahn et al. 2025, 5 steps), ``\"polar_express\"`` "
+                 "(``contrib.polar_express_coefficients(ns_steps, 2e-3)``; its docstring says why ``2e-3``).",
+    "ns_steps": "number of Newton-Schulz steps (a Python int).",
+    "ns_algorithm": "how the iteration is computed: ``\"standard\"`` (on the matrix), ``\"gram\"`` (on its "
+                    "smaller Gram matrix with restarts: fewer multiply-adds for matrices wider than about "
+                    "1.5:1; docs/families.md, \"Gram Newton-Schulz\"), ``\"auto\"`` (per matrix shape, the one "
+                    "with fewer multiply-adds).",
+    "preconditioning": "the scaling before the iteration: ``\"frobenius\"`` (divide by the Frobenius norm), "
+                       "``\"spectral\"`` (by the spectral norm, an SVD), ``\"aol\"`` (AOL row rescaling in the "
+                       "first step), ``\"schatten\"`` (Schatten-4 norm in the first step).",
+    "adaptive": "scale each orthogonalized update ``O`` by ``<M, O>``, the dual norm of the momentum ``M`` "
+                "(Bernstein & Newhouse 2024).",
+    "muon_weight_dimension_numbers": "None (2-D parameters get the matrix optimizer, the others AdamW), a prefix "
+                                     "tree of ``MuonDimensionNumbers`` with None where AdamW applies, or a "
+                                     "callable of the parameters returning one; axes in neither field are "
+                                     "batch axes (each slice its own matrix).",
+    "consistent_rms": "None (the shape factor ``sqrt(max(1, fan_out / fan_in))``), or the target update RMS "
+                      "(e.g. 0.2) of the factor ``consistent_rms * sqrt(max(fan_in, fan_out))``, AdamW's update "
+                      "RMS (Liu et al. 2025).",
     "execution": "how shape groups are scheduled (``steadax.MatrixExecution``; default: grouped, split in "
                  "chunks only where the backend gains from it).",
 }

@@ -312,9 +312,9 @@ PRIVATE_NAMES: dict[str, dict[str, str | None]] = {
     'ReshapeFn': None,
     'WeightDimNumOrFn': None,
     'muon': 'steadax.contrib:muon',
-    'orthogonalize_via_newton_schulz': None,
+    'orthogonalize_via_newton_schulz': 'steadax.contrib._muon:orthogonalize_via_newton_schulz',
     'scale_by_muon': 'steadax.contrib:scale_by_muon',
-    'scale_by_shape': None,
+    'scale_by_shape': 'steadax.contrib._muon:scale_by_shape',
   },
   'optax.contrib._privacy': {
     'DifferentiallyPrivateAggregateState': 'steadax.contrib:DifferentiallyPrivateAggregateState',

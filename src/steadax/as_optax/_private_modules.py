@@ -47,11 +47,6 @@ _HINTS: dict[tuple[str, str], str] = {
     ("optax._src.linesearch", "BacktrackingLineSearchState"):
         "steadax.ScaleByBacktrackingLinesearchState, the transformation's state (the search's "
         "inner state is not exposed)",
-    ("optax.contrib._muon", "orthogonalize_via_newton_schulz"):
-        "steadax.contrib.scale_by_muon (or contrib.muon), which orthogonalizes by Newton-Schulz "
-        "iterations and scales by shape",
-    ("optax.contrib._muon", "scale_by_shape"):
-        "steadax.contrib.scale_by_muon (or contrib.muon), which scales by shape",
     ("optax.contrib._sophia", "scale_by_sophia"): "steadax.contrib.sophia",
 }
 

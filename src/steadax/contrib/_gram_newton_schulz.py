@@ -1,4 +1,4 @@
-"""Gram Newton-Schulz: Muon's polynomial iteration run on the small Gram matrix (private).
+"""Muon's Newton-Schulz iteration, and the same run on the small Gram matrix (private).
 
 Muon's step ``X <- a X + (b A + c A^2) X``, ``A = X X^H``, multiplies the rectangular ``X`` twice
 per step. For a wide ``X`` (``n x m``, ``n <= m``) every iterate is a polynomial in ``R_0 = X_0
@@ -27,13 +27,19 @@ with these restarts on Gaussian, power-law and nearly low-rank spectra, where on
 iteration diverges on such spectra (``docs/families.md``, "Gram Newton-Schulz").
 """
 
+import functools
+from collections.abc import Callable
+from typing import TypeVar, cast
+
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..transforms._kron import conj_t
 
 __all__: list[str] = []
 
+F = TypeVar("F", bound=Callable)
 
 
 def default_restarts(steps: int) -> tuple[int, ...]:
@@ -46,52 +52,72 @@ def _frobenius(x: jax.Array) -> jax.Array:
   return jnp.sqrt(jnp.sum(sq))
 
 
-def _eye_like(r: jax.Array) -> jax.Array:
-  return jnp.eye(r.shape[0], dtype=r.dtype)
+def _prepared(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
+              eps: ArrayLike) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
+  """Both iterations' start: the wide ``X`` (a tall matrix transposed: ``f(X^T) = f(X)^T`` for the
+  odd polynomial, so the Gram matrix is the smaller one) scaled by ``preconditioning``, its Gram
+  matrix ``X X^H``, and the coefficient rows, one per step.
 
-
-def gram_newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
-                       eps: jax.Array, restarts: tuple[int, ...] | None = None) -> jax.Array:
-  """Muon's Newton-Schulz iteration of one matrix ``x`` computed on its Gram matrix.
-
-  The same contract as ``steadax.contrib._muon.newton_schulz`` (a 2-D ``x`` in the compute dtype,
-  real coefficients of shape ``(3,)`` or ``(steps, 3)``, a weakly typed ``eps``; every
-  preconditioning: ``"aol"`` and ``"schatten"`` rescale the first step with the Gram matrix this
-  iteration computes anyway), and the same result in exact arithmetic.
-
-  Args:
-    x: the matrix.
-    coeffs: ``(a, b, c)`` for every step, or one row per step.
-    ns_steps: steps (when ``coeffs`` is one triple).
-    preconditioning: ``"frobenius"``, ``"spectral"``, ``"aol"`` or ``"schatten"``.
-    eps: added to the norm (Frobenius, spectral) or row sums (AOL) that scale ``x``.
-    restarts: the steps before which ``X`` is formed and the Gram matrix recomputed (default:
-      ``default_restarts``).
-
-  Returns:
-    The approximate orthogonal factor, shaped like ``x``.
+  ``"frobenius"`` and ``"spectral"`` divide by that norm plus ``eps``; ``"aol"`` rescales the rows
+  by ``D^{-1/2}``, ``D`` the absolute row sums of ``X X^H`` (Boissin et al. 2025), ``"schatten"``
+  divides by ``||X X^H||_F^{1/2}`` (Grishina et al. 2025): both bound the spectral norm by one with
+  the Gram matrix the first step computes anyway.
   """
-  if x.size == 0:
-    return x
-  transposed = x.shape[0] > x.shape[1]
-  if transposed:
-    x = x.T
   if preconditioning == "frobenius":
     x = x / (_frobenius(x) + eps)
   elif preconditioning == "spectral":
     x = x / (jnp.linalg.norm(x, ord=2) + eps)
-  rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
-  if restarts is None:
-    restarts = default_restarts(len(rows))
   r = x @ conj_t(x)
   if preconditioning == "aol":
-    # Boissin et al. 2025: X <- D^{-1/2} X with D the absolute row sums of X X^H.
     s = jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.abs(r), axis=-1), eps))[:, None]
     x, r = x * s, r * (s * s.T)
   elif preconditioning == "schatten":
-    # Grishina et al. 2025: X / ||X X^H||_F^{1/2}.
     s = jax.lax.rsqrt(jnp.maximum(_frobenius(r), eps))
     x, r = x * s, r * (s * s)
+  rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
+  return x, r, rows
+
+
+def _wide(iteration: F) -> F:
+  """``iteration`` on the wide orientation of ``x`` (a tall one transposed there and back)."""
+  @functools.wraps(iteration)
+  def run(x, *args, **kwargs):
+    if x.size == 0:
+      return x
+    if x.shape[0] > x.shape[1]:
+      return iteration(x.T, *args, **kwargs).T
+    return iteration(x, *args, **kwargs)
+  return cast(F, run)
+
+
+@_wide
+def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
+                  eps: ArrayLike) -> jax.Array:
+  """Approximate orthogonal factor of one matrix ``x``: Muon's iteration ``X <- a X + (b A + c A^2)
+  X``, ``A = X X^H`` (Jordan et al. 2024), after ``preconditioning``.
+
+  ``x`` (2-D) and the real coefficients (``(3,)`` for every one of ``ns_steps`` steps, or one row
+  per step) are in the compute dtype, ``eps`` is weakly typed; real scales multiply a complex ``x``
+  by standard promotion.
+  """
+  x, a, rows = _prepared(x, coeffs, ns_steps, preconditioning, eps)
+  for i, c in enumerate(rows):
+    a = a if i == 0 else x @ conj_t(x)
+    x = c[0] * x + (c[1] * a + c[2] * (a @ a)) @ x
+  return x
+
+
+@_wide
+def gram_newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
+                       eps: ArrayLike, restarts: tuple[int, ...] | None = None) -> jax.Array:
+  """Muon's Newton-Schulz iteration of one matrix ``x`` computed on its Gram matrix.
+
+  The same arguments as ``newton_schulz`` and the same result in exact arithmetic; ``restarts``:
+  the steps before which ``X`` is formed and the Gram matrix recomputed (default:
+  ``default_restarts``).
+  """
+  x, r, rows = _prepared(x, coeffs, ns_steps, preconditioning, eps)
+  restarts = default_restarts(len(rows)) if restarts is None else restarts
   q = None  # None: the identity (after the start or a restart), never formed
   last = len(rows) - 1
   for i, c in enumerate(rows):
@@ -100,14 +126,12 @@ def gram_newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, precondit
       r = x @ conj_t(x)
       q = None
     z = c[1] * r + c[2] * (r @ r)
-    q = z + c[0] * _eye_like(r) if q is None else q @ z + c[0] * q
+    q = z + c[0] * jnp.eye(r.shape[0], dtype=r.dtype) if q is None else q @ z + c[0] * q
     if i < last and (i + 1) not in restarts:
       # R_t = (aI + Z) R (aI + Z), the factors commuting: Z (R Z + a R) + a (R Z + a R).
       rz = r @ z + c[0] * r
       r = z @ rz + c[0] * rz
-  if q is not None:
-    x = q @ x
-  return x.T if transposed else x
+  return x if q is None else q @ x
 
 
 def gram_flops(shape: tuple[int, int], steps: int, restarts: tuple[int, ...] | None = None) -> int:

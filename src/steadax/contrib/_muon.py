@@ -39,17 +39,17 @@ from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
-from ..transforms._axes import WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
+from ..transforms._axes import MatrixView, WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 from ..transforms._decay import add_decayed_weights
-from ..transforms._kron import conj_t
 from ..transforms._runner import MatrixExecution, run_matrices
 from ..transforms._scaling import scale_by_learning_rate
 from .._wrappers._partition import partition
+from ._gram_newton_schulz import gram_is_cheaper, gram_newton_schulz, newton_schulz
+from ._polar_express import PRESET_LOWER, polar_express_coefficients
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
 
-_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
-_STANDARD_COEFFS = ((3.4445, -4.7750, 2.0315),)
+_STANDARD_COEFFS = (3.4445, -4.7750, 2.0315)
 # Ahn et al. 2025 (Dion), one quintic per step.
 _DION_COEFFS = (
     (4.0848, -6.8946, 2.9270),
@@ -58,8 +58,12 @@ _DION_COEFFS = (
     (2.8769, -3.1427, 1.2046),
     (2.8366, -3.0525, 1.2012),
 )
-_PRESETS = {"standard": _STANDARD_COEFFS[0], "dion": _DION_COEFFS}
-
+# Preset name -> coefficients for ``ns_steps`` steps.
+_PRESETS: dict[str, Callable[[int], Any]] = {
+    "standard": lambda steps: _STANDARD_COEFFS, "dion": lambda steps: _DION_COEFFS,
+    "polar_express": lambda steps: polar_express_coefficients(steps, PRESET_LOWER)}
+CoeffsLike = tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str
+DimsLike = WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None
 
 # Optax's name for the one dimension-numbers type (``steadax.WeightDimensionNumbers``).
 MuonDimensionNumbers = WeightDimensionNumbers
@@ -85,91 +89,45 @@ def _coefficients(owner: str, ns_coeffs: Any, ns_steps: int) -> tuple:
   if isinstance(ns_coeffs, str):
     if ns_coeffs not in _PRESETS:
       raise ValueError(f"{owner}: unknown ns_coeffs preset {ns_coeffs!r}; known: {sorted(_PRESETS)}.")
-    ns_coeffs = _PRESETS[ns_coeffs]
+    ns_coeffs = _PRESETS[ns_coeffs](ns_steps)
   arr = np.asarray(ns_coeffs, dtype=np.float64)
   if arr.ndim not in (1, 2) or arr.shape[-1] != 3:
     raise ValueError(f"{owner}: ns_coeffs must have shape (3,) or (n, 3), got {arr.shape}.")
-  if arr.ndim == 2:
-    if arr.shape[0] > ns_steps:
-      raise ValueError(f"{owner}: ns_coeffs holds {arr.shape[0]} steps, more than ns_steps={ns_steps}.")
-    return tuple(tuple(float(c) for c in row) for row in arr)
-  return tuple(float(c) for c in arr)
+  if arr.ndim == 2 and arr.shape[0] > ns_steps:
+    raise ValueError(f"{owner}: ns_coeffs holds {arr.shape[0]} steps, more than ns_steps={ns_steps}.")
+  return tuple(tuple(float(c) for c in row) for row in arr) if arr.ndim == 2 else tuple(float(c) for c in arr)
 
 
-def _gram(x: jax.Array) -> jax.Array:
-  return x @ conj_t(x)
+def _check_ns_steps(owner: str, name: str, value: Any) -> None:
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+    raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")
 
 
-def _polynomial(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
-  """``c0 X + (c1 A + c2 A^2) X`` for the Gram matrix ``A`` of ``X`` (Jordan et al. 2024)."""
-  b = c[1] * a + c[2] * (a @ a)
-  return c[0] * x + b @ x
-
-
-def _first_step_aol(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
-  """The first step with AOL row rescaling (Boissin et al. 2025): ``X <- D^{-1/2} X`` with ``D`` the
-  absolute row sums of ``X X^H``, which bounds the spectral norm by one without a norm computation."""
-  a = _gram(x)
-  rows = jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps)
-  s = jax.lax.rsqrt(rows)[:, None]
-  return _polynomial(x * s, a * (s * s.T), c)
-
-
-def _first_step_schatten(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
-  """The first step with Schatten-4 rescaling (Grishina et al. 2025): ``X / ||X X^H||_F^{1/2}``."""
-  a = _gram(x)
-  norm = jnp.maximum(jnp.sqrt(jnp.sum(jnp.real(a * jnp.conj(a)))) if jnp.iscomplexobj(a)
-                     else jnp.sqrt(jnp.sum(a * a)), eps)
-  s = jax.lax.rsqrt(norm)
-  return _polynomial(x * s, a * (s * s), c)
-
-
-def _frobenius(x: jax.Array) -> jax.Array:
-  sq = jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x
-  return jnp.sqrt(jnp.sum(sq))
-
-
-def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
-                  eps: jax.Array) -> jax.Array:
-  """Approximate orthogonal factor of one matrix ``x`` (2-D, compute dtype).
-
-  ``f(X^T) = f(X)^T`` for the odd polynomial, so a tall matrix is transposed first and the Gram
-  matrix is the smaller of the two. Runs inside Muon's leaf function: ``x`` and the (real)
-  coefficients are in the compute dtype, ``eps`` is weakly typed, and real scales multiply a
-  complex ``x`` by standard promotion.
-  """
-  if x.size == 0:
-    return x
-  transposed = x.shape[0] > x.shape[1]
-  if transposed:
-    x = x.T
-  if preconditioning == "frobenius":
-    x = x / (_frobenius(x) + eps)
-  elif preconditioning == "spectral":
-    x = x / (jnp.linalg.norm(x, ord=2) + eps)
-  rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
-  for i, c in enumerate(rows):
-    if i == 0 and preconditioning == "aol":
-      x = _first_step_aol(x, c, eps)
-    elif i == 0 and preconditioning == "schatten":
-      x = _first_step_schatten(x, c, eps)
-    else:
-      x = _polynomial(x, _gram(x), c)
-  return x.T if transposed else x
-
-
-def _check_ns_steps(owner: str, ns_steps: Any) -> None:
-  if not isinstance(ns_steps, (int, np.integer)) or isinstance(ns_steps, bool) or ns_steps < 1:
-    raise ValueError(f"{owner}: ns_steps must be a positive Python int, got {ns_steps!r}.")
-
-
-def _check_preconditioning(owner: str, preconditioning: Any) -> None:
-  if preconditioning not in _PRECONDITIONINGS:
-    raise ValueError(f"{owner}: preconditioning must be one of {_PRECONDITIONINGS}, got {preconditioning!r}.")
+def _one_of(*options: str) -> Callable[[str, str, Any], None]:
+  def check(owner: str, name: str, value: Any) -> None:
+    if value not in options:
+      raise ValueError(f"{owner}: {name} must be one of {options}, got {value!r}.")
+  return check
 
 
 # At beta = 1 the bias correction divides by zero.
 _check_beta = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
+
+
+def matrix_views(owner: str, spec: Any, tree: Any, what: str, optimizer: str) -> list[MatrixView | None]:
+  """Per leaf of ``tree``, its ``MatrixView`` (None for a None leaf); 2-D leaves are ``(input,
+  output)`` matrices without ``spec``. Raises, naming the leaf, for one that is not a matrix:
+  ``what`` says why it must be, ``optimizer`` is the factory that sends it to AdamW."""
+  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, MuonDimensionNumbers,
+                   lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
+  views = []
+  for x, where, dn in zip(jax.tree_util.tree_leaves(tree, is_leaf=is_none), leaf_paths(tree), dims):
+    if x is not None and dn is None:
+      raise ValueError(
+          f"{owner}: the parameter at {where} has shape {tuple(x.shape)}; {what}: pass MuonDimensionNumbers for "
+          f"it or optimize it with another transformation ({optimizer}() sends it to AdamW).")
+    views.append(None if x is None else matrix_view(owner, where, tuple(x.shape), dn))
+  return views
 
 
 class ScaleByMuon(Transformation):
@@ -179,44 +137,40 @@ class ScaleByMuon(Transformation):
   two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
   beta: Any = hyper_field(0.95, check=_check_beta)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
-  ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS[0])
-  ns_steps: int = static_field(default=5)
+  ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS)
+  ns_steps: int = static_field(default=5, check=_check_ns_steps)
   mu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=True)
   adaptive: bool = static_field(default=False)
-  preconditioning: str = static_field(default="frobenius")
+  preconditioning: str = static_field(default="frobenius", check=_one_of("frobenius", "spectral", "aol", "schatten"))
+  ns_algorithm: str = static_field(default="standard", check=_one_of("standard", "gram", "auto"))
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def __post_init__(self):
-    # Static fields have no hyper_field check: validated here, so the class, the factory and
-    # .replace all raise.
-    _check_ns_steps(self.owner, self.ns_steps)
-    _check_preconditioning(self.owner, self.preconditioning)
-    _coefficients(self.owner, self.ns_coeffs, self.ns_steps)
+    # A preset name or an array becomes the tuple of floats the program is compiled for.
+    object.__setattr__(self, "ns_coeffs", _coefficients(self.owner, self.ns_coeffs, self.ns_steps))
 
   def init_fn(self, params):
     return MuonState(count=zero_count(), mu=role_zeros(params, accumulator("mu_dtype"), self),
                      ns_coeffs=jnp.asarray(np.asarray(self.ns_coeffs, np.float32)))
 
+  def algorithm(self, view: MatrixView) -> str:
+    """The iteration a matrix of ``view`` runs: ``ns_algorithm``, "auto" decided by the FLOP count."""
+    if self.ns_algorithm != "auto":
+      return self.ns_algorithm
+    steps = len(self.ns_coeffs) if isinstance(self.ns_coeffs[0], tuple) else self.ns_steps
+    return "gram" if gram_is_cheaper((view.fan_in, view.fan_out), steps) else "standard"
+
   def matrix_step(self, plan, k, shared, m_hat):
-    out = newton_schulz(m_hat, shared[0], self.ns_steps, self.preconditioning, k.eps)
+    iteration = gram_newton_schulz if plan == "gram" else newton_schulz
+    out = iteration(m_hat, shared[0], self.ns_steps, self.preconditioning, k.eps)
     # Adaptive: scaled by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
     return jnp.sum(jnp.conj(m_hat) * out) * out if self.adaptive else out
 
   def update_fn(self, updates, state, params=None, **extra_args):
     count = safe_increment(state.count)
-    dims = leaf_dims(self.owner, "weight_dimension_numbers", self.weight_dimension_numbers, updates,
-                     MuonDimensionNumbers, lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
-    grads = jax.tree_util.tree_leaves(updates, is_leaf=is_none)
-    views = []
-    for g, where, dn in zip(grads, leaf_paths(updates), dims):
-      if g is not None and dn is None:
-        raise ValueError(
-            f"{self.owner}: the parameter at {where} has shape {tuple(g.shape)}; Muon orthogonalizes "
-            "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
-            "(muon() sends it to AdamW).")
-      views.append(None if g is None else matrix_view(self.owner, where, tuple(g.shape), dn))
+    views = matrix_views(self.owner, self.weight_dimension_numbers, updates, "Muon orthogonalizes matrices", "muon")
 
     @functools.cache  # once per real compute dtype
     def scalars(dt):
@@ -236,7 +190,8 @@ class ScaleByMuon(Transformation):
     zero, mu, m_hat = self.leafwise(look_ahead, updates, state.mu, held, params=params, scalars=scalars)
     m_hat = jax.tree.map(lambda g, h: h if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None,
                          updates, m_hat, is_leaf=is_none)
-    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=[True] * len(views), scalars=scalars,
+    plans = [None if v is None else self.algorithm(v) for v in views]
+    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=plans, scalars=scalars,
                           shared=(state.ns_coeffs,))
     # Parameters that are not optimised (integers) keep the zero update of ``look_ahead``.
     out = jax.tree.map(lambda u, z: z if u is None else u, out, zero, is_leaf=is_none)
@@ -244,71 +199,53 @@ class ScaleByMuon(Transformation):
 
 
 @shared_args
-def scale_by_muon(
-    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] = _STANDARD_COEFFS[0],
-    ns_steps: int = 5,
-    beta: ArrayLike = 0.95,
-    eps: ArrayLike = 1e-8,
-    mu_dtype: DTypeLike | None = None,
-    *,
-    nesterov: bool = True,
-    adaptive: bool = False,
-    preconditioning: str = "frobenius",
-    weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
-    execution: MatrixExecution = MatrixExecution(),
-) -> Transformation:
+def scale_by_muon(ns_coeffs: CoeffsLike = _STANDARD_COEFFS, ns_steps: int = 5, beta: ArrayLike = 0.95,
+                  eps: ArrayLike = 1e-8, mu_dtype: DTypeLike | None = None, *, nesterov: bool = True,
+                  adaptive: bool = False, preconditioning: str = "frobenius", ns_algorithm: str = "standard",
+                  weight_dimension_numbers: DimsLike = None, execution: MatrixExecution = MatrixExecution(),
+                  ) -> Transformation:
   """Replaces each matrix's momentum by an approximation of its orthogonal factor (Muon).
 
-  ``m = beta m + (1 - beta) g``; the bias-corrected (Nesterov by default) momentum of every matrix
-  goes through ``ns_steps`` Newton-Schulz steps ``X <- a X + (b A + c A^2) X``, ``A = X X^H``,
-  after scaling (``preconditioning``) so that its singular values lie in [0, 1]. The result has
-  singular values near one: steepest descent under the spectral norm.
+  ``m = beta m + (1 - beta) g``; the bias-corrected (Nesterov by default) momentum of every matrix,
+  scaled so that its singular values lie in [0, 1] (``preconditioning``), goes through
+  ``ns_steps`` Newton-Schulz steps ``X <- a X + (b A + c A^2) X``, ``A = X X^H``. The result has
+  singular values near one: steepest descent under the spectral norm. By default every parameter
+  is a 2-D ``(input, output)`` matrix; any other raises at update, naming it.
 
   Args:
-    ns_coeffs: ``(a, b, c)`` used at every step, ``((a, b, c), ...)`` one triple per step (at most
-      ``ns_steps`` of them; their number sets the steps), or a preset name (``"standard"``,
-      ``"dion"``).
-    ns_steps: number of Newton-Schulz steps (a Python int).
-    beta: momentum decay.
+    ns_coeffs: <shared>
+    ns_steps: <shared>
+    beta: momentum decay, in [0, 1).
     eps: added to the norm that scales the matrix before the iteration.
-    mu_dtype: dtype of the momentum (default: each parameter's dtype).
+    mu_dtype: <shared>
     nesterov: <shared>
-    adaptive: scale each update by ``<M, O>``, the dual norm of the momentum (Bernstein &
-      Newhouse 2024).
-    preconditioning: the scaling before the iteration: ``"frobenius"`` (divide by the Frobenius
-      norm), ``"spectral"`` (by the spectral norm, an SVD), ``"aol"`` (AOL row rescaling in the
-      first step), ``"schatten"`` (Schatten-4 norm in the first step).
-    weight_dimension_numbers: None (every parameter is a 2-D ``(input, output)`` matrix), one
-      ``MuonDimensionNumbers`` for all, a prefix tree of them, or a callable returning one from
-      the updates. Axes in neither field are batch axes (each slice orthogonalized alone).
+    adaptive: <shared>
+    preconditioning: <shared>
+    ns_algorithm: <shared>
+    weight_dimension_numbers: <shared>
     execution: <shared>
 
   Returns:
     A transformation with ``MuonState(count, mu, ns_coeffs)``.
-
-  Raises:
-    ValueError: at update, naming the parameter, for a parameter without dimension numbers that is
-      not a matrix.
 
   References:
     Jordan et al., "Muon: An optimizer for hidden layers in neural networks", 2024
     (https://kellerjordan.github.io/posts/muon/), the Newton-Schulz quintic.
     Bernstein & Newhouse, "Old Optimizer, New Norm: An Anthology", arXiv:2409.20325, 2024.
     Boissin et al., "Turbo-Muon", arXiv:2512.04632, 2025 (AOL); Grishina et al.,
-    arXiv:2506.10935, 2025 (Schatten-4); Ahn et al., "Dion", arXiv:2504.05295, 2025.
+    arXiv:2506.10935, 2025 (Schatten-4); Ahn et al., "Dion", arXiv:2504.05295, 2025;
+    Amsel et al., "The Polar Express", arXiv:2505.16932, 2025 (Polar Express; Gram, Appendix F).
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.contrib.scale_by_muon()
+    >>> tx = steadax.contrib.scale_by_muon(ns_coeffs="polar_express", ns_algorithm="auto")
     >>> g = jnp.array([[3.0, 0.0], [0.0, 0.5]])
     >>> u, _ = tx.update(g, tx.init(g))
-    >>> bool(jnp.all(jnp.abs(jnp.linalg.svd(u)[1] - 1.0) < 0.35))
+    >>> bool(jnp.all(jnp.abs(jnp.linalg.svd(u)[1] - 1.0) < 0.05))
     True
   """
-  _check_ns_steps("scale_by_muon", ns_steps)
-  coeffs = _coefficients("scale_by_muon", ns_coeffs, ns_steps)
-  return ScaleByMuon(beta, eps, ns_coeffs=coeffs, ns_steps=int(ns_steps), mu_dtype=mu_dtype,
-                     nesterov=nesterov, adaptive=adaptive, preconditioning=preconditioning,
+  return ScaleByMuon(beta, eps, ns_coeffs=ns_coeffs, ns_steps=ns_steps, mu_dtype=mu_dtype, nesterov=nesterov,
+                     adaptive=adaptive, preconditioning=preconditioning, ns_algorithm=ns_algorithm,
                      weight_dimension_numbers=weight_dimension_numbers, execution=execution)
 
 
@@ -339,6 +276,36 @@ class ScaleByShape(Transformation):
       (u,) = self.leafwise(lambda k, g: g * k.scale, g, scalars=scalars)
       out.append(u)
     return treedef.unflatten(out), state
+
+
+def scale_by_shape(weight_dimension_numbers: DimsLike = None, consistent_rms: ArrayLike | None = None,
+                   ) -> Transformation:
+  """Optax's ``optax.contrib._muon.scale_by_shape``: Muon's shape factor (``muon``'s
+  ``consistent_rms``) of each parameter read through its dimension numbers (None: every parameter
+  is a 2-D ``(input, output)`` matrix). Reached through ``steadax.as_optax``."""
+  return ScaleByShape(consistent_rms, weight_dimension_numbers=weight_dimension_numbers)
+
+
+def orthogonalize_via_newton_schulz(x: jax.Array, ns_coeffs: jax.Array, ns_steps: int = 5,
+                                    preconditioning: str = "frobenius", eps: ArrayLike = 1e-8,
+                                    dimension_numbers: WeightDimensionNumbers | None = None) -> jax.Array:
+  """Optax's ``optax.contrib._muon.orthogonalize_via_newton_schulz``: Muon's iteration on a matrix
+  ``x`` (or, with ``dimension_numbers``, on each matrix of a tensor, the other axes batch axes),
+  in ``x``'s dtype as Optax computes it; ``ns_steps`` is ignored for ``(n, 3)`` coefficients.
+  Reached through ``steadax.as_optax``; Muon itself runs the same iteration (``scale_by_muon``)."""
+  owner = "orthogonalize_via_newton_schulz"
+  x, coeffs = jnp.asarray(x), jnp.asarray(ns_coeffs)
+  if x.ndim != 2 and not isinstance(dimension_numbers, WeightDimensionNumbers):
+    raise ValueError(f"{owner}: x must be a matrix or dimension numbers given, got shape {x.shape} "
+                     f"and dimension_numbers={dimension_numbers!r}.")
+  if coeffs.ndim not in (1, 2) or coeffs.shape[-1] != 3:
+    raise ValueError(f"{owner}: ns_coeffs must have shape (3,) or (n, 3), got {coeffs.shape}.")
+  _one_of("frobenius", "spectral", "aol", "schatten")(owner, "preconditioning", preconditioning)
+  dims = MuonDimensionNumbers() if x.ndim == 2 else dimension_numbers
+  view = matrix_view(owner, "x", tuple(x.shape), dims)
+  rows = view.to_matrices(x).reshape((-1, view.fan_in, view.fan_out))
+  step = lambda m: newton_schulz(m, coeffs.astype(m.dtype), int(ns_steps), preconditioning, eps)  # noqa: E731
+  return view.from_matrices(jax.vmap(step)(rows))
 
 
 class _MuonLabels:
@@ -377,56 +344,51 @@ def _same(a: Any, b: Any) -> bool:
     return False
 
 
+def with_adamw(scale: Callable[[Any], Transformation], learning_rate: Any, weight_decay: Any,
+               weight_decay_mask: Any, consistent_rms: Any, dims: Any, adam: Transformation) -> Transformation:
+  """Muon's optimizer around a matrix transformation ``scale(dimension numbers)``: on the matrices
+  ``scale``, the shape factor, decoupled weight decay and the learning rate; ``adam`` elsewhere."""
+  spec = MuonDimensionNumbers() if dims is None else dims
+  matrices = chain(scale(spec), ScaleByShape(consistent_rms, weight_dimension_numbers=spec),
+                   add_decayed_weights(weight_decay, weight_decay_mask), scale_by_learning_rate(learning_rate))
+  return partition({"muon": matrices, "adam": adam}, _MuonLabels(dims))
+
+
 @shared_args
-def muon(
-    learning_rate: ScalarOrSchedule,
-    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str = _STANDARD_COEFFS[0],
-    ns_steps: int = 5,
-    beta: ArrayLike = 0.95,
-    eps: ArrayLike = 1e-8,
-    weight_decay: ArrayLike = 0.0,
-    weight_decay_mask: MaskOrFn = None,
-    mu_dtype: DTypeLike | None = None,
-    *,
-    nesterov: bool = True,
-    adaptive: bool = False,
-    preconditioning: str = "frobenius",
-    adam_b1: ArrayLike = 0.9,
-    adam_b2: ArrayLike = 0.999,
-    adam_eps_root: ArrayLike = 0.0,
-    adam_weight_decay: ArrayLike = 0.0,
-    adam_learning_rate: ScalarOrSchedule | None = None,
-    muon_weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
-    consistent_rms: ArrayLike | None = None,
-    execution: MatrixExecution = MatrixExecution(),
-) -> Transformation:
+def muon(learning_rate: ScalarOrSchedule, ns_coeffs: CoeffsLike = _STANDARD_COEFFS, ns_steps: int = 5,
+         beta: ArrayLike = 0.95, eps: ArrayLike = 1e-8, weight_decay: ArrayLike = 0.0,
+         weight_decay_mask: MaskOrFn = None, mu_dtype: DTypeLike | None = None, *, nesterov: bool = True,
+         adaptive: bool = False, preconditioning: str = "frobenius", ns_algorithm: str = "standard",
+         adam_b1: ArrayLike = 0.9, adam_b2: ArrayLike = 0.999, adam_eps_root: ArrayLike = 0.0,
+         adam_weight_decay: ArrayLike = 0.0, adam_learning_rate: ScalarOrSchedule | None = None,
+         muon_weight_dimension_numbers: DimsLike = None, consistent_rms: ArrayLike | None = None,
+         execution: MatrixExecution = MatrixExecution()) -> Transformation:
   """Muon for matrices, AdamW for everything else (Jordan et al. 2024).
 
-  Matrix parameters get ``scale_by_muon``, a shape factor (``sqrt(max(1, fan_out / fan_in))``, or
-  ``consistent_rms * sqrt(max(fan_in, fan_out))`` to match AdamW's update RMS as in Liu et al.
-  2025), weight decay (multiplied by the learning rate) and the learning rate. Other parameters
-  (vectors, scalars, and by default tensors of rank other than 2) get ``adamw``.
+  Matrix parameters get ``scale_by_muon``, a shape factor (``consistent_rms``), weight decay
+  (multiplied by the learning rate) and the learning rate; the others (vectors, scalars, and by
+  default tensors of rank other than 2) get ``adamw``.
 
   Args:
-    learning_rate: Muon's learning rate (scalar or schedule).
-    ns_coeffs: Newton-Schulz coefficients or a preset name (see ``scale_by_muon``).
-    ns_steps: number of Newton-Schulz steps.
-    beta: momentum decay of Muon.
-    eps: Muon's normalisation epsilon, also AdamW's ``eps``.
-    weight_decay: decoupled weight decay of the Muon parameters.
-    weight_decay_mask: where Muon's weight decay applies (tree of booleans or a callable).
-    mu_dtype: dtype of the momenta (Muon's and AdamW's first moment).
+    learning_rate: <shared>
+    ns_coeffs: <shared>
+    ns_steps: <shared>
+    beta: Muon's momentum decay, in [0, 1).
+    eps: added to the norm that scales the momentum before the iteration; also AdamW's ``eps``.
+    weight_decay: <shared>
+    weight_decay_mask: where Muon's weight decay applies (a tree of booleans or a callable).
+    mu_dtype: dtype of the momenta (Muon's and AdamW's first moment; default: each parameter's).
     nesterov: Nesterov momentum (both parts).
-    adaptive: scale Muon updates by the momentum's dual norm.
-    preconditioning: Muon's scaling before the iteration (see ``scale_by_muon``).
+    adaptive: <shared>
+    preconditioning: <shared>
+    ns_algorithm: <shared>
     adam_b1: AdamW's first-moment decay.
     adam_b2: AdamW's second-moment decay.
     adam_eps_root: AdamW's ``eps_root``.
     adam_weight_decay: AdamW's weight decay.
     adam_learning_rate: AdamW's learning rate (default: ``learning_rate``).
-    muon_weight_dimension_numbers: None (2-D parameters use Muon), or a prefix tree of
-      ``MuonDimensionNumbers`` and None (None: AdamW), or a callable returning one.
-    consistent_rms: None, or the target update RMS (e.g. 0.2) of the shape factor.
+    muon_weight_dimension_numbers: <shared>
+    consistent_rms: <shared>
     execution: <shared>
 
   Returns:
@@ -439,25 +401,16 @@ def muon(
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> opt = steadax.contrib.muon(0.1)
+    >>> opt = steadax.contrib.muon(0.1, ns_coeffs="polar_express", ns_algorithm="gram")
     >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
     >>> updates, _ = opt.update(params, opt.init(params), params)
     >>> updates["w"].shape, updates["b"].shape
     ((3, 2), (2,))
   """
-  _check_ns_steps("muon", ns_steps)
-  coeffs = _coefficients("muon", ns_coeffs, ns_steps)
-  if adam_learning_rate is None:
-    adam_learning_rate = learning_rate
-  dims = MuonDimensionNumbers() if muon_weight_dimension_numbers is None else muon_weight_dimension_numbers
-  muon_part = chain(
-      scale_by_muon(coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov, adaptive=adaptive,
-                    preconditioning=preconditioning, weight_dimension_numbers=dims, execution=execution),
-      ScaleByShape(consistent_rms, weight_dimension_numbers=dims),
-      add_decayed_weights(weight_decay, weight_decay_mask),
-      scale_by_learning_rate(learning_rate),
-  )
-  adam_part = adamw(adam_learning_rate, adam_b1, adam_b2, eps, adam_eps_root, mu_dtype,
-                    adam_weight_decay, nesterov=nesterov)
-  return partition({"muon": muon_part, "adam": adam_part},
-                   _MuonLabels(muon_weight_dimension_numbers))
+  scale = lambda dims: scale_by_muon(ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,  # noqa: E731
+                                     adaptive=adaptive, preconditioning=preconditioning, ns_algorithm=ns_algorithm,
+                                     weight_dimension_numbers=dims, execution=execution)
+  adam = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate, adam_b1, adam_b2, eps,
+               adam_eps_root, mu_dtype, adam_weight_decay, nesterov=nesterov)
+  return with_adamw(scale, learning_rate, weight_decay, weight_decay_mask, consistent_rms,
+                    muon_weight_dimension_numbers, adam)

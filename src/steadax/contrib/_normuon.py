@@ -37,12 +37,11 @@ from ..transforms._axes import leaf_dims, leaf_paths, matrix_view
 from ..transforms._decay import add_decayed_weights
 from ..transforms._moments import abs_sq
 from ..transforms._scaling import scale_by_learning_rate
-from ._muon import (MuonDimensionNumbers, ScaleByShape, _check_ns_steps, _coefficients, _MuonLabels,
-                    scale_by_muon)
+from ._muon import _STANDARD_COEFFS, CoeffsLike, DimsLike, matrix_views, scale_by_muon, with_adamw
 
 __all__ = ["NorMuonState", "scale_by_normuon", "normuon"]
 
-_STANDARD_COEFFS = (3.4445, -4.7750, 2.0315)
+_WHAT = "NorMuon normalises the neurons of matrices"
 
 
 # nu has the shape of its parameter without the reduction axes, not the parameter's: OTHER
@@ -63,18 +62,6 @@ class NorMuonState(NamedTuple):
 def _kept(view: Any) -> tuple[int, ...]:
   """The axes of a parameter its per-neuron statistic keeps: batch and output axes, in order."""
   return tuple(a for a in range(len(view.shape)) if a not in view.reduction_axes)
-
-
-def _dims(owner: str, spec: Any, tree: Any) -> list[Any]:
-  return leaf_dims(owner, "weight_dimension_numbers", spec, tree, MuonDimensionNumbers,
-                   lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
-
-
-def _not_a_matrix(owner: str, where: str, shape: tuple) -> ValueError:
-  return ValueError(
-      f"{owner}: the parameter at {where} has shape {shape}; NorMuon normalises the neurons of "
-      "matrices: pass MuonDimensionNumbers for it or optimize it with another transformation "
-      "(normuon() sends it to AdamW).")
 
 
 def neuron_normalize(u: jax.Array, nu: jax.Array, view: Any, b2: Any, eps: Any) -> tuple[jax.Array, jax.Array]:
@@ -106,22 +93,15 @@ class ScaleByNeuronNorm(Transformation):
   weight_dimension_numbers: Any = static_field(default=None)
 
   def init_fn(self, params):
-    dims = _dims(self.owner, self.weight_dimension_numbers, params)
+    views = matrix_views(self.owner, self.weight_dimension_numbers, params, _WHAT, "normuon")
     leaves, treedef = jax.tree_util.tree_flatten(params, is_leaf=is_none)
-    nu = []
-    for p, where, dn in zip(leaves, leaf_paths(params), dims):
-      if p is None:
-        nu.append(None)
-        continue
-      if dn is None:
-        raise _not_a_matrix(self.owner, where, tuple(p.shape))
-      kept = _kept(matrix_view(self.owner, where, tuple(p.shape), dn))
-      zeros = jnp.zeros(tuple(p.shape[a] for a in kept), accumulator_dtype(p.dtype, self.nu_dtype, real=True))
-      nu.append(place_kept_axes(p, zeros, kept))
+    nu = [None if p is None else place_kept_axes(p, jnp.zeros(
+        tuple(p.shape[a] for a in _kept(v)), accumulator_dtype(p.dtype, self.nu_dtype, real=True)), _kept(v))
+          for p, v in zip(leaves, views)]
     return NorMuonState(nu=treedef.unflatten(nu))
 
   def update_fn(self, updates, state, params=None, **extra_args):
-    dims = _dims(self.owner, self.weight_dimension_numbers, updates)
+    views = matrix_views(self.owner, self.weight_dimension_numbers, updates, _WHAT, "normuon")
     treedef = jax.tree_util.tree_structure(updates, is_leaf=is_none)
     us, nus = treedef.flatten_up_to(updates), treedef.flatten_up_to(state.nu)
     ps = treedef.flatten_up_to(params) if params is not None else [None] * len(us)
@@ -130,12 +110,9 @@ class ScaleByNeuronNorm(Transformation):
     # One leafwise call per matrix view: its leaves of equal shapes and dtypes share one trace (a
     # model's layers repeat a few shapes), so tracing does not grow with depth.
     groups: dict = {}
-    for i, (u, where, dn) in enumerate(zip(us, leaf_paths(updates), dims)):
-      if u is None:
-        continue
-      if dn is None:
-        raise _not_a_matrix(self.owner, where, tuple(u.shape))
-      groups.setdefault(matrix_view(self.owner, where, tuple(u.shape), dn), []).append(i)
+    for i, (u, view) in enumerate(zip(us, views)):
+      if u is not None:
+        groups.setdefault(view, []).append(i)
     for view, members in groups.items():
       column = lambda xs, members=members: {str(i): x for i, x in zip(members, xs)}  # noqa: E731
       leaf = lambda k, u, nu, view=view: neuron_normalize(u, nu, view, k.b2, k.eps)  # noqa: E731
@@ -149,21 +126,11 @@ class ScaleByNeuronNorm(Transformation):
 
 
 @shared_args
-def scale_by_normuon(
-    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] = _STANDARD_COEFFS,
-    ns_steps: int = 5,
-    beta: ArrayLike = 0.95,
-    eps: ArrayLike = 1e-8,
-    mu_dtype: DTypeLike | None = None,
-    *,
-    beta2: ArrayLike = 0.95,
-    normalization_eps: ArrayLike = 1e-10,
-    nu_dtype: DTypeLike | None = None,
-    nesterov: bool = True,
-    adaptive: bool = False,
-    preconditioning: str = "frobenius",
-    weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
-) -> Transformation:
+def scale_by_normuon(ns_coeffs: CoeffsLike = _STANDARD_COEFFS, ns_steps: int = 5, beta: ArrayLike = 0.95,
+                     eps: ArrayLike = 1e-8, mu_dtype: DTypeLike | None = None, *, beta2: ArrayLike = 0.95,
+                     normalization_eps: ArrayLike = 1e-10, nu_dtype: DTypeLike | None = None, nesterov: bool = True,
+                     adaptive: bool = False, preconditioning: str = "frobenius", ns_algorithm: str = "standard",
+                     weight_dimension_numbers: DimsLike = None) -> Transformation:
   """Muon's orthogonalized update normalised per output neuron (NorMuon).
 
   ``scale_by_muon`` gives ``O``, the orthogonalized (Nesterov) momentum of each matrix; then, per
@@ -171,32 +138,27 @@ def scale_by_normuon(
   ``nu_j <- beta2 nu_j + (1 - beta2) mean_i |O_ij|^2`` over the reduction axes,
   ``O'_ij = O_ij / (sqrt(nu_j) + normalization_eps)``, and ``O'`` is rescaled to ``O``'s
   Frobenius norm (``||O||_F / (||O'||_F + normalization_eps)``) as the reference implementation
-  does, so the learning rate keeps Muon's scale. Parameters other than matrices need dimension
-  numbers (``normuon`` sends them to AdamW).
+  does, so the learning rate keeps Muon's scale. By default every parameter is a 2-D ``(input,
+  output)`` matrix; any other raises at init, naming it (``normuon`` sends it to AdamW).
 
   Args:
-    ns_coeffs: Newton-Schulz coefficients or a preset name (see ``scale_by_muon``).
-    ns_steps: number of Newton-Schulz steps.
-    beta: momentum decay.
+    ns_coeffs: <shared>
+    ns_steps: <shared>
+    beta: momentum decay, in [0, 1).
     eps: added to the norm that scales the momentum before the iteration.
     mu_dtype: <shared>
     beta2: decay of the per-neuron second moment, in [0, 1).
-    normalization_eps: added to the per-neuron root mean square and to the norm of the normalised
-      update.
-    nu_dtype: dtype of the per-neuron second moment (default: each parameter's real dtype).
+    normalization_eps: added to the per-neuron RMS and to the norm of the normalised update.
+    nu_dtype: <shared>
     nesterov: <shared>
-    adaptive: scale each orthogonalized update by ``<M, O>`` first (see ``scale_by_muon``).
-    preconditioning: the scaling before the iteration (see ``scale_by_muon``).
-    weight_dimension_numbers: None (every parameter is a 2-D ``(input, output)`` matrix), one
-      ``MuonDimensionNumbers`` for all, a prefix tree of them, or a callable returning one.
+    adaptive: <shared>
+    preconditioning: <shared>
+    ns_algorithm: <shared>
+    weight_dimension_numbers: <shared>
 
   Returns:
     ``chain(scale_by_muon(...), <the normalisation>)``: the state is ``(MuonState(count, mu,
     ns_coeffs), NorMuonState(nu))``.
-
-  Raises:
-    ValueError: at init, naming the parameter, for a parameter without dimension numbers that is
-      not a matrix.
 
   References:
     Li, Liu, Tang, Zhang, Chen, Zhao, "NorMuon: Making Muon more efficient and scalable",
@@ -204,7 +166,7 @@ def scale_by_normuon(
 
   Example:
     >>> import jax.numpy as jnp, steadax
-    >>> tx = steadax.contrib.scale_by_normuon()
+    >>> tx = steadax.contrib.scale_by_normuon(ns_coeffs="polar_express")
     >>> g = jnp.array([[3.0, 0.0, 1.0], [0.0, 0.5, 2.0]])
     >>> u, (muon_state, state) = tx.update(g, tx.init(g))
     >>> state.nu.shape  # one statistic per output neuron (the columns of an (input, output) matrix)
@@ -212,74 +174,55 @@ def scale_by_normuon(
   """
   return chain(
       scale_by_muon(ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov, adaptive=adaptive,
-                    preconditioning=preconditioning, weight_dimension_numbers=weight_dimension_numbers),
-      ScaleByNeuronNorm(beta2, normalization_eps, nu_dtype=nu_dtype,
-                        weight_dimension_numbers=weight_dimension_numbers))
+                    preconditioning=preconditioning, ns_algorithm=ns_algorithm,
+                    weight_dimension_numbers=weight_dimension_numbers),
+      ScaleByNeuronNorm(beta2, normalization_eps, nu_dtype=nu_dtype, weight_dimension_numbers=weight_dimension_numbers))
 
 
 @shared_args
-def normuon(
-    learning_rate: ScalarOrSchedule,
-    ns_coeffs: tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str = _STANDARD_COEFFS,
-    ns_steps: int = 5,
-    beta: ArrayLike = 0.95,
-    eps: ArrayLike = 1e-8,
-    weight_decay: ArrayLike = 0.0,
-    weight_decay_mask: MaskOrFn = None,
-    mu_dtype: DTypeLike | None = None,
-    *,
-    beta2: ArrayLike = 0.95,
-    normalization_eps: ArrayLike = 1e-10,
-    nu_dtype: DTypeLike | None = None,
-    nesterov: bool = True,
-    adaptive: bool = False,
-    preconditioning: str = "frobenius",
-    adam_b1: ArrayLike = 0.9,
-    adam_b2: ArrayLike = 0.999,
-    adam_eps_root: ArrayLike = 0.0,
-    adam_weight_decay: ArrayLike = 0.0,
-    adam_learning_rate: ScalarOrSchedule | None = None,
-    muon_weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Params | None] | None = None,
-    consistent_rms: ArrayLike | None = None,
-) -> Transformation:
+def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: CoeffsLike = _STANDARD_COEFFS, ns_steps: int = 5,
+            beta: ArrayLike = 0.95, eps: ArrayLike = 1e-8, weight_decay: ArrayLike = 0.0,
+            weight_decay_mask: MaskOrFn = None, mu_dtype: DTypeLike | None = None, *, beta2: ArrayLike = 0.95,
+            normalization_eps: ArrayLike = 1e-10, nu_dtype: DTypeLike | None = None, nesterov: bool = True,
+            adaptive: bool = False, preconditioning: str = "frobenius", ns_algorithm: str = "standard",
+            adam_b1: ArrayLike = 0.9, adam_b2: ArrayLike = 0.999, adam_eps_root: ArrayLike = 0.0,
+            adam_weight_decay: ArrayLike = 0.0, adam_learning_rate: ScalarOrSchedule | None = None,
+            muon_weight_dimension_numbers: DimsLike = None, consistent_rms: ArrayLike | None = None) -> Transformation:
   """NorMuon for matrices, AdamW for everything else (Li et al. 2025).
 
   ``muon`` with ``scale_by_normuon`` in place of ``scale_by_muon``: matrix parameters get the
-  orthogonalized momentum normalised per output neuron, Muon's shape factor
-  (``sqrt(max(1, fan_out / fan_in))``, as the reference implementation, or ``consistent_rms``),
-  decoupled weight decay and the learning rate; other parameters get ``adamw``, as in ``muon``.
+  orthogonalized momentum normalised per output neuron, Muon's shape factor (the reference
+  implementation's by default), decoupled weight decay and the learning rate; others ``adamw``.
 
   Args:
-    learning_rate: NorMuon's learning rate (scalar or schedule).
-    ns_coeffs: Newton-Schulz coefficients or a preset name (see ``scale_by_muon``).
-    ns_steps: number of Newton-Schulz steps.
-    beta: momentum decay.
-    eps: Muon's normalisation epsilon, also AdamW's ``eps``.
-    weight_decay: decoupled weight decay of the matrix parameters.
-    weight_decay_mask: where that weight decay applies (tree of booleans or a callable).
-    mu_dtype: dtype of the momenta (NorMuon's and AdamW's first moment).
+    learning_rate: <shared>
+    ns_coeffs: <shared>
+    ns_steps: <shared>
+    beta: momentum decay, in [0, 1).
+    eps: added to the norm that scales the momentum before the iteration; also AdamW's ``eps``.
+    weight_decay: <shared>
+    weight_decay_mask: where that weight decay applies (a tree of booleans or a callable).
+    mu_dtype: dtype of the momenta (NorMuon's and AdamW's first moment; default: each parameter's).
     beta2: decay of the per-neuron second moment, in [0, 1).
-    normalization_eps: added to the per-neuron root mean square and to the norm of the normalised
-      update.
-    nu_dtype: dtype of the per-neuron second moment (default: each parameter's real dtype).
+    normalization_eps: added to the per-neuron RMS and to the norm of the normalised update.
+    nu_dtype: <shared>
     nesterov: Nesterov momentum (both parts).
-    adaptive: scale the orthogonalized updates by the momentum's dual norm first.
-    preconditioning: the scaling before the iteration (see ``scale_by_muon``).
+    adaptive: <shared>
+    preconditioning: <shared>
+    ns_algorithm: <shared>
     adam_b1: AdamW's first-moment decay.
     adam_b2: AdamW's second-moment decay.
     adam_eps_root: AdamW's ``eps_root``.
     adam_weight_decay: AdamW's weight decay.
     adam_learning_rate: AdamW's learning rate (default: ``learning_rate``).
-    muon_weight_dimension_numbers: None (2-D parameters use NorMuon), or a prefix tree of
-      ``MuonDimensionNumbers`` and None (None: AdamW), or a callable returning one.
-    consistent_rms: None, or the target update RMS (e.g. 0.2) of the shape factor.
+    muon_weight_dimension_numbers: <shared>
+    consistent_rms: <shared>
 
   Returns:
     ``partition({"muon": chain(...), "adam": adamw(...)}, labels)``, with ``muon``'s labels.
 
   References:
-    Li, Liu, Tang, Zhang, Chen, Zhao, "NorMuon: Making Muon more efficient and scalable",
-    arXiv:2510.05491, 2025.
+    Li et al., "NorMuon: Making Muon more efficient and scalable", arXiv:2510.05491, 2025.
 
   Example:
     >>> import jax.numpy as jnp, steadax
@@ -289,19 +232,11 @@ def normuon(
     >>> updates["w"].shape, updates["b"].shape
     ((3, 2), (2,))
   """
-  _check_ns_steps("normuon", ns_steps)
-  coeffs = _coefficients("normuon", ns_coeffs, ns_steps)
-  if adam_learning_rate is None:
-    adam_learning_rate = learning_rate
-  dims = MuonDimensionNumbers() if muon_weight_dimension_numbers is None else muon_weight_dimension_numbers
-  matrix_part = chain(
-      scale_by_normuon(coeffs, ns_steps, beta, eps, mu_dtype, beta2=beta2,
-                       normalization_eps=normalization_eps, nu_dtype=nu_dtype, nesterov=nesterov,
-                       adaptive=adaptive, preconditioning=preconditioning, weight_dimension_numbers=dims),
-      ScaleByShape(consistent_rms, weight_dimension_numbers=dims),
-      add_decayed_weights(weight_decay, weight_decay_mask),
-      scale_by_learning_rate(learning_rate),
-  )
-  adam_part = adamw(adam_learning_rate, adam_b1, adam_b2, eps, adam_eps_root, mu_dtype,
-                    adam_weight_decay, nesterov=nesterov)
-  return partition({"muon": matrix_part, "adam": adam_part}, _MuonLabels(muon_weight_dimension_numbers))
+  scale = lambda dims: scale_by_normuon(ns_coeffs, ns_steps, beta, eps, mu_dtype, beta2=beta2,  # noqa: E731
+                                        normalization_eps=normalization_eps, nu_dtype=nu_dtype, nesterov=nesterov,
+                                        adaptive=adaptive, preconditioning=preconditioning,
+                                        ns_algorithm=ns_algorithm, weight_dimension_numbers=dims)
+  adam = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate, adam_b1, adam_b2, eps,
+               adam_eps_root, mu_dtype, adam_weight_decay, nesterov=nesterov)
+  return with_adamw(scale, learning_rate, weight_decay, weight_decay_mask, consistent_rms,
+                    muon_weight_dimension_numbers, adam)
