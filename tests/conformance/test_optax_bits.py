@@ -65,6 +65,13 @@ NO_COUNTERPART: dict[str, str] = {
     "muon_polar_express_preset": "Optax has no \"polar_express\" preset (its coefficient table is "
                                  "compared through muon_polar_express).",
     "normuon_gram_auto_polar_express": "Optax has no NorMuon.",
+    "soap_stacked": "Optax has no SOAP.",
+    "shampoo_stacked": "Optax has no Shampoo.",
+    "psgd_kron_stacked": "Optax has no PSGD.",
+    **dict.fromkeys(["muon_stacked", "galore_stacked"],
+                    "compared per matrix by the other Muon and GaLore entries; this stacked problem's "
+                    "(2, 3) row leaf, a batch of (1, 3) matrices with an empty reduction axis, is not "
+                    "given to Optax's dimension numbers."),
     "lbfgsb": "Optax has no bound-constrained L-BFGS.",
     **dict.fromkeys(["skip_spikes_adam", "skip_spikes_grad_norm_adam"], "Optax has no spike skipping."),
     "stochastic_rounding_adamw_bf16": "Optax has no stochastic rounding.",
