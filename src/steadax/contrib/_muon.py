@@ -31,7 +31,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
@@ -39,6 +39,7 @@ from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
+from ..transforms._moments import moving_average
 from ..transforms._axes import WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 from ..transforms._decay import add_decayed_weights
 from ..transforms._kron import conj_t
@@ -102,7 +103,7 @@ def _gram(x: jax.Array) -> jax.Array:
 
 def _polynomial(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
   """``c0 X + (c1 A + c2 A^2) X`` for the Gram matrix ``A`` of ``X`` (Jordan et al. 2024)."""
-  b = c[1] * a + c[2] * (a @ a)
+  b = c[1] * a + (c[2] * a) @ a  # Optax's ``c2 * a @ a``: ``*`` and ``@`` bind alike, left to right
   return c[0] * x + b @ x
 
 
@@ -112,7 +113,7 @@ def _first_step_aol(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
   a = _gram(x)
   rows = jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps)
   s = jax.lax.rsqrt(rows)[:, None]
-  return _polynomial(x * s, a * (s * s.T), c)
+  return _polynomial(x * s, a * s * s.T, c)
 
 
 def _first_step_schatten(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Array:
@@ -120,8 +121,10 @@ def _first_step_schatten(x: jax.Array, c: jax.Array, eps: jax.Array) -> jax.Arra
   a = _gram(x)
   norm = jnp.maximum(jnp.sqrt(jnp.sum(jnp.real(a * jnp.conj(a)))) if jnp.iscomplexobj(a)
                      else jnp.sqrt(jnp.sum(a * a)), eps)
+  # ``s * s`` is ``1 / norm``: what XLA makes of Optax's ``s ** 2`` (its ``eps`` a constant, the
+  # norm provably positive), written out so a traced ``eps`` or an eager call rounds alike.
   s = jax.lax.rsqrt(norm)
-  return _polynomial(x * s, a * (s * s), c)
+  return _polynomial(x * s, a * (1 / norm), c)
 
 
 def _frobenius(x: jax.Array) -> jax.Array:
@@ -179,6 +182,7 @@ class ScaleByMuon(Transformation):
   two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
   beta: Any = hyper_field(0.95, check=_check_beta)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  one_minus_beta: Any = derived_field(lambda t: 1 - t.beta)
   ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS[0])
   ns_steps: int = static_field(default=5)
   mu_dtype: Any = static_field(default=None)
@@ -200,7 +204,9 @@ class ScaleByMuon(Transformation):
                      ns_coeffs=jnp.asarray(np.asarray(self.ns_coeffs, np.float32)))
 
   def matrix_step(self, plan, k, shared, m_hat):
-    out = newton_schulz(m_hat, shared[0], self.ns_steps, self.preconditioning, k.eps)
+    # As a batch of one, as Optax runs it (``vmap`` over a (1, m, n) stack): XLA lowers a batched
+    # product of a transposed (tall) matrix differently from a plain one, and rounds differently.
+    out = jax.vmap(lambda x: newton_schulz(x, shared[0], self.ns_steps, self.preconditioning, k.eps))(m_hat[None])[0]
     # Adaptive: scaled by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
     return jnp.sum(jnp.conj(m_hat) * out) * out if self.adaptive else out
 
@@ -220,14 +226,16 @@ class ScaleByMuon(Transformation):
 
     @functools.cache  # once per real compute dtype
     def scalars(dt):
-      return Scalars(b1=hyper(self.beta, dt), c1=one_minus_pow(self.beta, count, dt),
-                     c1_next=one_minus_pow(self.beta, safe_increment(count), dt), eps=hyper(self.eps, dt))
+      # As Optax computes them: ``1 - beta`` exact (a derived constant), the bias corrections
+      # per leaf (``one_minus_pow``'s tree scalars).
+      return Scalars(b1=self.beta, one_minus_b1=derived(self, "one_minus_beta"), c1=one_minus_pow(self.beta, count),
+                     c1_next=one_minus_pow(self.beta, safe_increment(count)))
 
     def look_ahead(k, g, m, held):
       # The new momentum and the (Nesterov) bias-corrected one that Newton-Schulz orthogonalizes,
       # written in the compute dtype (``held``'s): the momentum is updated in the parameters' own
       # layout, only the look-ahead goes to the matrices' (on a mesh, to their owners).
-      m = k.b1 * m + (1 - k.b1) * g
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
       return g, m, debiased_mu(k, m, g, self.nesterov)
 
     like = updates if params is None else params
@@ -236,8 +244,8 @@ class ScaleByMuon(Transformation):
     zero, mu, m_hat = self.leafwise(look_ahead, updates, state.mu, held, params=params, scalars=scalars)
     m_hat = jax.tree.map(lambda g, h: h if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None,
                          updates, m_hat, is_leaf=is_none)
-    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=[True] * len(views), scalars=scalars,
-                          shared=(state.ns_coeffs,))
+    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=[True] * len(views),
+                          scalars=lambda dt: Scalars(eps=hyper(self.eps, dt)), shared=(state.ns_coeffs,))
     # Parameters that are not optimised (integers) keep the zero update of ``look_ahead``.
     out = jax.tree.map(lambda u, z: z if u is None else u, out, zero, is_leaf=is_none)
     return out, MuonState(count=count, mu=mu, ns_coeffs=state.ns_coeffs)
@@ -329,13 +337,14 @@ class ScaleByShape(Transformation):
         out.append(None)
         continue
       view = matrix_view(self.owner, where, tuple(g.shape), dn)
+      # As Optax computes the scale: in JAX's default float (float32, float64 under x64), rounded
+      # once where it meets the update.
+      default = jnp.asarray(0.0).dtype
       if self.consistent_rms is None:
-        factor = np.sqrt(max(1.0, view.fan_out / max(view.fan_in, 1)))
-        scalars = lambda dt, factor=factor: Scalars(scale=hyper(factor, dt))
+        scale = np.sqrt(np.maximum(1, np.asarray(view.fan_out / max(view.fan_in, 1), default)))
       else:
-        factor = np.sqrt(max(view.fan_in, view.fan_out))
-        scalars = lambda dt, factor=factor: Scalars(
-            scale=hyper(factor, dt) * hyper(self.consistent_rms, dt))
+        scale = np.sqrt(np.asarray(max(view.fan_in, view.fan_out), default)) * self.consistent_rms
+      scalars = Scalars(scale=float(scale) if isinstance(scale, np.ndarray | np.floating) else scale)
       (u,) = self.leafwise(lambda k, g: g * k.scale, g, scalars=scalars)
       out.append(u)
     return treedef.unflatten(out), state
