@@ -150,6 +150,14 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditionin
     x = x / (_frobenius(x) + eps)
   elif preconditioning == "spectral":
     x = x / (jnp.linalg.norm(x, ord=2) + eps)
+  x = _iterate(x, coeffs, eps, ns_steps, preconditioning)
+  return x.T if transposed else x
+
+
+# The steps as one compiled program, as Optax's loop (``lax.fori_loop``/``lax.scan``) is even when
+# called eagerly: XLA fuses (at its default flags, into FMAs) the multiply-adds as in Optax's.
+@functools.partial(jax.jit, static_argnames=("ns_steps", "preconditioning"))
+def _iterate(x: jax.Array, coeffs: jax.Array, eps: Any, ns_steps: int, preconditioning: str) -> jax.Array:
   rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
   for i, c in enumerate(rows):
     if i == 0 and preconditioning == "aol":
@@ -158,7 +166,7 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditionin
       x = _first_step_schatten(x, c, eps)
     else:
       x = _polynomial(x, _gram(x), c)
-  return x.T if transposed else x
+  return x
 
 
 def _check_ns_steps(owner: str, ns_steps: Any) -> None:
