@@ -52,30 +52,43 @@ def _frobenius(x: jax.Array) -> jax.Array:
   return jnp.sqrt(jnp.sum(sq))
 
 
+def _normalized(x: jax.Array, preconditioning: str, eps: ArrayLike) -> jax.Array:
+  """``x`` divided by its Frobenius or spectral norm plus ``eps`` (the other preconditionings scale
+  with the Gram matrix, in ``_first_gram``)."""
+  if preconditioning == "frobenius":
+    return x / (_frobenius(x) + eps)
+  if preconditioning == "spectral":
+    return x / (jnp.linalg.norm(x, ord=2) + eps)
+  return x
+
+
+def _first_gram(x: jax.Array, preconditioning: str, eps: ArrayLike) -> tuple[jax.Array, jax.Array]:
+  """``(X, X X^H)`` for the first step; ``"aol"`` rescales the rows by ``D^{-1/2}``, ``D`` the
+  absolute row sums of ``X X^H`` (Boissin et al. 2025), ``"schatten"`` divides by
+  ``||X X^H||_F^{1/2}`` (Grishina et al. 2025): both bound the spectral norm by one with the Gram
+  matrix the first step computes anyway. The products are Optax's (``a * s * s.T``; ``s ** 2``
+  is ``1 / norm`` as XLA folds it there), so the bits agree."""
+  r = x @ conj_t(x)
+  if preconditioning == "aol":
+    s = jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.abs(r), axis=-1), eps))[:, None]
+    x, r = x * s, r * s * s.T
+  elif preconditioning == "schatten":
+    norm = jnp.maximum(_frobenius(r), eps)
+    x, r = x * jax.lax.rsqrt(norm), r * (1 / norm)
+  return x, r
+
+
+def _rows(coeffs: jax.Array, ns_steps: int) -> list[jax.Array]:
+  return [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
+
+
 def _prepared(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str,
               eps: ArrayLike) -> tuple[jax.Array, jax.Array, list[jax.Array]]:
   """Both iterations' start: the wide ``X`` (a tall matrix transposed: ``f(X^T) = f(X)^T`` for the
   odd polynomial, so the Gram matrix is the smaller one) scaled by ``preconditioning``, its Gram
-  matrix ``X X^H``, and the coefficient rows, one per step.
-
-  ``"frobenius"`` and ``"spectral"`` divide by that norm plus ``eps``; ``"aol"`` rescales the rows
-  by ``D^{-1/2}``, ``D`` the absolute row sums of ``X X^H`` (Boissin et al. 2025), ``"schatten"``
-  divides by ``||X X^H||_F^{1/2}`` (Grishina et al. 2025): both bound the spectral norm by one with
-  the Gram matrix the first step computes anyway.
-  """
-  if preconditioning == "frobenius":
-    x = x / (_frobenius(x) + eps)
-  elif preconditioning == "spectral":
-    x = x / (jnp.linalg.norm(x, ord=2) + eps)
-  r = x @ conj_t(x)
-  if preconditioning == "aol":
-    s = jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.abs(r), axis=-1), eps))[:, None]
-    x, r = x * s, r * (s * s.T)
-  elif preconditioning == "schatten":
-    s = jax.lax.rsqrt(jnp.maximum(_frobenius(r), eps))
-    x, r = x * s, r * (s * s)
-  rows = [coeffs] * ns_steps if coeffs.ndim == 1 else [coeffs[i] for i in range(coeffs.shape[0])]
-  return x, r, rows
+  matrix ``X X^H``, and the coefficient rows, one per step."""
+  x, r = _first_gram(_normalized(x, preconditioning, eps), preconditioning, eps)
+  return x, r, _rows(coeffs, ns_steps)
 
 
 def _wide(iteration: F) -> F:
@@ -100,10 +113,18 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditionin
   per step) are in the compute dtype, ``eps`` is weakly typed; real scales multiply a complex ``x``
   by standard promotion.
   """
-  x, a, rows = _prepared(x, coeffs, ns_steps, preconditioning, eps)
-  for i, c in enumerate(rows):
+  return _standard_steps(_normalized(x, preconditioning, eps), coeffs, eps, ns_steps, preconditioning)
+
+
+# The steps as one compiled program, as Optax's loop (``lax.fori_loop``/``lax.scan``) is even when
+# called eagerly: XLA fuses (at its default flags, into FMAs) the multiply-adds as in Optax's.
+@functools.partial(jax.jit, static_argnames=("ns_steps", "preconditioning"))
+def _standard_steps(x: jax.Array, coeffs: jax.Array, eps: ArrayLike, ns_steps: int,
+                    preconditioning: str) -> jax.Array:
+  x, a = _first_gram(x, preconditioning, eps)
+  for i, c in enumerate(_rows(coeffs, ns_steps)):
     a = a if i == 0 else x @ conj_t(x)
-    x = c[0] * x + (c[1] * a + c[2] * (a @ a)) @ x
+    x = c[0] * x + (c[1] * a + (c[2] * a) @ a) @ x  # Optax's ``c2 * a @ a``: left to right
   return x
 
 

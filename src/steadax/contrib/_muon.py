@@ -31,7 +31,7 @@ from .._core._transformation import Transformation
 from .._core._checks import check_nonnegative, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars
-from .._core._module import hyper_field, static_field
+from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
@@ -39,6 +39,7 @@ from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
+from ..transforms._moments import moving_average
 from ..transforms._axes import MatrixView, WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
 from ..transforms._decay import add_decayed_weights
 from ..transforms._runner import MatrixExecution, run_matrices
@@ -137,6 +138,7 @@ class ScaleByMuon(Transformation):
   two_d: ClassVar[bool] = True  # a matrix per slice, even where a field of its dimension numbers is empty
   beta: Any = hyper_field(0.95, check=_check_beta)
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
+  one_minus_beta: Any = derived_field(lambda t: 1 - t.beta)
   ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS)
   ns_steps: int = static_field(default=5, check=_check_ns_steps)
   mu_dtype: Any = static_field(default=None)
@@ -164,7 +166,12 @@ class ScaleByMuon(Transformation):
 
   def matrix_step(self, plan, k, shared, m_hat):
     iteration = gram_newton_schulz if plan == "gram" else newton_schulz
-    out = iteration(m_hat, shared[0], self.ns_steps, self.preconditioning, k.eps)
+    ns = lambda x: iteration(x, shared[0], self.ns_steps, self.preconditioning, k.eps)  # noqa: E731
+    # A tall matrix (transposed for the iteration) as a batch of one, as Optax runs every matrix
+    # (``vmap`` over a (1, m, n) stack): XLA lowers a batched product of a transposed matrix
+    # differently from a plain one, and rounds differently. Square and wide ones round alike either
+    # way and run unbatched: on CPU the batch of one costs 1.5x a step.
+    out = jax.vmap(ns)(m_hat[None])[0] if m_hat.shape[0] > m_hat.shape[1] else ns(m_hat)
     # Adaptive: scaled by the dual norm <M, O> of the momentum (Bernstein & Newhouse 2024, §4).
     return jnp.sum(jnp.conj(m_hat) * out) * out if self.adaptive else out
 
@@ -174,14 +181,16 @@ class ScaleByMuon(Transformation):
 
     @functools.cache  # once per real compute dtype
     def scalars(dt):
-      return Scalars(b1=hyper(self.beta, dt), c1=one_minus_pow(self.beta, count, dt),
-                     c1_next=one_minus_pow(self.beta, safe_increment(count), dt), eps=hyper(self.eps, dt))
+      # As Optax computes them: ``1 - beta`` exact (a derived constant), the bias corrections
+      # per leaf (``one_minus_pow``'s tree scalars).
+      return Scalars(b1=self.beta, one_minus_b1=derived(self, "one_minus_beta"),
+                     c1=one_minus_pow(self.beta, count), c1_next=one_minus_pow(self.beta, safe_increment(count)))
 
     def look_ahead(k, g, m, held):
       # The new momentum and the (Nesterov) bias-corrected one that Newton-Schulz orthogonalizes,
       # written in the compute dtype (``held``'s): the momentum is updated in the parameters' own
       # layout, only the look-ahead goes to the matrices' (on a mesh, to their owners).
-      m = k.b1 * m + (1 - k.b1) * g
+      m = moving_average(k.b1, m, g, k.one_minus_b1)
       return g, m, debiased_mu(k, m, g, self.nesterov)
 
     like = updates if params is None else params
@@ -191,8 +200,8 @@ class ScaleByMuon(Transformation):
     m_hat = jax.tree.map(lambda g, h: h if g is not None and jnp.issubdtype(g.dtype, jnp.inexact) else None,
                          updates, m_hat, is_leaf=is_none)
     plans = [None if v is None else self.algorithm(v) for v in views]
-    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=plans, scalars=scalars,
-                          shared=(state.ns_coeffs,))
+    (out,) = run_matrices(self, self.matrix_step, m_hat, like, views=views, plans=plans,
+                          scalars=lambda dt: Scalars(eps=hyper(self.eps, dt)), shared=(state.ns_coeffs,))
     # Parameters that are not optimised (integers) keep the zero update of ``look_ahead``.
     out = jax.tree.map(lambda u, z: z if u is None else u, out, zero, is_leaf=is_none)
     return out, MuonState(count=count, mu=mu, ns_coeffs=state.ns_coeffs)
@@ -266,13 +275,14 @@ class ScaleByShape(Transformation):
         out.append(None)
         continue
       view = matrix_view(self.owner, where, tuple(g.shape), dn)
+      # As Optax computes the scale: in JAX's default float (float32, float64 under x64), rounded
+      # once where it meets the update.
+      default = jnp.asarray(0.0).dtype
       if self.consistent_rms is None:
-        factor = np.sqrt(max(1.0, view.fan_out / max(view.fan_in, 1)))
-        scalars = lambda dt, factor=factor: Scalars(scale=hyper(factor, dt))
+        scale = np.sqrt(np.maximum(1, np.asarray(view.fan_out / max(view.fan_in, 1), default)))
       else:
-        factor = np.sqrt(max(view.fan_in, view.fan_out))
-        scalars = lambda dt, factor=factor: Scalars(
-            scale=hyper(factor, dt) * hyper(self.consistent_rms, dt))
+        scale = np.sqrt(np.asarray(max(view.fan_in, view.fan_out), default)) * self.consistent_rms
+      scalars = Scalars(scale=float(scale) if isinstance(scale, np.ndarray | np.floating) else scale)
       (u,) = self.leafwise(lambda k, g: g * k.scale, g, scalars=scalars)
       out.append(u)
     return treedef.unflatten(out), state
