@@ -218,7 +218,9 @@ def test_format_1_files_stay_readable(tmp_path):
     assert got.dtype == want.dtype and got.shape == want.shape
     if jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key):
       got, want = jax.random.key_data(got), jax.random.key_data(want)
-    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=1e-6)
+    # The file holds the moments as adam computed them when it was written, with 1 - b2 formed from
+    # float32 0.999; today's adam uses Optax's exact constant (1.3e-5 relative in nu).
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=2e-5)
   manifest = checkpoint.read_manifest(FORMAT_1)
   assert manifest["format_version"] == 1 and manifest["step"] == 2 and manifest["metadata"] == {"run": "fixture"}
   # A directory of format-1 steps: listed beside the Orbax steps, read by restore_step, and the

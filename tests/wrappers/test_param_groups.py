@@ -95,8 +95,10 @@ def test_multipliers_under_inject_hyperparams_keep_one_shared_value():
   assert float(hp["weight_decay"]) == np.float32(0.1)  # the shared base value stays in the state
   g = _grads(0)
   updates, state = tx.update(g, state, params)
-  # The group's optimizer got 4 * lr and 0.5 * wd: the same as adamw built with those values.
-  want = steadax.adamw(4.0 * SCHEDULE(0), weight_decay=0.05)
+  # The group's optimizer got 4 * lr and 0.5 * wd: the same as the injected adamw built with those
+  # values (injected hyperparameters are float32 leaves: b2's 1 - b2 rounds as in Optax's
+  # inject_hyperparams, not as the plain adamw's exact constant).
+  want = steadax.inject_hyperparams(steadax.adamw)(learning_rate=4.0 * SCHEDULE(0), weight_decay=0.05)
   expected, _ = want.update(g["embed"], want.init(params["embed"]), params["embed"])
   np.testing.assert_allclose(updates["embed"]["table"], expected["table"], rtol=1e-6)
   with pytest.raises(ValueError, match=r"\['wd_mult'\] multiplies .*\['weight_decay'\]"):

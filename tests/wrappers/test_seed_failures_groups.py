@@ -72,7 +72,10 @@ def test_every_group_gets_nonzero_updates_identical_to_uninjected():
     assert np.all(np.isfinite(values)), f"{key}: non-finite updates {values}"
     moving = values if key != "f16" else values[:, :1]  # its second coordinate has zero gradient
     assert np.all(moving != 0), f"{key}: zero updates {values}"
-    np.testing.assert_array_equal(values, np.asarray(ref.astype(jnp.float32)), err_msg=key)
+    # Injected hyperparameters are float32 leaves, so ``1 - b2`` is formed from float32 0.999 (as in
+    # Optax's inject_hyperparams), where the uninjected adam uses Optax's exact constant: 1.3e-5
+    # relative in the second moment, about 7e-6 in an update.
+    np.testing.assert_allclose(values, np.asarray(ref.astype(jnp.float32)), rtol=2e-5, err_msg=key)
 
 
 def test_injected_learning_rates_are_per_group():

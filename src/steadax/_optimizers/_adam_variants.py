@@ -52,8 +52,8 @@ def adabelief(
     >>> import jax.numpy as jnp, steadax
     >>> opt = steadax.adabelief(0.1)
     >>> p = jnp.array([1.0, -1.0])
-    >>> steadax.apply_updates(p, opt.update(2 * p, opt.init(p), p)[0])  # 1 - 0.1 * 2 / 1.8
-    Array([ 0.8888889, -0.8888889], dtype=float32)
+    >>> steadax.apply_updates(p, opt.update(2 * p, opt.init(p), p)[0])  # about 1 - 0.1 * 2 / 1.8, as Optax rounds it
+    Array([ 0.8888896, -0.8888896], dtype=float32)
   """
   return chain(scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov), scale_by_learning_rate(learning_rate))
 

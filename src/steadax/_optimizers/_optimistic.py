@@ -166,7 +166,7 @@ def optimistic_adam_v2(
     >>> opt = steadax.optimistic_adam_v2(0.1)
     >>> p = jnp.array([1.0])
     >>> steadax.apply_updates(p, opt.update(jnp.array([2.0]), opt.init(p), p)[0])  # Nesterov's first step
-    Array([0.85263157], dtype=float32)
+    Array([0.8526326], dtype=float32)
   """
   owner = "optimistic_adam_v2"
   check_schedule_or_scalar(owner, "learning_rate", learning_rate)

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 __all__ = ["real_inner", "sq_norm", "scalar_value"]
 
@@ -22,9 +23,14 @@ def real_inner(a: jax.Array, b: jax.Array) -> jax.Array:
   Computed as Optax's ``tree.vdot`` computes each leaf's term (a ``tensordot`` over every axis at
   the highest precision), so the sums round as Optax's do.
   """
+  # Under explicit sharding a contraction over sharded axes must name its result's sharding: the
+  # scalar is replicated (an all-reduce). Otherwise (no mesh, automatic axes) nothing is named.
+  spec = getattr(jax.typeof(a).sharding, "spec", None)
+  out = P() if spec is not None and any(axis is not None for axis in spec) else None
   if jnp.iscomplexobj(a):
-    return jnp.real(jnp.tensordot(jnp.conj(a), b, a.ndim, precision=jax.lax.Precision.HIGHEST))
-  return jnp.tensordot(a, b, a.ndim, precision=jax.lax.Precision.HIGHEST)
+    return jnp.real(jnp.tensordot(jnp.conj(a), b, a.ndim, precision=jax.lax.Precision.HIGHEST,
+                                  out_sharding=out))
+  return jnp.tensordot(a, b, a.ndim, precision=jax.lax.Precision.HIGHEST, out_sharding=out)
 
 
 def sq_norm(a: jax.Array) -> jax.Array:

@@ -200,8 +200,8 @@ def scale_by_factored_rms(
     >>> tx = steadax.scale_by_factored_rms(min_dim_size_to_factor=2, epsilon=0.0)
     >>> g = jnp.outer(jnp.array([1.0, -2.0]), jnp.array([3.0, 1.0, -1.0]))
     >>> tx.update(g, tx.init(g))[0]
-    Array([[ 1.,  1., -1.],
-           [-1., -1.,  1.]], dtype=float32)
+    Array([[ 1.0000001,  1.       , -1.       ],
+           [-1.0000001, -1.       ,  1.       ]], dtype=float32)
   """
   _check_min_dim_size("scale_by_factored_rms", min_dim_size_to_factor)  # before int() below
   return ScaleByFactoredRms(
