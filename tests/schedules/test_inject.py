@@ -41,9 +41,14 @@ def test_adam_with_a_schedule_matches_optax_after_ten_steps():
   ours, ours_state = _run(steadax, build(steadax), _params(), 10)
   with jax.numpy_dtype_promotion("standard"):
     theirs, their_state = _run(optax, build(optax), _params(), 10)
-  # Bit-for-bit with x64 off; with x64 on Optax holds b1, b2, eps in float64, we in float32.
+  # Bit-for-bit with x64 off; with x64 on Optax holds b1, b2, eps in float64, we in float32 (the
+  # documented float32 hyperparameters): 1 - b2 from float32 0.999 is 1.3e-5 relative off in nu.
+  x64 = bool(jax.config.jax_enable_x64)
   for key in ("w", "b"):
-    np.testing.assert_allclose(np.asarray(ours[key]), np.asarray(theirs[key]), rtol=1e-6, atol=1e-7)
+    if x64:
+      np.testing.assert_allclose(np.asarray(ours[key]), np.asarray(theirs[key]), rtol=2e-5, atol=1e-7)
+    else:
+      np.testing.assert_array_equal(np.asarray(ours[key]), np.asarray(theirs[key]))
   assert type(ours_state).__name__ == type(their_state).__name__ == "InjectStatefulHyperparamsState"
   assert ours_state._fields == their_state._fields
   assert sorted(ours_state.hyperparams) == sorted(their_state.hyperparams)
