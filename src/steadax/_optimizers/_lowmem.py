@@ -83,6 +83,17 @@ def adam_lowmem(
   )
 
 
+def _adam_8bit_chain(owner: str, learning_rate: Any, b1: Any, b2: Any, eps: Any, eps_root: Any,
+                     weight_decay: Any, mask: Any, block_size: int, min_8bit_size: int) -> Chain:
+  """``adam8bit``'s and ``adamw8bit``'s chain (they differ in the default weight decay only)."""
+  _check(owner, learning_rate, weight_decay)
+  return chain(
+      scale_by_adam_8bit(b1, b2, eps, eps_root, block_size=block_size, min_8bit_size=min_8bit_size),
+      add_decayed_weights(weight_decay, mask),
+      scale_by_learning_rate(learning_rate),
+  )
+
+
 @shared_args
 def adam8bit(
     learning_rate: ScalarOrSchedule,
@@ -125,12 +136,8 @@ def adam8bit(
     >>> steadax.apply_updates(p, opt.update(jnp.full(4, 3.0), opt.init(p), p)[0])
     Array([0.9, 0.9, 0.9, 0.9], dtype=float32)
   """
-  _check("adam8bit", learning_rate, weight_decay)
-  return chain(
-      scale_by_adam_8bit(b1, b2, eps, eps_root, block_size=block_size, min_8bit_size=min_8bit_size),
-      add_decayed_weights(weight_decay, mask),
-      scale_by_learning_rate(learning_rate),
-  )
+  return _adam_8bit_chain("adam8bit", learning_rate, b1, b2, eps, eps_root, weight_decay, mask,
+                          block_size, min_8bit_size)
 
 
 @shared_args
@@ -182,9 +189,5 @@ def adamw8bit(
     >>> updates["w"], updates["b"]
     (Array([-0.15, -0.15], dtype=float32), Array([-0.1, -0.1], dtype=float32))
   """
-  _check("adamw8bit", learning_rate, weight_decay)
-  return chain(
-      scale_by_adam_8bit(b1, b2, eps, eps_root, block_size=block_size, min_8bit_size=min_8bit_size),
-      add_decayed_weights(weight_decay, mask),
-      scale_by_learning_rate(learning_rate),
-  )
+  return _adam_8bit_chain("adamw8bit", learning_rate, b1, b2, eps, eps_root, weight_decay, mask,
+                          block_size, min_8bit_size)
