@@ -46,6 +46,7 @@ class Sizes:
   matrix_repetitions: int = 3       # compilations per point of that case (the median is kept)
   lm_config: str = "full"           # the lm case's model and training length (cases/lm.py CONFIGS)
   grid: str = "full"                # the grid case's cells (cases/grid.py CELLS)
+  recipe_leaves: int = 200          # leaves of the recipes case (compile time of common optimizers)
 
 
 FULL = Sizes(rounds=15, steps=8, big_leaves=8, big_leaf_size=2_000_000, small_leaves=400,
@@ -54,11 +55,11 @@ FULL = Sizes(rounds=15, steps=8, big_leaves=8, big_leaf_size=2_000_000, small_le
 QUICK = Sizes(rounds=5, steps=4, big_leaves=8, big_leaf_size=250_000, small_leaves=100,
               mixed_small_leaves=50, compile_leaves=(25, 50, 100), compile_time_limit_s=60,
               memory_width=256, lbfgs_rounds=5, sweep_rounds=1, matrix_depths=(2, 8),
-              matrix_repetitions=1, lm_config="quick", grid="quick")
+              matrix_repetitions=1, lm_config="quick", grid="quick", recipe_leaves=50)
 SMOKE = Sizes(rounds=2, steps=4, big_leaves=2, big_leaf_size=1_000, small_leaves=6,
               mixed_small_leaves=6, compile_leaves=(2,), compile_time_limit_s=60, memory_width=16,
               lbfgs_rounds=1, sweep_rounds=1, matrix_depths=(1, 2),
-              matrix_repetitions=1, lm_config="smoke", grid="smoke")
+              matrix_repetitions=1, lm_config="smoke", grid="smoke", recipe_leaves=4)
 
 
 class Progress:

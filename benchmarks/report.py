@@ -496,6 +496,15 @@ TITLES["stats"] = "Training statistics (issue 34 §4), with_stats(tx) against tx
 TABLES["stats"] = _stats_table
 
 
+def _recipes_table(result: dict) -> list[str]:
+  from benchmarks.cases import recipes  # the case owns its table (report loads before cases)
+  return recipes.table(result)
+
+
+TITLES["recipes"] = "Compile time of common recipes (update step, many small leaves), steadax against Optax:"
+TABLES["recipes"] = _recipes_table
+
+
 def lm_chart_path(stem_path: str) -> str:
   """The lm case's chart beside the run's JSON: ``<machine>-<date>[-quick]-lm.png`` (it holds that
   case alone, so a partial run names it the same)."""

@@ -22,7 +22,7 @@ from benchmarks.cases import CASES
 pytestmark = pytest.mark.x32_only
 
 
-SMOKE_CASES = ("big", "mixed", "train", "first_call", "memory")
+SMOKE_CASES = ("big", "mixed", "train", "first_call", "memory", "recipes")
 
 
 @pytest.fixture
@@ -46,6 +46,7 @@ def test_cases_run_and_report(tmp_path, standard_promotion):
                "train step, 6 small: adamw", "steadax flat params/optax"):
     assert name in text
   assert "| 2 |" in text  # the first-call row of 2 leaves
+  assert "| clip+adamw | 4 |" in text  # the recipes case's compile times
   path = tmp_path / "results.json"
   report.write_json(str(path), {"machine": report.machine(), "results": results})
   saved = json.loads(path.read_text())

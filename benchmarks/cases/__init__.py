@@ -3,7 +3,7 @@
 Every result has a ``kind`` (how ``report`` tabulates it) and keeps its raw measurements.
 """
 
-from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, solvers, stats, steps,
+from . import (first_call, grid, import_time, lbfgs, lm, matrix_depth, memory, recipes, solvers, stats, steps,
                sweep, trace_time, train, wrappers)
 
 CASES = {
@@ -15,6 +15,7 @@ CASES = {
     "train": train.run,
     "trace_time": trace_time.run,
     "first_call": first_call.run,
+    "recipes": recipes.run,
     "grid": grid.run,
     "memory": memory.run,
     "lbfgs": lbfgs.run,

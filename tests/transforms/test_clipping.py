@@ -63,6 +63,20 @@ def test_global_norm_clipping_of_zeros_and_its_gradient_are_finite():
   np.testing.assert_allclose(np.asarray(jax.grad(steadax.global_norm)(jnp.asarray([3.0, 4.0]))), [0.6, 0.8])
 
 
+def test_global_norm_of_a_nan_tree_is_nan_and_its_second_derivative_is_the_norms():
+  # The zero-norm rule is in the derivative only (``safe_sqrt``): a NaN gradient gives a NaN norm,
+  # so clipping it gives NaN everywhere, as Optax's does (a guard in the value reported 0 and left
+  # the other leaves unclipped).
+  tree = {"a": jnp.asarray([jnp.nan, 1.0]), "b": jnp.asarray([3.0])}
+  tx = steadax.clip_by_global_norm(1.0)
+  out = tx.update(tree, tx.init(tree))[0]
+  assert np.isnan(float(steadax.tree.norm(tree))) and np.isnan(float(steadax._core._tree.l2_norm(tree)))
+  assert all(np.isnan(np.asarray(x)).all() for x in jax.tree.leaves(out))
+  x = jnp.asarray([3.0, 4.0])
+  hessian = jax.hessian(steadax._core._tree.l2_norm)(x)
+  np.testing.assert_allclose(np.asarray(hessian), (np.eye(2) - np.outer(x, x) / 25.0) / 5.0, rtol=1e-6)
+
+
 def test_max_norm_is_a_leaf_not_a_recompile():
   traces = []
 

@@ -35,6 +35,7 @@ from .._core._policy import (
 from .._linalg._common import concrete_number
 from ..tree._leafwise import flatten_like
 from .._core._types import Params
+from .._core._tree import safe_sqrt
 
 __all__ = [
     "projection_non_negative",
@@ -386,9 +387,8 @@ def _l2(owner: str, tree: Any, scale: Any, *, ball: bool) -> Any:
   unit = jnp.where(peak > 0, peak, jnp.ones_like(peak))
   squares = _sum_sq([cast(x, cdt) / cast(unit, cdt) for x in leaves], cdt)
   # sqrt's derivative at 0 is infinite: times the zero that `maximum` gives the untaken branch it
-  # makes the ball's gradient at a zero tree NaN, where it is the identity's (1).
-  nonzero = squares > 0
-  norm = unit * jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, squares, jnp.ones_like(squares))), 0)
+  # would make the ball's gradient at a zero tree NaN, where it is the identity's (1).
+  norm = unit * safe_sqrt(squares)
   radius = hyper(scale, rdt)
   # The ball keeps the tree when ||x|| <= scale; the sphere divides by ||x|| (NaN for a zero tree,
   # whose projection onto the sphere is not unique).
