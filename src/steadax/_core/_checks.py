@@ -2,6 +2,7 @@
 
 import inspect
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -11,7 +12,8 @@ import numpy as np
 from ._interface import GradientTransformation
 
 __all__ = [
-    "check_range", "check_positive", "check_nonnegative", "check_decay", "check_decay_below_one",
+    "check_range", "check_positive", "check_nonnegative", "check_positive_int", "check_nonnegative_int",
+    "check_one_of", "check_decay", "check_decay_below_one",
     "check_schedule_or_scalar",
     "check_schedule_output",
 ]
@@ -54,6 +56,34 @@ def check_positive(owner: str, name: str, value: Any) -> None:
 
 def check_nonnegative(owner: str, name: str, value: Any) -> None:
   check_range(owner, name, value, 0.0, math.inf)
+
+
+def check_positive_int(owner: str, name: str, value: Any, low: int = 1) -> None:
+  """Raise a ValueError unless ``value`` is a Python (or NumPy) int of at least ``low`` (1:
+  positive, 0: non-negative): the static sizes of the matrix optimizers, checked from
+  ``__post_init__`` (the class, its factory and ``.replace``).
+
+  Example:
+    >>> check_positive_int("scale_by_soap", "precondition_frequency", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: scale_by_soap: precondition_frequency must be a positive Python int, got 0.
+  """
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+    kind = "positive" if low == 1 else "non-negative" if low == 0 else f">= {low}"
+    raise ValueError(f"{owner}: {name} must be a {kind} Python int, got {value!r}.")
+
+
+def check_nonnegative_int(owner: str, name: str, value: Any) -> None:
+  check_positive_int(owner, name, value, low=0)
+
+
+def check_one_of(*options: Any) -> Callable[[str, str, Any], None]:
+  """The check of a field that takes one of ``options`` (a static choice: a mode, an algorithm)."""
+  def check(owner: str, name: str, value: Any) -> None:
+    if value not in options:
+      raise ValueError(f"{owner}: {name} must be one of {options}, got {value!r}.")
+  return check
 
 
 def check_decay(owner: str, name: str, value: Any) -> None:

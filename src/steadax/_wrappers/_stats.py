@@ -233,7 +233,7 @@ class WithStats(Transformation):
       view = updates
       if groups is not None and scope:
         view = _masked_view(updates, groups.label_tree, scope[0])
-      norm = l2_norm(view)  # the clip's norm (0 for a tree holding a NaN), its decision below
+      norm = l2_norm(view)  # the clip's norm (NaN for a tree holding a NaN), and its decision below
       bound = hyper(max_norm, norm.dtype)
       below = norm <= bound
       one = jnp.ones([], norm.dtype)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from .._core._interface import GradientTransformation
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative
+from .._core._checks import check_nonnegative, check_positive_int
 from .._core._combine import chain
 from .._core._docs import shared_args
 from .._core._leafwise import Scalars, place_like
@@ -31,9 +31,9 @@ from .._core._roles import COUNTER, INNER, OTHER, state_roles
 from .._core._tree import is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule
 from ..transforms._adam import scale_by_adam
-from ..transforms._axes import WeightDimensionNumbers, leaf_views, matrix_view
+from ..transforms._axes import WeightDimensionNumbers, leaf_views
 from ..transforms._decay import add_decayed_weights
-from ..transforms._kron import check_positive_int, conj_t, thin_svd
+from ..transforms._kron import conj_t, thin_svd
 from ..transforms._matrix import place_statistic
 from ..transforms._runner import MatrixExecution, refresh_cond, run_matrices
 from ..transforms._scaling import scale_by_learning_rate
@@ -86,11 +86,7 @@ class ScaleByGalore(Transformation):
   execution: MatrixExecution = static_field(default=MatrixExecution())
 
   def _views(self, tree: Any) -> list[Any]:
-    if self.weight_dimension_numbers is not None:
-      return leaf_views(self.owner, self.weight_dimension_numbers, tree)
-    return [None if x is None or len(x.shape) != 2 else matrix_view(self.owner, "", tuple(x.shape),
-                                                                      GaLoreDimensionNumbers())
-            for x in jax.tree_util.tree_leaves(tree, is_leaf=is_none)]
+    return leaf_views(self.owner, self.weight_dimension_numbers, tree, default=GaLoreDimensionNumbers())
 
   def _state_like(self, tree: Any, views: list, projector: bool) -> Any:
     """Per parameter: its projector (``projector``) or its low-rank stand-in, zeros; for a

@@ -28,7 +28,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_range
+from .._core._checks import check_nonnegative, check_one_of, check_positive_int, check_range
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field, static_field
@@ -40,7 +40,7 @@ from .._core._docs import shared_args
 from .._optimizers._adam import adamw
 from ..transforms._adam import debiased_mu, one_minus_pow
 from ..transforms._moments import moving_average
-from ..transforms._axes import MatrixView, WeightDimensionNumbers, leaf_dims, leaf_paths, matrix_view
+from ..transforms._axes import MatrixView, WeightDimensionNumbers, leaf_dims, leaf_paths, leaf_views, matrix_view
 from ..transforms._decay import add_decayed_weights
 from ..transforms._runner import MatrixExecution, run_matrices
 from ..transforms._scaling import scale_by_learning_rate
@@ -63,6 +63,7 @@ _DION_COEFFS = (
 _PRESETS: dict[str, Callable[[int], Any]] = {
     "standard": lambda steps: _STANDARD_COEFFS, "dion": lambda steps: _DION_COEFFS,
     "polar_express": lambda steps: polar_express_coefficients(steps, PRESET_LOWER)}
+_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 CoeffsLike = tuple[ArrayLike, ArrayLike, ArrayLike] | tuple[tuple[ArrayLike, ArrayLike, ArrayLike], ...] | str
 DimsLike = WeightDimensionNumbers | Params | Callable[[Params], Params | None] | None
 
@@ -99,18 +100,6 @@ def _coefficients(owner: str, ns_coeffs: Any, ns_steps: int) -> tuple:
   return tuple(tuple(float(c) for c in row) for row in arr) if arr.ndim == 2 else tuple(float(c) for c in arr)
 
 
-def _check_ns_steps(owner: str, name: str, value: Any) -> None:
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-    raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")
-
-
-def _one_of(*options: str) -> Callable[[str, str, Any], None]:
-  def check(owner: str, name: str, value: Any) -> None:
-    if value not in options:
-      raise ValueError(f"{owner}: {name} must be one of {options}, got {value!r}.")
-  return check
-
-
 # At beta = 1 the bias correction divides by zero.
 _check_beta = lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0, high_open=True)
 
@@ -119,16 +108,7 @@ def matrix_views(owner: str, spec: Any, tree: Any, what: str, optimizer: str) ->
   """Per leaf of ``tree``, its ``MatrixView`` (None for a None leaf); 2-D leaves are ``(input,
   output)`` matrices without ``spec``. Raises, naming the leaf, for one that is not a matrix:
   ``what`` says why it must be, ``optimizer`` is the factory that sends it to AdamW."""
-  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, MuonDimensionNumbers,
-                   lambda x: MuonDimensionNumbers() if len(x.shape) == 2 else None)
-  views = []
-  for x, where, dn in zip(jax.tree_util.tree_leaves(tree, is_leaf=is_none), leaf_paths(tree), dims):
-    if x is not None and dn is None:
-      raise ValueError(
-          f"{owner}: the parameter at {where} has shape {tuple(x.shape)}; {what}: pass MuonDimensionNumbers for "
-          f"it or optimize it with another transformation ({optimizer}() sends it to AdamW).")
-    views.append(None if x is None else matrix_view(owner, where, tuple(x.shape), dn))
-  return views
+  return leaf_views(owner, spec, tree, default=MuonDimensionNumbers(), required=(what, optimizer))
 
 
 class ScaleByMuon(Transformation):
@@ -140,12 +120,12 @@ class ScaleByMuon(Transformation):
   eps: Any = hyper_field(1e-08, check=check_nonnegative)
   one_minus_beta: Any = derived_field(lambda t: 1 - t.beta)
   ns_coeffs: tuple = static_field(default=_STANDARD_COEFFS)
-  ns_steps: int = static_field(default=5, check=_check_ns_steps)
+  ns_steps: int = static_field(default=5, check=check_positive_int)
   mu_dtype: Any = static_field(default=None)
   nesterov: bool = static_field(default=True)
   adaptive: bool = static_field(default=False)
-  preconditioning: str = static_field(default="frobenius", check=_one_of("frobenius", "spectral", "aol", "schatten"))
-  ns_algorithm: str = static_field(default="standard", check=_one_of("standard", "gram", "auto"))
+  preconditioning: str = static_field(default="frobenius", check=check_one_of(*_PRECONDITIONINGS))
+  ns_algorithm: str = static_field(default="standard", check=check_one_of("standard", "gram", "auto"))
   weight_dimension_numbers: Any = static_field(default=None)
   execution: MatrixExecution = static_field(default=MatrixExecution())
 
@@ -310,7 +290,7 @@ def orthogonalize_via_newton_schulz(x: jax.Array, ns_coeffs: jax.Array, ns_steps
                      f"and dimension_numbers={dimension_numbers!r}.")
   if coeffs.ndim not in (1, 2) or coeffs.shape[-1] != 3:
     raise ValueError(f"{owner}: ns_coeffs must have shape (3,) or (n, 3), got {coeffs.shape}.")
-  _one_of("frobenius", "spectral", "aol", "schatten")(owner, "preconditioning", preconditioning)
+  check_one_of(*_PRECONDITIONINGS)(owner, "preconditioning", preconditioning)
   dims = MuonDimensionNumbers() if x.ndim == 2 else dimension_numbers
   view = matrix_view(owner, "x", tuple(x.shape), dims)
   rows = view.to_matrices(x).reshape((-1, view.fan_in, view.fan_out))

@@ -151,18 +151,30 @@ def leaf_paths(tree: Any) -> list[str]:
           jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]]
 
 
-def leaf_views(owner: str, spec: Any, tree: Any) -> list[MatrixView | None]:
+def leaf_views(owner: str, spec: Any, tree: Any, default: WeightDimensionNumbers | None = None,
+               required: tuple[str, str] | None = None) -> list[MatrixView | None]:
   """Per leaf of ``tree`` (None leaves included), the ``MatrixView`` of its dimension numbers, or
-  None: no ``spec``, a None entry of a tree of specs, or a leaf of rank below 2 given one spec for
-  every leaf (the optimizer's default treatment).
+  None (the optimizer's default treatment): a None entry of a tree of specs, a leaf of rank below 2
+  given one spec for every leaf, or without ``spec`` every leaf, except the 2-D ones where a
+  ``default`` is given (Muon's and GaLore's ``(input, output)`` matrices).
 
   Raises:
-    ValueError: naming ``owner`` and the parameter's path for dimension numbers that do not fit.
+    ValueError: naming ``owner`` and the parameter's path for dimension numbers that do not fit,
+      and with ``required = (why, factory)`` for a leaf left without a view: ``why`` it must be a
+      matrix, and the ``factory`` that sends such leaves elsewhere.
   """
   leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
+  paths = leaf_paths(tree)
   if spec is None:
-    return [None] * len(leaves)
-  dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, WeightDimensionNumbers, lambda x: None)
-  single = isinstance(spec, WeightDimensionNumbers)
-  return [None if x is None or d is None or (single and len(x.shape) < 2) else
-          matrix_view(owner, where, tuple(x.shape), d) for x, d, where in zip(leaves, dims, leaf_paths(tree))]
+    dims: list = [default if x is not None and len(x.shape) == 2 else None for x in leaves]
+  else:
+    dims = leaf_dims(owner, "weight_dimension_numbers", spec, tree, WeightDimensionNumbers, lambda x: None)
+    if isinstance(spec, WeightDimensionNumbers) and required is None:
+      dims = [None if x is None or len(x.shape) < 2 else d for x, d in zip(leaves, dims)]
+  for x, d, where in zip(leaves, dims, paths):
+    if x is not None and d is None and required is not None:
+      raise ValueError(f"{owner}: the parameter at {where} has shape {tuple(x.shape)}; {required[0]}: pass "
+                       f"MuonDimensionNumbers for it or optimize it with another transformation ({required[1]}() "
+                       f"sends it to AdamW).")
+  return [None if x is None or d is None else matrix_view(owner, where, tuple(x.shape), d)
+          for x, d, where in zip(leaves, dims, paths)]

@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 __all__: list[str] = []
 
@@ -147,17 +146,3 @@ def from_blocks(blocks: jax.Array, shape: Sequence[int], sizes: Sequence[int]) -
   x = blocks.reshape((*counts, *sizes)).transpose([v for i in range(k) for v in (i, k + i)])
   x = x.reshape([n * b for n, b in zip(counts, sizes)])
   return x if tuple(x.shape) == tuple(shape) else x[tuple(slice(0, d) for d in shape)]
-
-
-def check_positive_int(owner: str, name: str, value: Any) -> None:
-  """Raise a ValueError unless ``value`` is a positive Python (or numpy) int: the static sizes of
-  the matrix optimizers, checked from ``__post_init__`` (the class, its factory and ``.replace``).
-
-  Example:
-    >>> check_positive_int("scale_by_soap", "precondition_frequency", 0)
-    Traceback (most recent call last):
-    ...
-    ValueError: scale_by_soap: precondition_frequency must be a positive Python int, got 0.
-  """
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-    raise ValueError(f"{owner}: {name} must be a positive Python int, got {value!r}.")

@@ -28,7 +28,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_nonnegative, check_positive, check_range
+from .._core._checks import check_nonnegative, check_nonnegative_int, check_positive, check_range
 from .._core._docs import shared_args
 from .._core._module import Module, hyper_field, static_field
 from .._core._leafwise import Scalars
@@ -193,11 +193,6 @@ def _check_key(owner: str, name: str, key: Any) -> None:
                     f"seed, got {key!r}.") from error
 
 
-def _check_non_negative_int(owner: str, name: str, value: Any) -> None:
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-    raise ValueError(f"{owner}: {name} must be a non-negative int, got {value!r}.")
-
-
 class ScaleByPsgdKron(Transformation):
   name = "scale_by_psgd_kron"
   State = ScaleByPsgdKronState
@@ -205,8 +200,8 @@ class ScaleByPsgdKron(Transformation):
   b1: Any = hyper_field(0.9, check=_check_b1)
   # None is the annealed psgd_update_probability() (the factory fills it in); schedules pass.
   preconditioner_update_probability: Any = hyper_field(None, check=_check_probability)
-  max_size_triangular: int = static_field(default=8192, check=_check_non_negative_int)
-  min_ndim_triangular: int = static_field(default=2, check=_check_non_negative_int)
+  max_size_triangular: int = static_field(default=8192, check=check_nonnegative_int)
+  min_ndim_triangular: int = static_field(default=2, check=check_nonnegative_int)
   preconditioner_lr: Any = hyper_field(default=0.1, check=check_positive)
   preconditioner_init_scale: Any = hyper_field(default=1.0, check=check_positive)
   mu_dtype: Any = static_field(default=None)

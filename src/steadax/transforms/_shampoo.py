@@ -25,15 +25,15 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
+from .._core._checks import (check_decay_below_one, check_nonnegative, check_one_of, check_positive, check_positive_int,
+                             check_range)
 from .._core._module import hyper_field, static_field
 from .._core._policy import hyper, safe_increment
 from .._core._roles import COUNTER, OTHER, accumulator, state_roles
 from .._core._docs import shared_args
 from .._core._types import ArrayTree, Params, Updates
 from ._axes import WeightDimensionNumbers
-from ._kron import (axis_statistic, block_sizes, check_positive_int, from_blocks, inverse_root, mode_product,
-                    num_blocks, to_blocks)
+from ._kron import axis_statistic, block_sizes, from_blocks, inverse_root, mode_product, num_blocks, to_blocks
 from ._moments import abs_sq
 from ._runner import MatrixExecution, refresh_cond
 from ._soap import adam_scalars, init_adam_kron, update_adam_kron
@@ -71,11 +71,6 @@ def _block_norms(x: jax.Array) -> jax.Array:
   return jnp.sqrt(jnp.sum(abs_sq(x), axis=tuple(range(1, x.ndim)), keepdims=True))
 
 
-def _check_graft_type(owner: str, name: str, graft_type: Any) -> None:
-  if graft_type not in _GRAFTS:
-    raise ValueError(f"{owner}: {name} must be one of {_GRAFTS}, got {graft_type!r}.")
-
-
 class ScaleByShampoo(Transformation):
   name = "scale_by_shampoo"
   State = ScaleByShampooState
@@ -89,7 +84,7 @@ class ScaleByShampoo(Transformation):
   # 1.0 is allowed: the summed statistics of Gupta et al.
   shampoo_beta: Any = hyper_field(default=None, check=lambda owner, name, v: check_range(owner, name, v, 0.0, 1.0))
   mu_dtype: Any = static_field(default=None)
-  graft_type: str = static_field(default="adam", check=_check_graft_type)
+  graft_type: str = static_field(default="adam", check=check_one_of(*_GRAFTS))
   exponent_override: Any = hyper_field(default=None, check=check_positive)
   nu_dtype: Any = static_field(default=None)
   statistics_dtype: Any = static_field(default=None)

@@ -22,7 +22,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_decay_below_one, check_nonnegative
+from .._core._checks import check_decay_below_one, check_nonnegative, check_positive_int
 from .._core._docs import shared_args
 from .._core._leafwise import Scalars
 from .._core._module import hyper_field, static_field
@@ -31,7 +31,7 @@ from .._core._roles import COUNTER, OTHER, accumulator, declared_roles, role_zer
 from .._core._types import ArrayTree, Params, Updates
 from ._adam import one_minus_pow
 from ._axes import WeightDimensionNumbers
-from ._kron import axis_statistic, check_positive_int, conj_t, eigenbasis, mode_product
+from ._kron import axis_statistic, conj_t, eigenbasis, mode_product
 from ._moments import abs_sq
 from ._runner import MatrixExecution, init_matrices, plans_of, refresh_cond, run_matrices
 
