@@ -117,6 +117,9 @@ ENTRIES = [
     Entry("psgd_kron_stacked", lambda: steadax.psgd_kron(0.1, weight_dimension_numbers=_stacked_dims),
           problem=STACKED),
     Entry("muon_stacked", lambda: steadax.contrib.muon(0.05, muon_weight_dimension_numbers=_stacked_dims),
+          # Optax's muon takes batch axes too; the tree, as _stacked_dims gives it for this problem.
+          lambda o: o.contrib.muon(0.05, muon_weight_dimension_numbers={
+              "w": o.contrib.MuonDimensionNumbers(1, 2), "b": None}),
           problem=STACKED),
     Entry("galore_stacked", lambda: steadax.contrib.galore(0.1, rank=2, update_proj_gap=5,
                                                            weight_dimension_numbers=_stacked_dims),

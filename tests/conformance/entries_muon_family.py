@@ -40,7 +40,7 @@ ENTRIES = [
                                           weight_decay=0.01, ns_coeffs=_PE5),
           problem=KRONECKER),
     Entry("muon_polar_express", lambda: steadax.contrib.muon(0.05, ns_coeffs=_PE5, eps=1e-7),
-          problem=KRONECKER,
+          lambda o: o.contrib.muon(0.05, ns_coeffs=_PE5, eps=1e-7), problem=KRONECKER,
           notes="no 50-step differential with Optax: the first polynomial's slope at 0 (8.1) lifts "
                 "float32 rounding in the near-zero singular values of the momentum near the optimum "
                 "to O(1) in the update, so both trajectories drift apart by 6e-3 while each step "

@@ -32,7 +32,7 @@ from .._core._checks import check_nonnegative, check_one_of, check_positive_int,
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import compute_dtype, hyper, safe_increment, zero_count
+from .._core._policy import compute_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
@@ -78,12 +78,21 @@ class MuonState(NamedTuple):
   Attributes:
     count: int32 number of updates.
     mu: the momentum, one leaf per parameter (``mu_dtype`` or the parameter's dtype).
-    ns_coeffs: the Newton-Schulz coefficients, float32, shape ``(3,)`` or ``(steps, 3)``.
+    ns_coeffs: the Newton-Schulz coefficients, shape ``(3,)`` or ``(steps, 3)``, in JAX's default
+      float (float32; float64 under x64, as Optax's); each matrix's iteration casts them to its
+      compute dtype.
   """
 
   count: jax.Array
   mu: Updates
   ns_coeffs: jax.Array
+
+
+def _default_float() -> np.dtype:
+  """JAX's default float (float32, float64 under x64): the type of Muon's coefficients in its
+  state, as Optax's ``jnp.asarray`` of Python floats stores them; each matrix casts them to its
+  compute dtype."""
+  return np.dtype(jnp.asarray(0.0).dtype)
 
 
 def _coefficients(owner: str, ns_coeffs: Any, ns_steps: int) -> tuple:
@@ -135,7 +144,7 @@ class ScaleByMuon(Transformation):
 
   def init_fn(self, params):
     return MuonState(count=zero_count(), mu=role_zeros(params, accumulator("mu_dtype"), self),
-                     ns_coeffs=jnp.asarray(np.asarray(self.ns_coeffs, np.float32)))
+                     ns_coeffs=jnp.asarray(self.ns_coeffs, _default_float()))
 
   def algorithm(self, view: MatrixView) -> str:
     """The iteration a matrix of ``view`` runs: ``ns_algorithm``, "auto" decided by the FLOP count."""
@@ -146,7 +155,8 @@ class ScaleByMuon(Transformation):
 
   def matrix_step(self, plan, k, shared, m_hat):
     iteration = gram_newton_schulz if plan == "gram" else newton_schulz
-    ns = lambda x: iteration(x, shared[0], self.ns_steps, self.preconditioning, k.eps)  # noqa: E731
+    coeffs = shared[0].astype(real_dtype(m_hat.dtype))  # as Optax: in the matrix's (compute) dtype
+    ns = lambda x: iteration(x, coeffs, self.ns_steps, self.preconditioning, k.eps)  # noqa: E731
     # A tall matrix (transposed for the iteration) as a batch of one, as Optax runs every matrix
     # (``vmap`` over a (1, m, n) stack): XLA lowers a batched product of a transposed matrix
     # differently from a plain one, and rounds differently. Square and wide ones round alike either
