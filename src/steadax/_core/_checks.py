@@ -70,8 +70,7 @@ def check_positive_int(owner: str, name: str, value: Any, low: int = 1) -> None:
     ValueError: scale_by_soap: precondition_frequency must be a positive Python int, got 0.
   """
   if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-    kind = "positive" if low == 1 else "non-negative" if low == 0 else f">= {low}"
-    raise ValueError(f"{owner}: {name} must be a {kind} Python int, got {value!r}.")
+    raise ValueError(f"{owner}: {name} must be a {'positive' if low else 'non-negative'} Python int, got {value!r}.")
 
 
 def check_nonnegative_int(owner: str, name: str, value: Any) -> None:

@@ -32,7 +32,7 @@ from .._core._checks import check_nonnegative, check_one_of, check_positive_int,
 from .._core._combine import chain
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import compute_dtype, hyper, real_dtype, safe_increment, zero_count
+from .._core._policy import compute_dtype, default_float_dtype, hyper, real_dtype, safe_increment, zero_count
 from .._core._roles import COUNTER, OTHER, accumulator, role_zeros, state_roles
 from .._core._tree import is_none
 from .._core._types import MaskOrFn, Params, ScalarOrSchedule, Updates
@@ -88,13 +88,6 @@ class MuonState(NamedTuple):
   ns_coeffs: jax.Array
 
 
-def _default_float() -> np.dtype:
-  """JAX's default float (float32, float64 under x64): the type of Muon's coefficients in its
-  state, as Optax's ``jnp.asarray`` of Python floats stores them; each matrix casts them to its
-  compute dtype."""
-  return np.dtype(jnp.asarray(0.0).dtype)
-
-
 def _coefficients(owner: str, ns_coeffs: Any, ns_steps: int) -> tuple:
   """The coefficients as a hashable tuple: a triple, or one triple per step."""
   if isinstance(ns_coeffs, str):
@@ -144,7 +137,7 @@ class ScaleByMuon(Transformation):
 
   def init_fn(self, params):
     return MuonState(count=zero_count(), mu=role_zeros(params, accumulator("mu_dtype"), self),
-                     ns_coeffs=jnp.asarray(self.ns_coeffs, _default_float()))
+                     ns_coeffs=jnp.asarray(self.ns_coeffs, default_float_dtype()))
 
   def algorithm(self, view: MatrixView) -> str:
     """The iteration a matrix of ``view`` runs: ``ns_algorithm``, "auto" decided by the FLOP count."""
@@ -267,7 +260,7 @@ class ScaleByShape(Transformation):
       view = matrix_view(self.owner, where, tuple(g.shape), dn)
       # As Optax computes the scale: in JAX's default float (float32, float64 under x64), rounded
       # once where it meets the update.
-      default = jnp.asarray(0.0).dtype
+      default = default_float_dtype()
       if self.consistent_rms is None:
         scale = np.sqrt(np.maximum(1, np.asarray(view.fan_out / max(view.fan_in, 1), default)))
       else:

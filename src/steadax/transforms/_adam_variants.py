@@ -24,7 +24,7 @@ from jax.typing import ArrayLike
 from .._core._transformation import Transformation
 from .._core._checks import check_decay_below_one, check_nonnegative, check_positive, check_range
 from .._core._module import derived, derived_field, hyper_field, static_field
-from .._core._policy import hyper, safe_increment, zero_count
+from .._core._policy import default_float_dtype, hyper, safe_increment, zero_count
 from .._core._roles import COUNTER, accumulator, state_roles
 from .._core._tree import filled_like, tree_map, zeros_like
 from .._core._docs import shared_args
@@ -229,7 +229,7 @@ class ScaleByRadam(AdamDecays):
     ``1 - b2^t`` formed by ``expm1`` it is accurate to ~1e-4 in float32 (the direct form is off by
     ~0.03 at t = 6, which changes the step by 1%). It runs in the widest float JAX allows.
     """
-    wide = np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+    wide = default_float_dtype()
     t = count.astype(wide)  # outside the leaf function: the step count in the widest float
     one_minus_b2 = hyper(derived(self, "one_minus_b2"), wide)
     rho_inf = 2 / one_minus_b2 - 1

@@ -14,7 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._core._leafwise import Scalars, TreeScalar, leafwise
-from .._core._policy import cast, compute_dtype, hyper, real_dtype
+from .._core._policy import cast, compute_dtype, default_float_dtype, hyper, real_dtype
 from .._core._types import Updates
 
 __all__ = [
@@ -65,7 +65,7 @@ def one_minus_pow(decay: Any, count: jax.Array, dtype: Any = None) -> Any:
   divides by it (see ``_core._leafwise.TreeScalar``).
   """
   base = decay if isinstance(decay, jax.Array) else jnp.asarray(decay)
-  default = jnp.asarray(0.0).dtype  # JAX's default float: float32, or float64 under x64
+  default = default_float_dtype()
   if not jnp.issubdtype(base.dtype, jnp.inexact) or np.dtype(base.dtype).itemsize < np.dtype(default).itemsize:
     # A narrower decay (an injected float32 one under x64, whether jit traced it or not) is raised
     # to the default float, so the factor does not depend on how the transformation was called.
