@@ -53,9 +53,9 @@ def run(sizes: harness.Sizes, progress: harness.Progress) -> dict:
   params = harness.small_params(leaves)[1]()
   progress.start("recipes", len(RECIPES))
   rows = []
+  libs = [("optax", optax), ("steadax", steadax)]
   for i, recipe in enumerate(RECIPES):
     progress.doing(recipe)
-    libs = [("optax", optax), ("steadax", steadax)]
     seconds = {name: compile_seconds(lib, recipe, params) for name, lib in (libs if i % 2 == 0 else libs[::-1])}
     rows.append({"recipe": recipe, "leaves": leaves, "compile_s": seconds,
                  "ratio": seconds["steadax"] / seconds["optax"]})

@@ -58,10 +58,14 @@ def check_nonnegative(owner: str, name: str, value: Any) -> None:
   check_range(owner, name, value, 0.0, math.inf)
 
 
-def check_positive_int(owner: str, name: str, value: Any, low: int = 1) -> None:
-  """Raise a ValueError unless ``value`` is a Python (or NumPy) int of at least ``low`` (1:
-  positive, 0: non-negative): the static sizes of the matrix optimizers, checked from
-  ``__post_init__`` (the class, its factory and ``.replace``).
+def _check_int(owner: str, name: str, value: Any, kind: str, low: int) -> None:
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+    raise ValueError(f"{owner}: {name} must be a {kind} Python int, got {value!r}.")
+
+
+def check_positive_int(owner: str, name: str, value: Any) -> None:
+  """Raise a ValueError unless ``value`` is a positive Python (or NumPy) int: the static sizes of
+  the matrix optimizers, checked from ``__post_init__`` (the class, its factory and ``.replace``).
 
   Example:
     >>> check_positive_int("scale_by_soap", "precondition_frequency", 0)
@@ -69,12 +73,11 @@ def check_positive_int(owner: str, name: str, value: Any, low: int = 1) -> None:
     ...
     ValueError: scale_by_soap: precondition_frequency must be a positive Python int, got 0.
   """
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-    raise ValueError(f"{owner}: {name} must be a {'positive' if low else 'non-negative'} Python int, got {value!r}.")
+  _check_int(owner, name, value, "positive", 1)
 
 
 def check_nonnegative_int(owner: str, name: str, value: Any) -> None:
-  check_positive_int(owner, name, value, low=0)
+  _check_int(owner, name, value, "non-negative", 0)
 
 
 def check_one_of(*options: Any) -> Callable[[str, str, Any], None]:

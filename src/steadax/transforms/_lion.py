@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 from .._core._docs import shared_args
 from .._core._transformation import Transformation
-from .._core._checks import check_decay
+from .._core._checks import check_decay, check_one_of
 from .._core._leafwise import Scalars
 from .._core._module import derived, derived_field, hyper_field, static_field
 from .._core._policy import safe_increment
@@ -102,6 +102,5 @@ def scale_by_lion(
     >>> tx.update(jnp.array([0.3, -2.0]), tx.init(jnp.zeros(2)))[0]
     Array([ 1., -1.], dtype=float32)
   """
-  if mode not in _MODES:
-    raise ValueError(f"scale_by_lion: mode must be one of {_MODES}, got {mode!r}.")
+  check_one_of(*_MODES)("scale_by_lion", "mode", mode)
   return ScaleByLion(b1, b2, mu_dtype=mu_dtype, mode=mode, smooth_beta=smooth_beta)

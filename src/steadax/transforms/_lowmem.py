@@ -26,7 +26,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._core._transformation import Transformation
-from .._core._checks import check_decay_below_one, check_nonnegative
+from .._core._checks import check_decay_below_one, check_nonnegative, check_one_of
 from .._core._module import hyper_field, static_field
 from .._core._policy import real_dtype, safe_increment
 from .._core._tree import is_none
@@ -136,8 +136,7 @@ class ScaleByAdamLowmem(AdamDecays):
 
   def __post_init__(self):
     owner = self.name
-    if self.rounding not in _ROUNDINGS:
-      raise ValueError(f"{owner}: rounding must be one of {_ROUNDINGS}, got {self.rounding!r}.")
+    check_one_of(*_ROUNDINGS)(owner, "rounding", self.rounding)
     if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
       raise TypeError(f"{owner}: seed must be a Python int, got {type(self.seed).__name__}.")
     for arg in ("mu_dtype", "nu_dtype"):
